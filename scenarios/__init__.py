@@ -1,0 +1,1 @@
+"""The bundled scenario catalog (YAML files), installed as `sentinel_catalog`."""

@@ -1,0 +1,87 @@
+"""Git work for targets: a revision of a repository as a temporary worktree.
+
+The user's checkout, branch, index and stash are never touched: a requested revision is
+checked out detached into a temporary folder that is removed on success, failure and Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+WORKTREE = "WORKTREE"  # names the working tree itself, uncommitted changes included
+
+
+class GitError(Exception):
+    """A repository or revision that cannot be used; the message says which and why."""
+
+
+@dataclass
+class Checkout:
+    path: Path
+    commit: str | None
+    subject: str | None
+    dirty: bool | None
+
+
+def _repo(path: Path):
+    import git
+    try:
+        return git.Repo(path)
+    except git.NoSuchPathError:
+        raise GitError(f"repository {path} does not exist") from None
+    except git.InvalidGitRepositoryError:
+        raise GitError(f"{path} is not a git repository (needed for --commit)") from None
+
+
+def resolve(repo: Path, rev: str) -> tuple[str, str]:
+    """(full sha, subject) of a revision, or GitError before any work starts."""
+    import git
+    r = _repo(repo)
+    try:
+        c = r.commit(rev)
+    except (git.BadName, ValueError, git.GitCommandError):
+        raise GitError(f"unknown revision {rev!r} in {repo}") from None
+    return c.hexsha, c.summary
+
+
+@contextmanager
+def checkout(repo: Path, rev: str | None) -> Iterator[Checkout]:
+    """The tree to import from. No rev (or WORKTREE): the working tree as it is (a bare
+    repository: HEAD). Otherwise a temporary detached worktree at rev."""
+    repo = Path(repo).expanduser().resolve()
+    if not repo.exists():
+        raise GitError(f"repository {repo} does not exist")
+    if rev in (None, WORKTREE):
+        try:
+            r = _repo(repo)
+        except GitError:
+            yield Checkout(repo, None, None, None)  # a plain folder: no version facts
+            return
+        if not r.bare:
+            head = r.head.commit if r.head.is_valid() else None
+            yield Checkout(Path(r.working_tree_dir), head.hexsha if head else None, head.summary if head else None,
+                           r.is_dirty(untracked_files=False))
+            return
+        rev = "HEAD"
+    sha, subject = resolve(repo, rev)
+    r = _repo(repo)
+    tmp = Path(tempfile.mkdtemp(prefix="sentinel-wt-"))
+    path = tmp / sha[:12]
+    try:
+        r.git.worktree("add", "--detach", "--quiet", str(path), sha)
+        yield Checkout(path, sha, subject, False)
+    finally:
+        try:
+            r.git.worktree("remove", "--force", str(path))
+        except Exception:  # noqa: BLE001 - best effort; prune below
+            pass
+        shutil.rmtree(tmp, ignore_errors=True)
+        try:
+            r.git.worktree("prune")
+        except Exception:  # noqa: BLE001
+            pass

@@ -1,0 +1,53 @@
+"""Exact expectations: an observable equals a literal or a formula over the run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .base import Invariant, Missing, Outcome, ShapeMismatch, compare, evaluate_expected, lists, resolve
+
+
+class Close(Invariant):
+    """`observable` matches `expected` (a number, nested list or numpy expression over the
+    run's inputs and outputs) within atol + rtol * |expected|, optionally only where `where`
+    (a mask input) is 1."""
+
+    family = "close"
+    output: str
+    expected: Any
+    atol: float = 1e-6
+    rtol: float = 1e-5
+    run: str = "base"
+    where: str | None = None
+
+    def check(self, sc):
+        return self._known_outputs(sc, [self.output], "output") + self._known_input(sc, self.where, "where") + (
+            [("run", f"no variant named {self.run!r}")] if self.run != "base" and self.run not in sc.variants else [])
+
+    def grads(self, sc):
+        from .base import GRAD_RE
+        m = GRAD_RE.match(self.output)
+        return [(m[1], m[2])] if m else []
+
+    def evaluate(self, obs, sc):
+        run = obs[self.run]
+        try:
+            observed = resolve(self.output, run)
+            expected = evaluate_expected(self.expected, run)
+        except Missing as e:
+            return Outcome("skipped", str(e))
+        where = run.inputs[self.where] if self.where else None
+        try:
+            ok, diff, pos = compare(observed, expected, self.atol, self.rtol, where)
+        except ShapeMismatch as e:
+            return Outcome("violated", str(e), lists(observed), lists(expected))
+        msg = "" if ok else f"{self.output} differs from expected at {len(pos)} position(s)"
+        return Outcome("held" if ok else "violated", msg, lists(observed), lists(expected), lists(diff), pos)
+
+
+class Equals(Close):
+    """`observable` equals `expected` exactly (NaN equals NaN)."""
+
+    family = "equals"
+    atol: float = 0.0
+    rtol: float = 0.0

@@ -1,0 +1,88 @@
+"""Gradient flow: the gradient of a loss has the stated form; correction weights carry none.
+
+The off-policy IS correction (https://github.com/THUDM/slime/pull/2084) multiplies the
+policy gradient by clip(pi_theta / pi_rollout); that weight must be detached so the gradient
+flows only through log pi.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .base import Invariant, Missing, Outcome, ShapeMismatch, compare, evaluate_expected, lists
+
+
+class Gradient(Invariant):
+    """d(of)/d(wrt) equals `expected` (literal or numpy expression over the run)."""
+
+    family = "gradient"
+    of: str
+    wrt: str
+    expected: Any
+    atol: float = 1e-6
+    rtol: float = 1e-5
+    where: str | None = None
+    run: str = "base"
+
+    def check(self, sc):
+        out = self._known_outputs(sc, [self.of], "of") + self._known_input(sc, self.where, "where")
+        if self.wrt not in sc.spec.grad_inputs:
+            out.append(("wrt", f"gradients of {sc.boundary!r} are taken w.r.t. {list(sc.spec.grad_inputs)}"))
+        return out
+
+    def grads(self, sc):
+        return [(self.of, self.wrt)]
+
+    def evaluate(self, obs, sc):
+        run = obs[self.run]
+        key = f"{self.of}/{self.wrt}"
+        if key not in run.grads:
+            return Outcome("skipped", f"gradient {key} was not observed")
+        g = run.grads[key]
+        if g is None:
+            return Outcome("violated", f"{self.of} has no gradient path to {self.wrt}", None, lists(self.expected))
+        try:
+            expected = evaluate_expected(self.expected, run)
+            ok, diff, pos = compare(g, expected, self.atol, self.rtol, run.inputs[self.where] if self.where else None)
+        except Missing as e:
+            return Outcome("skipped", str(e))
+        except ShapeMismatch as e:
+            return Outcome("violated", str(e), lists(g), lists(self.expected))
+        return Outcome("held" if ok else "violated", "" if ok else f"d{self.of}/d{self.wrt} differs from the stated form",
+                       lists(g), lists(expected), lists(diff), pos)
+
+
+class Detached(Invariant):
+    """`output` carries no gradient: it does not require grad, and d(sum output)/d(wrt) is 0."""
+
+    family = "detached"
+    output: str
+    wrt: str | None = None
+
+    def _wrt(self, sc) -> str | None:
+        return self.wrt or (sc.spec.grad_inputs[0] if sc.spec.grad_inputs else None)
+
+    def check(self, sc):
+        out = self._known_outputs(sc, [self.output], "output")
+        if self._wrt(sc) not in sc.spec.grad_inputs:
+            out.append(("wrt", f"boundary {sc.boundary!r} takes no gradient w.r.t. {self._wrt(sc)!r}"))
+        return out
+
+    def grads(self, sc):
+        return [(self.output, self._wrt(sc))]
+
+    def evaluate(self, obs, sc):
+        run = obs["base"]
+        if self.output not in run.outputs:
+            return Outcome("skipped", f"the target produced no output {self.output!r}")
+        key = f"{self.output}/{self._wrt(sc)}"
+        g = run.grads.get(key)
+        rg = run.requires_grad.get(self.output, False)
+        leaked = g is not None and bool((abs(g) > 0).any())
+        details = {"requires_grad": rg}
+        if not rg and not leaked:
+            return Outcome("held", "", details=details)
+        import numpy as np
+        pos = np.argwhere(np.abs(g) > 0)[:64].tolist() if g is not None else []
+        return Outcome("violated", f"{self.output} is attached to the graph: gradient flows through it into {self._wrt(sc)}",
+                       lists(g) if g is not None else "requires_grad", 0.0, lists(g), pos, details)

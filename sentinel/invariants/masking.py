@@ -1,0 +1,121 @@
+"""Masks must mean what they say: values at masked (padding, prompt, rejected) positions
+must not change anything at valid positions, nor poison it with NaN/Inf, and padding a batch
+with extra masked columns must not change the result."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .base import Invariant, Outcome, diff_runs, observables
+
+
+def _perturbable(sc, mask: str, names: list[str] | None) -> list[str]:
+    if names is not None:
+        return names
+    return [p.name for p in sc.spec.inputs
+            if p.kind == "token" and p.dtype == "float" and p.mask == mask and p.name in sc.inputs]
+
+
+class _MaskFamily(Invariant):
+    mask: str = "loss_mask"
+    perturb: list[str] | None = None
+    outputs: list[str] | None = None
+
+    def check(self, sc):
+        out = self._known_input(sc, self.mask, "mask") + self._known_outputs(sc, self.outputs)
+        out += [p for n in (self.perturb or []) for p in self._known_input(sc, n, "perturb")]
+        if self.mask not in sc.inputs:
+            out.append(("mask", f"the scenario gives no {self.mask!r} input"))
+        elif not (sc.inputs[self.mask] == 0).any():
+            out.append(("mask", f"{self.mask!r} has no masked position to perturb: add padding or a masked token"))
+        return out
+
+
+class MaskedInvariance(_MaskFamily):
+    """Changing inputs where `mask` is 0 leaves every output and gradient unchanged at
+    positions where it is 1 (scalar outputs: unchanged)."""
+
+    family = "masked_invariance"
+    value: float = 7.5
+    atol: float = 1e-6
+    rtol: float = 1e-5
+
+    def runs(self, sc):
+        free = sc.inputs[self.mask] == 0
+        new = dict(sc.inputs)
+        for n in _perturbable(sc, self.mask, self.perturb):
+            bump = self.value * (1 + np.arange(free.size).reshape(free.shape) % 3)
+            new[n] = np.where(free, sc.inputs[n] + bump, sc.inputs[n]).astype(sc.inputs[n].dtype)
+        return {f"~masked:{self.mask}": (new, {})}
+
+    def evaluate(self, obs, sc):
+        base, other = obs["base"], obs[f"~masked:{self.mask}"]
+        return diff_runs(sc, base, other, observables(sc, self.outputs, base), self.mask, self.atol, self.rtol,
+                         label=f"when only {self.mask}==0 positions changed")
+
+
+class Finite(_MaskFamily):
+    """With NaN or +-Inf at masked positions of the inputs, every output and gradient is
+    finite at valid positions."""
+
+    family = "finite"
+    values: list[str] = ["nan", "inf", "-inf"]
+
+    def runs(self, sc):
+        free = sc.inputs[self.mask] == 0
+        out = {}
+        for v in self.values:
+            new = dict(sc.inputs)
+            for n in _perturbable(sc, self.mask, self.perturb):
+                new[n] = np.where(free, np.float32(float(v)), sc.inputs[n]).astype(sc.inputs[n].dtype)
+            out[f"~poison:{v}"] = (new, {})
+        return out
+
+    def evaluate(self, obs, sc):
+        for v in self.values:
+            run = obs[f"~poison:{v}"]
+            valid = run.inputs[self.mask].astype(bool)
+            for name in observables(sc, self.outputs, run):
+                from .base import Missing, resolve
+                try:
+                    x = resolve(name, run)
+                except Missing:
+                    continue
+                where = valid if x.shape == valid.shape else np.ones(x.shape, bool)
+                bad = where & ~np.isfinite(x)
+                if bad.any():
+                    return Outcome("violated", f"{name} is not finite at valid positions when masked inputs hold {v}",
+                                   x.tolist(), "finite", None, np.argwhere(bad)[:64].tolist(), {"poison": v, "observable": name})
+        return Outcome("held")
+
+
+class PaddingInvariant(_MaskFamily):
+    """Appending `width` masked columns to every token tensor leaves the outputs at the
+    original valid positions, and every scalar output, unchanged."""
+
+    family = "padding_invariant"
+    width: int = 2
+    fill: float = 3.0
+    atol: float = 1e-6
+    rtol: float = 1e-5
+
+    def check(self, sc):
+        return self._known_input(sc, self.mask, "mask") + self._known_outputs(sc, self.outputs)
+
+    def runs(self, sc):
+        new = {}
+        for n, a in sc.inputs.items():
+            port = sc.spec.input(n)
+            if port.kind != "token":
+                new[n] = a
+                continue
+            fill = 0.0 if port.dtype == "mask" else self.fill
+            new[n] = np.concatenate([a, np.full((a.shape[0], self.width), fill, a.dtype)], axis=1)
+        return {"~padded": (new, {})}
+
+    def evaluate(self, obs, sc):
+        base = obs["base"]
+        t = base.inputs[self.mask].shape[1]
+        cut = lambda name, y: y[:, :t] if y.ndim == 2 and y.shape[1] == t + self.width else y  # noqa: E731
+        return diff_runs(sc, base, obs["~padded"], observables(sc, self.outputs, base), self.mask,
+                         self.atol, self.rtol, map_b=cut, label=f"after padding {self.width} masked columns")

@@ -1,0 +1,122 @@
+"""Structure of a batch: sequence-level decisions are uniform over a sequence, rows are
+independent of their order, and groups do not leak into each other."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .base import Invariant, Missing, Outcome, diff_runs, lists, observables, resolve
+
+
+class SequenceUniform(Invariant):
+    """`output` takes one value over the valid tokens of each sequence: a sequence-level
+    decision (OPSM rejection, GSPO KL) must not be made token by token
+    (https://github.com/THUDM/slime/pull/1917)."""
+
+    family = "sequence_uniform"
+    output: str
+    mask: str = "loss_mask"
+    run: str = "base"
+    atol: float = 0.0
+
+    def check(self, sc):
+        return self._known_outputs(sc, [self.output], "output") + self._known_input(sc, self.mask, "mask")
+
+    def evaluate(self, obs, sc):
+        run = obs[self.run]
+        try:
+            x = resolve(self.output, run)
+        except Missing as e:
+            return Outcome("skipped", str(e))
+        m = run.inputs[self.mask].astype(bool)
+        expected = np.array(x, dtype=np.float64)
+        positions = []
+        for b in range(x.shape[0]):
+            vals = x[b][m[b]]
+            if vals.size == 0:
+                continue
+            # the sequence's decision is its most common value; the rest are offending tokens
+            uniq, counts = np.unique(vals, return_counts=True)
+            mode = uniq[np.argmax(counts)] if len(uniq) > 1 else uniq[0]
+            expected[b][m[b]] = mode
+            for t in np.flatnonzero(m[b]):
+                if abs(x[b, t] - mode) > self.atol:
+                    positions.append([b, int(t)])
+        if not positions:
+            return Outcome("held", observed=lists(x))
+        return Outcome("violated", f"{self.output} differs within a sequence at {len(positions)} valid token(s)",
+                       lists(x), lists(expected), lists(x - expected), positions[:64])
+
+
+class PermutationEquivariant(Invariant):
+    """Reordering the rows of the batch reorders the outputs the same way; scalar outputs
+    do not change."""
+
+    family = "permutation_equivariant"
+    outputs: list[str] | None = None
+    perm: list[int] | None = None
+    atol: float = 1e-6
+    rtol: float = 1e-5
+
+    def _perm(self, sc) -> np.ndarray:
+        b = next(a.shape[0] for n, a in sc.inputs.items() if sc.spec.input(n).kind != "scalar")
+        return np.asarray(self.perm if self.perm is not None else list(range(b))[::-1])
+
+    def check(self, sc):
+        out = self._known_outputs(sc, self.outputs)
+        b = next(a.shape[0] for n, a in sc.inputs.items() if sc.spec.input(n).kind != "scalar")
+        if self.perm is not None and sorted(self.perm) != list(range(b)):
+            out.append(("perm", f"not a permutation of range({b})"))
+        elif b < 2:
+            out.append(("", "needs at least two rows"))
+        return out
+
+    def runs(self, sc):
+        p = self._perm(sc)
+        return {"~permuted": ({n: (a[p] if a.ndim else a) for n, a in sc.inputs.items()}, {})}
+
+    def evaluate(self, obs, sc):
+        p = self._perm(sc)
+        inv = np.argsort(p)
+        base = obs["base"]
+        unperm = lambda name, y: y[inv] if y.ndim and y.shape[0] == len(p) else y  # noqa: E731
+        return diff_runs(sc, base, obs["~permuted"], observables(sc, self.outputs, base), None,
+                         self.atol, self.rtol, map_b=unperm, label=f"under row permutation {p.tolist()}")
+
+
+class GroupIsolation(Invariant):
+    """Changing `perturb` (default: rewards) in one group leaves the outputs of every other
+    group unchanged (GRPO statistics are per group)."""
+
+    family = "group_isolation"
+    output: str = "advantages"
+    group: str = "group"
+    perturb: str = "rewards"
+    delta: float = 10.0
+    mask: str = "loss_mask"
+    atol: float = 1e-6
+    rtol: float = 1e-5
+
+    def check(self, sc):
+        out = self._known_outputs(sc, [self.output], "output") + self._known_input(sc, self.group, "group")
+        if self.group not in sc.inputs:
+            out.append(("group", f"the scenario gives no {self.group!r} input"))
+        elif len(np.unique(sc.inputs[self.group])) < 2:
+            out.append(("group", "needs at least two groups"))
+        return out
+
+    def _target_group(self, sc):
+        return sc.inputs[self.group][0]
+
+    def runs(self, sc):
+        g = sc.inputs[self.group] == self._target_group(sc)
+        new = dict(sc.inputs)
+        a = sc.inputs[self.perturb]
+        bump = self.delta * (1 + np.arange(len(g)))
+        new[self.perturb] = np.where(g.reshape((-1,) + (1,) * (a.ndim - 1)), a + bump.reshape((-1,) + (1,) * (a.ndim - 1)), a).astype(a.dtype)
+        return {"~group": (new, {})}
+
+    def evaluate(self, obs, sc):
+        others = sc.inputs[self.group] != self._target_group(sc)
+        return diff_runs(sc, obs["base"], obs["~group"], [self.output], self.mask, self.atol, self.rtol, rows=others,
+                         label=f"in other groups when only group {self._target_group(sc)}'s {self.perturb} changed")

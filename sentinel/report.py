@@ -1,0 +1,183 @@
+"""The report: one versioned schema for every run, written atomically.
+
+Shaped like a Great Expectations validation result: `success`, one result per scenario with
+its invariants (each with its configuration, result and exception info), and statistics.
+Content is deterministic apart from timestamps and durations.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from . import REPORT_SCHEMA_VERSION, __version__
+
+InvariantVerdict = Literal["held", "violated", "error", "skipped"]
+ScenarioVerdict = Literal["holds", "violated", "error", "unsupported"]
+CompareVerdict = Literal["fixed", "regressed", "still-violated", "holds-both", "inconclusive"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", ser_json_inf_nan="strings")
+
+
+class ExceptionInfo(_Model):
+    type: str
+    message: str
+    traceback: str = ""
+
+
+class InvariantResult(_Model):
+    family: str
+    config: dict[str, Any] = Field(description="the invariant as written in the scenario (expectation_config)")
+    verdict: InvariantVerdict
+    message: str = ""
+    observed: Any = None
+    expected: Any = None
+    difference: Any = None
+    positions: list[list[int]] = Field(default_factory=list, description="offending [row, token] indices")
+    details: dict[str, Any] = Field(default_factory=dict)
+    exception_info: ExceptionInfo | None = None
+
+
+class FunctionInfo(_Model):
+    module: str
+    qualname: str
+    file: str | None = None
+    line: int | None = None
+
+
+class Target(_Model):
+    name: str
+    repo: str | None = None
+    commit: str | None = None
+    subject: str | None = None
+    dirty: bool | None = None
+    version: str | None = None
+    plant: str | None = None
+    device: str = "cpu"
+    stubs: list[str] = Field(default_factory=list, description="modules replaced by import shims")
+    import_s: float | None = None
+    load_error: ExceptionInfo | None = None
+
+
+class ScenarioResult(_Model):
+    id: str
+    title: str
+    boundary: str
+    file: str
+    target: str = Field(description="key into Report.targets")
+    verdict: ScenarioVerdict
+    reason: str = ""
+    invariants: list[InvariantResult] = Field(default_factory=list)
+    inputs: dict[str, Any] = Field(default_factory=dict, description="canonical trigger (base run)")
+    config: dict[str, Any] = Field(default_factory=dict)
+    observations: dict[str, Any] = Field(default_factory=dict, description="base-run outputs")
+    function: FunctionInfo | None = None
+    exception_info: ExceptionInfo | None = None
+    provenance: list[str] = Field(default_factory=list)
+    duration_s: float = 0.0
+
+
+class Comparison(_Model):
+    id: str
+    verdict: CompareVerdict
+    base: ScenarioVerdict
+    head: ScenarioVerdict
+
+
+class Statistics(_Model):
+    evaluated: int = 0
+    holds: int = 0
+    violated: int = 0
+    errors: int = 0
+    unsupported: int = 0
+    invariants_held: int = 0
+    invariants_violated: int = 0
+    invariants_errors: int = 0
+    invariants_skipped: int = 0
+
+
+class Environment(_Model):
+    tool: str = "rl-sentinel"
+    tool_version: str = __version__
+    python: str | None = None
+    torch: str | None = None
+    platform: str | None = None
+    device: str | None = None
+    device_name: str | None = None
+
+
+class Report(_Model):
+    schema_version: str = REPORT_SCHEMA_VERSION
+    kind: Literal["run", "compare", "hunt"] = "run"
+    success: bool
+    created_at: str
+    duration_s: float
+    command: list[str] = Field(default_factory=list)
+    environment: Environment
+    targets: dict[str, Target]
+    results: list[ScenarioResult]
+    comparisons: list[Comparison] = Field(default_factory=list)
+    statistics: Statistics
+    extra: dict[str, Any] = Field(default_factory=dict)
+
+    def exit_code(self) -> int:
+        """0 all hold, 1 a violation, 3 a target error (a violation outranks an error)."""
+        verdicts = {r.verdict for r in self.results}
+        if "violated" in verdicts:
+            return 1
+        if "error" in verdicts:
+            return 3
+        return 0
+
+
+def statistics(results: list[ScenarioResult]) -> Statistics:
+    s = Statistics(evaluated=len(results))
+    for r in results:
+        setattr(s, {"holds": "holds", "violated": "violated", "error": "errors", "unsupported": "unsupported"}[r.verdict],
+                getattr(s, {"holds": "holds", "violated": "violated", "error": "errors", "unsupported": "unsupported"}[r.verdict]) + 1)
+        for i in r.invariants:
+            key = {"held": "invariants_held", "violated": "invariants_violated", "error": "invariants_errors",
+                   "skipped": "invariants_skipped"}[i.verdict]
+            setattr(s, key, getattr(s, key) + 1)
+    return s
+
+
+def write_atomic(path: str | Path, text: str) -> None:
+    """Write to a temporary file beside `path`, then rename: never a half-written report."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def dump(report: Report) -> str:
+    return report.model_dump_json(indent=2) + "\n"
+
+
+def load(path: str | Path) -> Report:
+    return Report.model_validate_json(Path(path).read_text(encoding="utf-8"))
+
+
+def json_schema() -> dict[str, Any]:
+    schema = Report.model_json_schema()
+    schema["$id"] = f"https://rl-sentinel/report-{REPORT_SCHEMA_VERSION}.schema.json"
+    return schema
+
+
+def schema_text() -> str:
+    return json.dumps(json_schema(), indent=2, sort_keys=True) + "\n"

@@ -1,0 +1,305 @@
+"""The runner: scenarios x targets -> report.
+
+Scenarios are grouped by target (name, repo, commit, device); each group gets one worker
+process that imports the target once. Invariants are planned and evaluated here, in the
+parent, which never imports torch or a trainer.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from . import git
+from .invariants import RunObservation
+from .report import (Environment, ExceptionInfo, FunctionInfo, InvariantResult, Report, ScenarioResult, Target,
+                     statistics)
+from .spec import Scenario
+from .tensors import decode, encode, to_list
+
+LOAD_TIMEOUT = 300.0  # importing a real trainer (and its shims) on a cold disk
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    """One group: a target at a version on a device."""
+
+    name: str
+    repo: str | None = None
+    commit: str | None = None
+    device: str = "cpu"
+    plant: str | None = None
+    compile: bool = False
+    label: str | None = None  # report key; default derived
+
+    @property
+    def key(self) -> str:
+        if self.label:
+            return self.label
+        k = self.name
+        if self.commit:
+            k += "@" + self.commit[:12]
+        if self.plant:
+            k += "+" + self.plant
+        return k
+
+
+# --- planning -----------------------------------------------------------------------------
+
+@dataclass
+class Run:
+    name: str
+    inputs: dict[str, np.ndarray]
+    config: dict[str, Any]
+    grads: list[tuple[str, str]]
+
+
+def plan(sc: Scenario) -> list[Run]:
+    """Every boundary call a scenario needs: base, its variants, and the extra runs its
+    invariants ask for; each with the union of the gradients asked for."""
+    grads = list(dict.fromkeys([*sc.grads, *(g for inv in sc.invariants for g in inv.grads(sc))]))
+    runs = {"base": (sc.inputs, {})}
+    runs.update(sc.variants)
+    for inv in sc.invariants:
+        runs.update(inv.runs(sc))
+    return [Run(name, inputs, sc.full_config(cfg), [g for g in grads if g[1] in inputs]) for name, (inputs, cfg) in runs.items()]
+
+
+def job(sc: Scenario, runs: list[Run]) -> dict[str, Any]:
+    return {"scenario": sc.id, "boundary": sc.boundary, "runs": [
+        {"name": r.name, "inputs": {n: encode(a) for n, a in r.inputs.items()}, "config": r.config,
+         "grads": [list(g) for g in r.grads]} for r in runs]}
+
+
+# --- the worker process -------------------------------------------------------------------
+
+class WorkerDied(Exception):
+    pass
+
+
+class WorkerHandle:
+    """A `python -m sentinel.worker` child speaking JSON lines."""
+
+    def __init__(self, header: dict[str, Any]):
+        self.header = header
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        self.proc = subprocess.Popen([sys.executable, "-m", "sentinel.worker"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, bufsize=1)
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        self.stderr: collections.deque[str] = collections.deque(maxlen=200)
+        threading.Thread(target=self._pump, args=(self.proc.stdout, self.lines.put), daemon=True).start()
+        threading.Thread(target=self._pump, args=(self.proc.stderr, self.stderr.append), daemon=True).start()
+        self.send(header)
+
+    @staticmethod
+    def _pump(stream, sink: Callable) -> None:
+        for line in stream:
+            sink(line)
+        if sink.__name__ == "put":
+            sink(None)
+
+    def send(self, msg: dict[str, Any]) -> None:
+        try:
+            self.proc.stdin.write(json.dumps(msg) + "\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            raise WorkerDied(self._why()) from None
+
+    def receive(self, timeout: float) -> dict[str, Any]:
+        try:
+            line = self.lines.get(timeout=timeout)
+        except queue.Empty:
+            self.kill()
+            raise WorkerDied(f"the worker gave no answer within {timeout:g} s") from None
+        if line is None:
+            self.proc.wait(timeout=5)
+            raise WorkerDied(self._why())
+        return json.loads(line)
+
+    def _why(self) -> str:
+        rc = self.proc.poll()
+        tail = "".join(self.stderr).strip().splitlines()[-5:]
+        return f"the worker process exited (status {rc})" + (": " + " | ".join(tail) if tail else "")
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def close(self) -> None:
+        try:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            self.kill()
+
+
+# --- one group ----------------------------------------------------------------------------
+
+@dataclass
+class GroupResult:
+    target: Target
+    results: list[ScenarioResult]
+    environment: dict[str, Any] = field(default_factory=dict)
+
+
+def _exc(d: dict[str, Any] | None) -> ExceptionInfo | None:
+    return ExceptionInfo(**d) if d else None
+
+
+def evaluate(sc: Scenario, runs: list[Run], res: dict[str, Any], target_key: str) -> ScenarioResult:
+    """Turn a worker result into verdicts. Pure: no torch, no target."""
+    base = ScenarioResult(id=sc.id, title=sc.title, boundary=sc.boundary, file=sc.file, target=target_key,
+                          verdict="holds", inputs={n: to_list(a) for n, a in sc.inputs.items()},
+                          config=sc.full_config(), provenance=sc.provenance,
+                          function=FunctionInfo(**res["function"]) if res.get("function") else None,
+                          duration_s=round(res.get("duration_s", 0.0), 6))
+    if res["status"] == "unsupported":
+        return base.model_copy(update={"verdict": "unsupported", "reason": res["reason"]})
+    if res["status"] == "error":
+        e = res["error"]
+        return base.model_copy(update={"verdict": "error", "reason": f"{e['type']}: {e['message']}",
+                                       "exception_info": _exc(e)})
+    obs = {}
+    for r in runs:
+        o = res["runs"][r.name]
+        obs[r.name] = RunObservation(
+            inputs=r.inputs, outputs={n: decode(v) for n, v in o["outputs"].items()},
+            requires_grad=o["requires_grad"], grads={k: decode(v) if v else None for k, v in o["grads"].items()},
+            inputs_after={n: decode(v).astype(r.inputs[n].dtype) for n, v in o["inputs_after"].items()})
+    results = []
+    for inv in sc.invariants:
+        cfg = inv.summary()
+        try:
+            out = inv.evaluate(obs, sc)
+            results.append(InvariantResult(family=inv.family, config=cfg, verdict=out.verdict, message=out.message,
+                                           observed=out.observed, expected=out.expected, difference=out.difference,
+                                           positions=out.positions, details=out.details))
+        except Exception as e:  # noqa: BLE001 - an invariant bug is an error verdict, never a pass
+            import traceback
+            results.append(InvariantResult(family=inv.family, config=cfg, verdict="error", message=str(e),
+                                           exception_info=ExceptionInfo(type=type(e).__name__, message=str(e),
+                                                                        traceback=traceback.format_exc()[-4000:])))
+    verdicts = {r.verdict for r in results}
+    verdict, reason = "holds", ""
+    if "violated" in verdicts:
+        verdict = "violated"
+        reason = "; ".join(f"{r.family}: {r.message}" for r in results if r.verdict == "violated")
+    elif "error" in verdicts:
+        verdict, reason = "error", "an invariant could not be evaluated"
+    elif verdicts == {"skipped"}:
+        verdict, reason = "unsupported", "; ".join(r.message for r in results)
+    observations = {n: to_list(a) for n, a in obs["base"].outputs.items()}
+    return base.model_copy(update={"verdict": verdict, "reason": reason, "invariants": results,
+                                   "observations": observations})
+
+
+def run_group(scenarios: list[Scenario], spec: TargetSpec, timeout: float = 60.0,
+              on_result: Callable[[ScenarioResult], None] | None = None) -> GroupResult:
+    """All scenarios for one target in one worker (restarted if target code kills it)."""
+    target = Target(name=spec.name, repo=spec.repo, device=spec.device, plant=spec.plant)
+    results: list[ScenarioResult] = []
+
+    def emit(r: ScenarioResult) -> None:
+        results.append(r)
+        if on_result:
+            on_result(r)
+
+    todo = []
+    for sc in scenarios:
+        if sc.applies_to(spec.name):
+            todo.append(sc)
+        else:
+            emit(ScenarioResult(id=sc.id, title=sc.title, boundary=sc.boundary, file=sc.file, target=spec.key,
+                                verdict="unsupported", reason=f"scenario applies to {sc.targets}, not {spec.name!r}"))
+    env: dict[str, Any] = {}
+    with ExitStack() as stack:
+        root = None
+        if spec.repo:
+            try:
+                co = stack.enter_context(git.checkout(Path(spec.repo), spec.commit))
+            except git.GitError as e:
+                target.load_error = ExceptionInfo(type="GitError", message=str(e))
+                for sc in todo:
+                    emit(_load_failed(sc, spec, target.load_error))
+                return GroupResult(target, results, env)
+            root = str(co.path)
+            target.commit, target.subject, target.dirty = co.commit, co.subject, co.dirty
+        header = {"target": spec.name, "root": root, "device": spec.device, "timeout": timeout,
+                  "options": {"plant": spec.plant, "compile": spec.compile}}
+        worker = None
+        for sc in todo:
+            runs = plan(sc)
+            for attempt in (1, 2):
+                try:
+                    if worker is None:
+                        worker = WorkerHandle(header)
+                        hello = worker.receive(LOAD_TIMEOUT)
+                        if hello["event"] == "load_error":
+                            target.load_error = _exc(hello["error"])
+                            worker.close()
+                            for rest in todo[todo.index(sc):]:
+                                emit(_load_failed(rest, spec, target.load_error))
+                            return GroupResult(target, results, env)
+                        info = hello["target_info"]
+                        env = hello["environment"]
+                        target.version, target.stubs = info.get("version"), info.get("stubs", [])
+                        target.import_s, target.device = info.get("import_s"), env.get("device", spec.device)
+                    worker.send(job(sc, runs))
+                    res = worker.receive(timeout + 30)
+                    break
+                except WorkerDied as e:
+                    worker = None
+                    res = {"status": "error", "error": {"type": "WorkerDied", "message": str(e), "traceback": ""}}
+                    if attempt == 2 or "gave no answer" in str(e):
+                        break
+            emit(evaluate(sc, runs, res, spec.key))
+        if worker is not None:
+            worker.close()
+    return GroupResult(target, results, env)
+
+
+def _load_failed(sc: Scenario, spec: TargetSpec, err: ExceptionInfo) -> ScenarioResult:
+    return ScenarioResult(id=sc.id, title=sc.title, boundary=sc.boundary, file=sc.file, target=spec.key,
+                          verdict="error", reason=f"target {spec.key!r} could not be loaded: {err.type}: {err.message}",
+                          exception_info=err, provenance=sc.provenance)
+
+
+def run(scenarios: list[Scenario], targets: list[TargetSpec], *, timeout: float = 60.0,
+        on_result: Callable[[ScenarioResult], None] | None = None, command: list[str] | None = None,
+        parallel: int | None = None) -> Report:
+    """Run every scenario on every target (groups in parallel threads, one worker each)."""
+    t0 = time.perf_counter()
+    created = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    lock = threading.Lock()
+
+    def locked(r: ScenarioResult) -> None:
+        if on_result:
+            with lock:
+                on_result(r)
+
+    workers = max(1, min(len(targets), parallel or os.cpu_count() or 1))
+    with ThreadPoolExecutor(workers) as pool:
+        groups = list(pool.map(lambda t: run_group(scenarios, t, timeout, locked), targets))
+    env = next((g.environment for g in groups if g.environment), {})
+    results = [r for g in groups for r in g.results]
+    stats = statistics(results)
+    report = Report(success=stats.violated == 0 and stats.errors == 0, created_at=created,
+                    duration_s=round(time.perf_counter() - t0, 3), command=command or [],
+                    environment=Environment(**env), targets={t.key: g.target for t, g in zip(targets, groups)},
+                    results=results, statistics=stats)
+    return report

@@ -1,0 +1,186 @@
+"""The worker: the only process that imports torch and target code.
+
+Protocol (JSON lines): the runner writes a header {target, root, device, options, timeout}
+then one job per scenario; the worker answers {"event": "ready" | "load_error"} then one
+{"event": "result"} per job. On CPU each job runs in a forked child of the warmed worker,
+so a crash, `sys.exit` or hang costs one scenario, and module-level state a target mutates
+dies with the child instead of leaking into the next scenario.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import platform
+import select
+import signal
+import sys
+import time
+import traceback
+from typing import Any
+
+import numpy as np
+
+TARGETS = {
+    "reference": "sentinel_adapters.reference:ReferenceAdapter",
+    "slime": "sentinel_adapters.slime:SlimeAdapter",
+    "areal": "sentinel_adapters.areal:ArealAdapter",
+}
+
+
+def _error(exc: BaseException) -> dict[str, Any]:
+    return {"type": type(exc).__name__, "message": str(exc) or repr(exc),
+            "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-8000:]}
+
+
+class Worker:
+    def __init__(self, header: dict[str, Any], out):
+        self.header, self.out = header, out
+
+    def send(self, msg: dict[str, Any]) -> None:
+        self.out.write(json.dumps(msg) + "\n")
+        self.out.flush()
+
+    # --- start-up ----------------------------------------------------------------------
+    def load(self) -> None:
+        h = self.header
+        if not h.get("options", {}).get("compile"):
+            os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")  # slime's torch.compile costs ~20 s/function on CPU
+        import torch
+        torch.set_num_threads(1)  # tiny tensors; and no OpenMP team exists before fork()
+        from pathlib import Path
+
+        from sentinel_adapters.base import TargetLoadError
+        dev = h.get("device", "cpu")
+        if dev == "auto":
+            dev = "cuda" if torch.cuda.is_available() else "cpu"
+        if dev.startswith("cuda") and not torch.cuda.is_available():
+            raise TargetLoadError("--device cuda was asked for but torch sees no CUDA device")
+        self.torch, self.device = torch, torch.device(dev)
+        spec = TARGETS.get(h["target"])
+        if spec is None:
+            raise TargetLoadError(f"unknown target {h['target']!r} (known: {', '.join(TARGETS)})")
+        mod, cls = spec.split(":")
+        adapter_cls = getattr(importlib.import_module(mod), cls)
+        root = Path(h["root"]) if h.get("root") else None
+        self.adapter = adapter_cls(root, self.device, h.get("options") or {})
+        t0 = time.perf_counter()
+        info = self.adapter.load() or {}
+        info.setdefault("stubs", list(self.adapter.stubs))
+        info["import_s"] = round(time.perf_counter() - t0, 4)
+        info["boundaries"] = self.adapter.supported()
+        env = {"python": platform.python_version(), "torch": torch.__version__, "platform": platform.platform(),
+               "device": str(self.device),
+               "device_name": torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else platform.processor() or platform.machine()}
+        self.send({"event": "ready", "target_info": info, "environment": env})
+
+    # --- one scenario ------------------------------------------------------------------
+    def execute(self, job: dict[str, Any]) -> dict[str, Any]:
+        from sentinel_adapters.base import Unsupported
+        t0 = time.perf_counter()
+        runs, function = {}, None
+        try:
+            for run in job["runs"]:
+                obs, fn = self._run(job["boundary"], run)
+                runs[run["name"]] = obs
+                function = function or fn
+        except Unsupported as e:
+            return {"status": "unsupported", "reason": str(e), "runs": runs, "function": function,
+                    "duration_s": time.perf_counter() - t0}
+        except BaseException as e:  # noqa: BLE001 - sys.exit in target code is an error verdict too
+            if isinstance(e, KeyboardInterrupt):
+                raise
+            return {"status": "error", "error": _error(e), "runs": runs, "function": function,
+                    "duration_s": time.perf_counter() - t0}
+        return {"status": "ok", "runs": runs, "function": function, "duration_s": time.perf_counter() - t0}
+
+    def _run(self, boundary: str, run: dict[str, Any]) -> tuple[dict[str, Any], dict | None]:
+        from sentinel.tensors import decode, encode
+        torch = self.torch
+        tensors = {}
+        for name, enc in run["inputs"].items():
+            arr = decode(enc)
+            tensors[name] = torch.tensor(arr, dtype=torch.int64 if arr.dtype.kind in "iu" else None, device=self.device)
+        wrt = {w for _, w in run["grads"] if w in tensors}
+        for name in wrt:
+            tensors[name].requires_grad_(True)
+        res = self.adapter.call(boundary, tensors, run["config"])
+        outputs, rg, grads = {}, {}, {}
+        for name, v in res.outputs.items():
+            t = v if isinstance(v, torch.Tensor) else torch.as_tensor(v)
+            rg[name] = bool(t.requires_grad)
+            outputs[name] = encode(t.detach().float().cpu().numpy())
+        for of, w in run["grads"]:
+            out = res.outputs.get(of)
+            if out is None or w not in tensors:
+                continue
+            if not isinstance(out, torch.Tensor) or not out.requires_grad:
+                grads[f"{of}/{w}"] = None
+                continue
+            g = torch.autograd.grad(out.sum() if out.dim() else out, tensors[w], retain_graph=True, allow_unused=True)[0]
+            grads[f"{of}/{w}"] = None if g is None else encode(g.detach().float().cpu().numpy())
+        after = {n: encode(res.inputs_after.get(n, t).detach().float().cpu().numpy()) for n, t in tensors.items()}
+        obs = {"outputs": outputs, "requires_grad": rg, "grads": grads, "inputs_after": after}
+        return obs, res.function.as_dict() if res.function else None
+
+    def isolated(self, job: dict[str, Any]) -> dict[str, Any]:
+        """Run a job in a forked child; a crash, exit or timeout becomes an error result."""
+        timeout = float(self.header.get("timeout", 60))
+        if self.device.type != "cpu" or not hasattr(os, "fork"):
+            return self.execute(job)
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # child
+            os.close(r)
+            try:
+                data = json.dumps(self.execute(job)).encode()
+            except BaseException as e:  # noqa: BLE001
+                data = json.dumps({"status": "error", "error": _error(e), "runs": {}}).encode()
+            with os.fdopen(w, "wb") as f:
+                f.write(data)
+            os._exit(0)
+        os.close(w)
+        chunks, deadline = [], time.monotonic() + timeout
+        with os.fdopen(r, "rb") as f:
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0 or not select.select([f], [], [], left)[0]:
+                    os.kill(pid, signal.SIGKILL)
+                    os.waitpid(pid, 0)
+                    return {"status": "error", "runs": {}, "error": {
+                        "type": "Timeout", "message": f"target code ran past the {timeout:g} s timeout", "traceback": ""}}
+                chunk = os.read(f.fileno(), 1 << 20)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+        _, status = os.waitpid(pid, 0)
+        if chunks:
+            return json.loads(b"".join(chunks))
+        how = (f"killed by signal {signal.Signals(os.WTERMSIG(status)).name}" if os.WIFSIGNALED(status)
+               else f"exited with status {os.WEXITSTATUS(status)}")
+        return {"status": "error", "runs": {}, "error": {
+            "type": "Crash", "message": f"the target process {how} before returning a result", "traceback": ""}}
+
+
+def main() -> None:
+    # The protocol owns the original stdout; anything target code prints goes to stderr.
+    proto = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    header = json.loads(sys.stdin.readline())
+    worker = Worker(header, proto)
+    try:
+        worker.load()
+    except BaseException as e:  # noqa: BLE001
+        worker.send({"event": "load_error", "error": _error(e)})
+        return
+    for line in sys.stdin:
+        job = json.loads(line)
+        result = worker.isolated(job)
+        result.update(event="result", scenario=job["scenario"])
+        worker.send(result)
+
+
+if __name__ == "__main__":
+    main()
