@@ -43,8 +43,9 @@ class MaskedInvariance(_MaskFamily):
     def runs(self, sc):
         free = sc.inputs[self.mask] == 0
         new = dict(sc.inputs)
-        for n in _perturbable(sc, self.mask, self.perturb):
-            bump = self.value * (1 + np.arange(free.size).reshape(free.shape) % 3)
+        for k, n in enumerate(_perturbable(sc, self.mask, self.perturb)):
+            # a different bump per input, so differences of inputs (log-ratios) change too
+            bump = self.value * (k + 1) * (1 + np.arange(free.size).reshape(free.shape) % 3)
             new[n] = np.where(free, sc.inputs[n] + bump, sc.inputs[n]).astype(sc.inputs[n].dtype)
         return {f"~masked:{self.mask}": (new, {})}
 

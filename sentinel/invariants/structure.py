@@ -93,7 +93,7 @@ class GroupIsolation(Invariant):
     group: str = "group"
     perturb: str = "rewards"
     delta: float = 10.0
-    mask: str = "loss_mask"
+    mask: str | None = "loss_mask"
     atol: float = 1e-6
     rtol: float = 1e-5
 

@@ -1,0 +1,317 @@
+"""`sentinel`: run training-signal scenarios against RL trainers and read the verdicts.
+
+Exit codes: 0 every scenario holds, 1 a violation, 2 bad usage or a bad scenario file,
+3 a target error (and no violation).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from . import __version__, boundaries, render
+from .catalog import catalog_path
+from .invariants import REGISTRY
+from .report import Report, ScenarioResult, dump, load, schema_text, write_atomic
+from .spec import ScenarioModel, SpecError, load_paths
+from .worker import TARGETS
+
+app = typer.Typer(
+    name="sentinel", no_args_is_help=True, rich_markup_mode="rich", add_completion=False,
+    help=(
+        "Hunt quiet training-signal bugs in LLM RL trainers.\n\n"
+        "A [bold]scenario[/] (YAML) names a [bold]boundary[/] (one loss-path function, e.g. opsm_mask), "
+        "canonical inputs and the [bold]invariants[/] that must hold. [bold]sentinel run[/] calls a "
+        "[bold]target[/]'s real code (reference, slime, areal) in an isolated worker and writes a JSON "
+        "[bold]report[/].\n\n"
+        "Start: [cyan]sentinel gate[/] (the catalog on the bundled reference), "
+        "[cyan]sentinel run scenarios/seeds/opsm-mixed-advantage.yaml --target slime --repo ~/src/slime[/], "
+        "[cyan]sentinel report reports/latest.json --format markdown[/].\n\n"
+        "Exit codes: 0 all hold · 1 a violation · 2 bad usage or scenario · 3 target error."),
+)
+out = Console()
+err = Console(stderr=True)
+
+
+class Device(str, Enum):
+    cpu = "cpu"
+    cuda = "cuda"
+    auto = "auto"
+
+
+class Format(str, Enum):
+    text = "text"
+    markdown = "markdown"
+    junit = "junit"
+    json = "json"
+
+
+def _version(value: bool) -> None:
+    if value:
+        out.print(f"rl-sentinel {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version.")) -> None:
+    """Hunt quiet training-signal bugs in LLM RL trainers."""
+
+
+def usage_error(msg: str) -> "typer.Exit":
+    err.print(f"[bold red]error:[/] {msg}")
+    return typer.Exit(2)
+
+
+def _load(paths: list[Path]):
+    try:
+        return load_paths(paths)
+    except SpecError as e:
+        for line in e.lines():
+            err.print(f"[bold red]error:[/] {line}", highlight=False)
+        raise typer.Exit(2) from None
+
+
+def _check_target(target: str, plant: str | None) -> None:
+    if target not in TARGETS:
+        raise usage_error(f"unknown target {target!r} (known: {', '.join(TARGETS)})")
+    if plant:
+        if target != "reference":
+            raise usage_error("--plant applies to the reference target only")
+        from sentinel_adapters.planted import PLANTS
+        if plant not in PLANTS:
+            raise usage_error(f"unknown plant {plant!r} (known: {', '.join(sorted(PLANTS))})")
+
+
+def _execute(scenarios, targets, *, output: Path | None, junit: Path | None, as_json: bool, timeout: float,
+             verbose: bool = False) -> Report:
+    from .runner import run
+    total = len(scenarios) * len(targets)
+    show = err.is_terminal and not as_json
+    with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=err, transient=True, disable=not show) as progress:
+        task = progress.add_task("starting worker", total=total)
+
+        def on_result(r: ScenarioResult) -> None:
+            progress.update(task, advance=1, description=f"{r.target}: {r.id}")
+            if not show and not as_json:
+                err.print(f"{r.target:>24}  {r.id:<40} {r.verdict}", highlight=False)
+
+        report = run(scenarios, targets, timeout=timeout, on_result=on_result, command=["sentinel", *sys.argv[1:]])
+    _emit(report, output, junit, as_json, verbose)
+    return report
+
+
+def _emit(report: Report, output: Path | None, junit: Path | None, as_json: bool, verbose: bool = False) -> None:
+    if output:
+        write_atomic(output, dump(report))
+    if junit:
+        write_atomic(junit, render.junit(report))
+    if as_json:
+        sys.stdout.write(dump(report))
+    else:
+        render.console_report(report, out, verbose)
+        for t in report.targets.values():
+            if t.load_error:
+                err.print(f"[bold magenta]target {t.name} could not be loaded:[/] {t.load_error.message}")
+        if output:
+            err.print(f"report written to {output}", highlight=False)
+
+
+OUTPUT_HELP = "Write the JSON report here (atomically). Default: reports/latest.json; '-' for none."
+
+
+def _output(o: Optional[str]) -> Path | None:
+    if o == "-":
+        return None
+    return Path(o) if o else Path("reports") / "latest.json"
+
+
+@app.command()
+def run(
+    paths: List[Path] = typer.Argument(..., help="Scenario files or folders (searched for *.yaml)."),
+    target: str = typer.Option("reference", "--target", "-t", help=f"Target: {', '.join(TARGETS)}."),
+    repo: Optional[Path] = typer.Option(None, "--repo", help="The target's checkout (slime, areal). Default for areal: the installed package."),
+    commit: Optional[str] = typer.Option(None, "--commit", help="Revision of --repo to run (checked out in a temporary worktree; your checkout is untouched)."),
+    device: Device = typer.Option(Device.cpu, "--device", help="Where canonical inputs live: cpu, cuda, or auto (cuda when available)."),
+    plant: Optional[str] = typer.Option(None, "--plant", help="Reference only: swap in one planted bug (see `sentinel list plants`)."),
+    compile_: bool = typer.Option(False, "--compile", help="Keep the target's torch.compile (default: eager; compiling costs ~20 s per function on CPU)."),
+    output: Optional[str] = typer.Option(None, "--output", "-o", help=OUTPUT_HELP),
+    junit: Optional[Path] = typer.Option(None, "--junit", help="Also write JUnit XML here."),
+    as_json: bool = typer.Option(False, "--json", help="Print the JSON report on stdout instead of tables."),
+    timeout: float = typer.Option(60.0, "--timeout", help="Seconds one scenario's target code may run before it is an error."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Show every scenario's invariants, and tracebacks."),
+) -> None:
+    """Run scenarios on one target and write a JSON report.
+
+    [cyan]sentinel run scenarios/seeds/opsm-mixed-advantage.yaml[/] (reference)\n
+    [cyan]sentinel run scenarios/ --target slime --repo ~/src/slime --commit 045310b2b^[/]\n
+    [cyan]sentinel run scenarios/ --target areal[/] (the installed areal package)
+    """
+    from .runner import TargetSpec
+    _check_target(target, plant)
+    if commit and not repo:
+        raise usage_error("--commit needs --repo")
+    if repo is not None and not repo.exists():
+        raise usage_error(f"--repo {repo} does not exist")
+    if target == "slime" and repo is None:
+        raise usage_error("slime is not a package: give its checkout with --repo PATH")
+    scenarios = _load(paths)
+    if commit:
+        from . import git
+        try:
+            git.resolve(repo, commit)
+        except git.GitError as e:
+            raise usage_error(str(e)) from None
+    spec = TargetSpec(target, str(repo.resolve()) if repo else None, commit, device.value, plant, compile_)
+    report = _execute(scenarios, [spec], output=_output(output), junit=junit, as_json=as_json, timeout=timeout,
+                      verbose=verbose)
+    raise typer.Exit(report.exit_code())
+
+
+@app.command()
+def gate(
+    target: str = typer.Option("reference", "--target", "-t", help="Target to gate (default: the bundled reference)."),
+    repo: Optional[Path] = typer.Option(None, "--repo", help="The target's checkout, for slime or areal."),
+    plant: Optional[str] = typer.Option(None, "--plant", help="Reference only: run the gate against a planted bug, to see it fail."),
+    device: Device = typer.Option(Device.cpu, "--device", help="cpu, cuda or auto."),
+    output: Optional[str] = typer.Option(None, "--output", "-o", help=OUTPUT_HELP),
+    junit: Optional[Path] = typer.Option(None, "--junit", help="Also write JUnit XML here (for CI)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the JSON report on stdout."),
+) -> None:
+    """Run the whole bundled catalog; exit non-zero on any violation or error.
+
+    On the reference every scenario must hold: [cyan]sentinel gate[/]. To watch it catch a
+    real bug: [cyan]sentinel gate --plant opsm-token-level[/].
+    """
+    from .runner import TargetSpec
+    _check_target(target, plant)
+    scenarios = _load([catalog_path()])
+    spec = TargetSpec(target, str(repo.resolve()) if repo else None, None, device.value, plant)
+    report = _execute(scenarios, [spec], output=_output(output), junit=junit, as_json=as_json, timeout=60.0)
+    code = report.exit_code()
+    if code == 0 and report.statistics.unsupported and target == "reference":
+        err.print("[bold red]gate:[/] the reference must support every catalog scenario")
+        code = 3
+    raise typer.Exit(code)
+
+
+@app.command()
+def report(
+    file: Path = typer.Argument(..., help="A JSON report written by run, gate or compare."),
+    format: Format = typer.Option(Format.text, "--format", "-f", help="text (tables and per-token grids), markdown (a pull-request section), junit, json."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write here instead of stdout."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="text: show passing scenarios too."),
+) -> None:
+    """Render a report: terminal view, PR-ready markdown, or JUnit XML.
+
+    [cyan]sentinel report reports/latest.json --format markdown >> pr.md[/]
+    """
+    if not file.exists():
+        raise usage_error(f"no such report: {file}")
+    try:
+        rep = load(file)
+    except Exception as e:  # noqa: BLE001 - pydantic or JSON errors alike
+        raise usage_error(f"{file} is not an RL-Sentinel report: {str(e).splitlines()[0]}") from None
+    if format == Format.text:
+        if output:
+            with open(output, "w", encoding="utf-8") as f:
+                render.console_report(rep, Console(file=f, width=120), verbose)
+        else:
+            render.console_report(rep, out, verbose)
+        raise typer.Exit(0)
+    text = {Format.markdown: render.markdown, Format.junit: render.junit, Format.json: dump}[format](rep)
+    if output:
+        write_atomic(output, text)
+    else:
+        sys.stdout.write(text)
+
+
+class What(str, Enum):
+    scenarios = "scenarios"
+    boundaries = "boundaries"
+    targets = "targets"
+    invariants = "invariants"
+    plants = "plants"
+
+
+@app.command("list")
+def list_(
+    what: What = typer.Argument(What.scenarios, help="scenarios, boundaries, targets, invariants or plants."),
+    paths: Optional[List[Path]] = typer.Option(None, "--path", "-p", help="Scenario files or folders (default: the bundled catalog)."),
+) -> None:
+    """List the catalog's scenarios, the canonical boundaries, targets, invariant families or planted bugs."""
+    t = Table(show_lines=False, title_justify="left")
+    if what == What.scenarios:
+        t.title = "scenarios"
+        for c in ("id", "boundary", "invariants", "file"):
+            t.add_column(c, overflow="fold")
+        for sc in _load(paths or [catalog_path()]):
+            t.add_row(sc.id, sc.boundary, ", ".join(i.family for i in sc.invariants), _rel(sc.file))
+    elif what == What.boundaries:
+        t.title = "boundaries"
+        for c in ("boundary", "inputs", "outputs", "config"):
+            t.add_column(c, overflow="fold")
+        for b in boundaries.BOUNDARIES.values():
+            t.add_row(b.name, ", ".join(p.name + ("" if p.required else "?") for p in b.inputs),
+                      ", ".join(p.name for p in b.outputs), ", ".join(f"{k}={v}" for k, v in b.config.items()))
+    elif what == What.targets:
+        t.title = "targets"
+        t.add_column("target")
+        t.add_column("adapter")
+        for k, v in TARGETS.items():
+            t.add_row(k, v)
+    elif what == What.invariants:
+        t.title = "invariant families"
+        t.add_column("family")
+        t.add_column("checks", overflow="fold")
+        for k, cls in sorted(REGISTRY.items()):
+            t.add_row(k, " ".join((cls.__doc__ or "").split()))
+    else:
+        from sentinel_adapters.planted import PLANTS
+        t.title = "planted bugs (sentinel gate --plant NAME)"
+        for c in ("plant", "trips", "what"):
+            t.add_column(c, overflow="fold")
+        for k, p in sorted(PLANTS.items()):
+            t.add_row(k, ", ".join(p.trips), p.description)
+    out.print(t)
+
+
+def _rel(f: str) -> str:
+    try:
+        return str(Path(f).relative_to(Path.cwd()))
+    except ValueError:
+        return f
+
+
+class SchemaKind(str, Enum):
+    scenario = "scenario"
+    report = "report"
+
+
+@app.command()
+def schema(
+    kind: SchemaKind = typer.Argument(SchemaKind.scenario, help="scenario (for editors) or report."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write here instead of stdout."),
+) -> None:
+    """Print a JSON Schema: scenario files (point your editor's YAML support at it) or reports."""
+    if kind == SchemaKind.report:
+        text = schema_text()
+    else:
+        s = ScenarioModel.model_json_schema()
+        s["properties"]["invariants"]["items"] = {"type": "object", "minProperties": 1, "maxProperties": 1,
+                                                  "properties": {k: c.model_json_schema() for k, c in REGISTRY.items()},
+                                                  "additionalProperties": False}
+        s["properties"]["boundary"]["enum"] = sorted(boundaries.BOUNDARIES)
+        text = json.dumps(s, indent=2, sort_keys=True) + "\n"
+    if output:
+        write_atomic(output, text)
+    else:
+        sys.stdout.write(text)
