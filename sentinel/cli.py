@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+from contextlib import contextmanager
 from enum import Enum
 from pathlib import Path
 from typing import List, Optional
@@ -80,8 +81,8 @@ def _load(paths: list[Path]):
 
 
 def _check_target(target: str, plant: str | None) -> None:
-    if target not in TARGETS:
-        raise usage_error(f"unknown target {target!r} (known: {', '.join(TARGETS)})")
+    if target not in TARGETS and ":" not in target:
+        raise usage_error(f"unknown target {target!r} (known: {', '.join(TARGETS)}; or module:Class for your own adapter)")
     if plant:
         if target != "reference":
             raise usage_error("--plant applies to the reference target only")
@@ -90,21 +91,27 @@ def _check_target(target: str, plant: str | None) -> None:
             raise usage_error(f"unknown plant {plant!r} (known: {', '.join(sorted(PLANTS))})")
 
 
-def _execute(scenarios, targets, *, output: Path | None, junit: Path | None, as_json: bool, timeout: float,
-             verbose: bool = False) -> Report:
-    from .runner import run
-    total = len(scenarios) * len(targets)
+@contextmanager
+def _progress(as_json: bool, total: int):
+    """Yield `tick(description)`: a progress bar on a terminal, one line per result in CI logs."""
     show = err.is_terminal and not as_json
     with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=err, transient=True, disable=not show) as progress:
         task = progress.add_task("starting worker", total=total)
 
-        def on_result(r: ScenarioResult) -> None:
-            progress.update(task, advance=1, description=f"{r.target}: {r.id}")
+        def tick(description: str) -> None:
+            progress.update(task, advance=1, description=description)
             if not show and not as_json:
-                err.print(f"{r.target:>24}  {r.id:<40} {r.verdict}", highlight=False)
+                err.print(f"  {description}", highlight=False)
+        yield tick
 
-        report = run(scenarios, targets, timeout=timeout, on_result=on_result, command=["sentinel", *sys.argv[1:]])
+
+def _execute(scenarios, targets, *, output: Path | None, junit: Path | None, as_json: bool, timeout: float,
+             verbose: bool = False) -> Report:
+    from .runner import run
+    with _progress(as_json, len(scenarios) * len(targets)) as tick:
+        report = run(scenarios, targets, timeout=timeout, on_result=lambda r: tick(f"{r.target}: {r.id}: {r.verdict}"),
+                     command=["sentinel", *sys.argv[1:]])
     _emit(report, output, junit, as_json, verbose)
     return report
 
@@ -137,7 +144,7 @@ def _output(o: Optional[str]) -> Path | None:
 @app.command()
 def run(
     paths: List[Path] = typer.Argument(..., help="Scenario files or folders (searched for *.yaml)."),
-    target: str = typer.Option("reference", "--target", "-t", help=f"Target: {', '.join(TARGETS)}."),
+    target: str = typer.Option("reference", "--target", "-t", help=f"Target: {', '.join(TARGETS)}, or module:Class naming your own adapter."),
     repo: Optional[Path] = typer.Option(None, "--repo", help="The target's checkout (slime, areal). Default for areal: the installed package."),
     commit: Optional[str] = typer.Option(None, "--commit", help="Revision of --repo to run (checked out in a temporary worktree; your checkout is untouched)."),
     device: Device = typer.Option(Device.cpu, "--device", help="Where canonical inputs live: cpu, cuda, or auto (cuda when available)."),
@@ -201,6 +208,102 @@ def gate(
         err.print("[bold red]gate:[/] the reference must support every catalog scenario")
         code = 3
     raise typer.Exit(code)
+
+
+def _repo_target(target: str, repo: Path) -> str:
+    if target not in TARGETS and ":" not in target:
+        raise usage_error(f"unknown target {target!r} (known: {', '.join(TARGETS)})")
+    if not repo.exists():
+        raise usage_error(f"--repo {repo} does not exist")
+    return str(repo.resolve())
+
+
+@app.command()
+def compare(
+    paths: List[Path] = typer.Argument(..., help="Scenario files or folders."),
+    target: str = typer.Option(..., "--target", "-t", help="Target whose repository is compared (slime, areal, module:Class)."),
+    repo: Path = typer.Option(..., "--repo", help="The target's repository (a bare one works too)."),
+    base: str = typer.Option(..., "--base", help="Revision before the change (e.g. 045310b2b^)."),
+    head: str = typer.Option(..., "--head", help="Revision after the change, or WORKTREE for the working tree with its uncommitted changes."),
+    device: Device = typer.Option(Device.cpu, "--device", help="cpu, cuda or auto."),
+    output: Optional[str] = typer.Option(None, "--output", "-o", help=OUTPUT_HELP),
+    junit: Optional[Path] = typer.Option(None, "--junit", help="Also write JUnit XML here."),
+    as_json: bool = typer.Option(False, "--json", help="Print the JSON report on stdout."),
+    timeout: float = typer.Option(60.0, "--timeout", help="Seconds one scenario may run."),
+) -> None:
+    """Run scenarios at two revisions side by side: fixed, regressed, still-violated, holds-both, inconclusive.
+
+    Both revisions are checked out into temporary worktrees and run in parallel; your
+    checkout, branch, index and stash are untouched.\n
+    [cyan]sentinel compare scenarios/seeds/ppo-kl-metric-aliasing.yaml --target slime --repo ~/src/slime --base 045310b2b^ --head 045310b2b[/]\n
+    Then [cyan]sentinel report reports/latest.json --format markdown[/] gives the PR evidence.
+    Exit: 0 fixed/holds-both only, 1 something regressed or still violated, 3 inconclusive.
+    """
+    from . import compare as cmp
+    from . import git
+    repo_s = _repo_target(target, repo)
+    scenarios = _load(paths)
+    try:
+        for rev in (base, head):
+            if rev == git.WORKTREE:
+                if git._repo(Path(repo_s)).bare:
+                    raise git.GitError(f"{repo} is a bare repository: it has no working tree for --head WORKTREE")
+            else:
+                git.resolve(Path(repo_s), rev)
+    except git.GitError as e:
+        raise usage_error(str(e)) from None
+    with _progress(as_json, len(scenarios) * 2) as tick:
+        rep = cmp.compare(scenarios, target, repo_s, base, head, device=device.value, timeout=timeout,
+                          on_result=lambda r: tick(f"{r.target}: {r.id}: {r.verdict}"), command=["sentinel", *sys.argv[1:]])
+    _emit(rep, _output(output), junit, as_json)
+    raise typer.Exit(cmp.compare_exit_code(rep))
+
+
+@app.command()
+def bisect(
+    path: Path = typer.Argument(..., help="A scenario file."),
+    target: str = typer.Option(..., "--target", "-t", help="Target (slime, areal, module:Class)."),
+    repo: Path = typer.Option(..., "--repo", help="The target's repository."),
+    good: str = typer.Option(..., "--good", help="A revision with the old verdict."),
+    bad: str = typer.Option(..., "--bad", help="A later revision with the new verdict."),
+    scenario: Optional[str] = typer.Option(None, "--scenario", help="Scenario id, when the file holds several."),
+    device: Device = typer.Option(Device.cpu, "--device", help="cpu, cuda or auto."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the bisect log as JSON here."),
+    timeout: float = typer.Option(60.0, "--timeout", help="Seconds one scenario may run."),
+) -> None:
+    """Find the first commit whose verdict differs from --good's (git-bisect semantics).
+
+    Commits where the target cannot be imported or run are skipped, not blamed.\n
+    [cyan]sentinel bisect scenarios/seeds/ppo-kl-metric-aliasing.yaml --target slime --repo ~/src/slime --good 045310b2b~20 --bad 045310b2b[/]
+    """
+    from . import compare as cmp
+    from . import git
+    repo_s = _repo_target(target, repo)
+    scs = _load([path])
+    if scenario:
+        scs = [s for s in scs if s.id == scenario]
+        if not scs:
+            raise usage_error(f"no scenario {scenario!r} in {path}")
+    if len(scs) != 1:
+        raise usage_error(f"{path} holds {len(scs)} scenarios: choose one with --scenario")
+
+    def on_probe(p) -> None:
+        err.print(f"  tried {p.commit[:10]} {p.verdict:<10} {p.subject[:60]}", highlight=False)
+
+    try:
+        res = cmp.bisect(scs[0], target, repo_s, good, bad, device=device.value, timeout=timeout, on_probe=on_probe)
+    except git.GitError as e:
+        raise usage_error(str(e)) from None
+    if output:
+        write_atomic(output, json.dumps(cmp.bisect_report(res, scs[0], target, repo_s, ["sentinel", *sys.argv[1:]]), indent=2) + "\n")
+    if res.first:
+        out.print(f"[bold]{res.first.commit}[/] is the first commit where {scs[0].id} is "
+                  f"[bold]{res.bad_verdict}[/] (was {res.good_verdict})")
+        out.print(f"  {res.first.subject}")
+    else:
+        out.print(f"[yellow]skipped commits leave {len(res.candidates)} candidates:[/] " + " ".join(c[:10] for c in res.candidates))
+    out.print(f"tried {len(res.probes)} revisions of {res.commits_in_range} in range, {res.duration_s:.1f} s")
+    raise typer.Exit(0 if res.first else 3)
 
 
 @app.command()
@@ -315,3 +418,7 @@ def schema(
         write_atomic(output, text)
     else:
         sys.stdout.write(text)
+
+
+if __name__ == "__main__":
+    app()

@@ -58,9 +58,9 @@ class Worker:
         if dev.startswith("cuda") and not torch.cuda.is_available():
             raise TargetLoadError("--device cuda was asked for but torch sees no CUDA device")
         self.torch, self.device = torch, torch.device(dev)
-        spec = TARGETS.get(h["target"])
+        spec = TARGETS.get(h["target"]) or (h["target"] if ":" in h["target"] else None)
         if spec is None:
-            raise TargetLoadError(f"unknown target {h['target']!r} (known: {', '.join(TARGETS)})")
+            raise TargetLoadError(f"unknown target {h['target']!r} (known: {', '.join(TARGETS)}, or module:Class)")
         mod, cls = spec.split(":")
         adapter_cls = getattr(importlib.import_module(mod), cls)
         root = Path(h["root"]) if h.get("root") else None
