@@ -38,7 +38,7 @@ app = typer.Typer(
         "[cyan]sentinel report reports/latest.json --format markdown[/].\n\n"
         "Exit codes: 0 all hold · 1 a violation · 2 bad usage or scenario · 3 target error."),
 )
-out = Console()
+out = Console() if sys.stdout.isatty() else Console(width=140)  # CI logs: wide enough for the tables
 err = Console(stderr=True)
 
 
