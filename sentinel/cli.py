@@ -307,6 +307,57 @@ def bisect(
 
 
 @app.command()
+def matrix(
+    targets: Optional[List[str]] = typer.Option(None, "--targets", "-t", help="Columns: NAME, NAME=REPO or NAME=REPO@REV (repeatable). Default: reference, the installed areal/verl packages, and checkouts named by SENTINEL_SLIME_REPO / SENTINEL_AREAL_REPO / SENTINEL_VERL_REPO."),
+    paths: Optional[List[Path]] = typer.Option(None, "--path", "-p", help="Scenario files or folders (default: the bundled catalog)."),
+    format: Format = typer.Option(Format.text, "--format", "-f", help="text, markdown or json."),
+    output: Optional[str] = typer.Option(None, "--output", "-o", help=OUTPUT_HELP),
+) -> None:
+    """Which invariants hold in which framework and version: invariants down, target@version across.
+
+    Runs every scenario that applies to more than one target on every available target
+    (in parallel, one worker per column). Cells that cannot run say why.\n
+    [cyan]SENTINEL_SLIME_REPO=~/src/slime sentinel matrix --format markdown[/]
+    """
+    from . import matrix as mx
+    from .runner import run as run_all
+    if targets:
+        cols = []
+        for t in targets:
+            spec = mx.parse_target(t)
+            if spec.name not in TARGETS:
+                raise usage_error(f"unknown target {spec.name!r} in --targets {t!r} (known: {', '.join(TARGETS)})")
+            cols.append(mx.Column(spec.key, spec))
+    else:
+        cols = mx.default_columns()
+    scenarios = mx.shared(_load(paths or [catalog_path()]), cols)
+    runnable = [c.spec for c in cols if c.spec is not None]
+    with _progress(format != Format.text, len(scenarios) * len(runnable)) as tick:
+        rep = run_all(scenarios, runnable, on_result=lambda r: tick(f"{r.target}: {r.id}: {r.verdict}"),
+                      command=["sentinel", *sys.argv[1:]])
+    table = mx.table(rep, scenarios, cols)
+    rep = rep.model_copy(update={"extra": {"matrix": table}})
+    dest = _output(output)
+    if dest:
+        write_atomic(dest, dump(rep))
+    if format == Format.json:
+        sys.stdout.write(json.dumps(table, indent=2) + "\n")
+    elif format == Format.markdown:
+        sys.stdout.write(mx.markdown(table))
+    else:
+        t = Table(title=f"conformance matrix · {len(scenarios)} scenarios", title_justify="left")
+        t.add_column("scenario", overflow="fold")
+        t.add_column("invariant")
+        for c in table["columns"]:
+            t.add_column(c, overflow="fold")
+        for r in table["rows"]:
+            t.add_row(r["scenario"], r["invariant"], *[render.Text(v, render.STYLE.get(v, "dim")) for v in r["cells"].values()])
+        out.print(t)
+    if dest:
+        err.print(f"report written to {dest}", highlight=False)
+
+
+@app.command()
 def report(
     file: Path = typer.Argument(..., help="A JSON report written by run, gate or compare."),
     format: Format = typer.Option(Format.text, "--format", "-f", help="text (tables and per-token grids), markdown (a pull-request section), junit, json."),
