@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from .base import Adapter, BoundaryResult, FunctionRef, TargetLoadError
+from .base import Adapter, BoundaryResult, FunctionRef, TargetLoadError, Unsupported
 
 
 # --- masked helpers ---------------------------------------------------------------------
@@ -327,11 +327,13 @@ class ReferenceAdapter(Adapter):
         return self._result({"advantages": adv, "returns": ret}, "gae")
 
     def b_reward_norm(self, inputs, config):
+        if config.get("mean_leave1out") or config.get("std_unbiased") is False:
+            raise Unsupported("the reference normalises with the plain group mean and the unbiased std")
         r = inputs["rewards"]
         rows = inputs["mask"].bool() if "mask" in inputs else torch.ones_like(r, dtype=torch.bool)
         index = self.ops.group_index(inputs.get("group"), config.get("group_size"), r.shape[0]).to(r.device)
         out = self.ops.reward_norm(r, rows, index, config.get("mean_level", "batch"),
-                                   config.get("std_level", "batch"), config.get("eps", 1e-5))
+                                   config.get("std_level", "batch"), config.get("eps") or 1e-5)
         return self._result({"rewards": out}, "reward_norm")
 
     def b_advantages(self, inputs, config):

@@ -626,7 +626,7 @@ class SlimeAdapter(Adapter):
         if std_level not in (None, mean_level):
             raise Unsupported(f"slime divides by the std of the same group it centres on (got mean over "
                               f"{mean_level}, std over {std_level})")
-        eps = config.get("eps", 1e-5)
+        eps = config.get("eps")
         if std_level is not None and eps is not None and abs(float(eps) - 1e-6) > 1e-12:
             raise Unsupported(f"slime hard-codes eps 1e-6 in its reward std normalisation (got eps={eps})")
         estimator = "grpo" if std_level else "reinforce_plus_plus_baseline"

@@ -78,25 +78,35 @@ _register(Boundary(
     inputs=(_tok("log_probs"), _tok("old_log_probs"), _tok("advantages"), LOSS_MASK),
     outputs=(_tok("opsm_mask"), Port("opsm_clipfrac", "scalar"), _tok("pg_loss"),
              Port("reduced_policy_loss", "scalar")),
-    config={"opsm_delta": 0.1, "eps_clip": 0.2, "eps_clip_high": 0.2},
+    config={"opsm_delta": 0.1, "eps_clip": 0.2, "eps_clip_high": 0.2, "loss_agg": "token-mean"},
     grad_inputs=("log_probs",),
 ))
 
+# Decoupled PPO (AReaL): old_log_probs is the proximal policy, rollout_log_probs the behaviour
+# policy; rejection_sampling is a target-specific mapping, passed through.
+_DECOUPLED = {"use_decoupled_loss": False, "rejection_sampling": None}
+_POLICY_INPUTS = (_tok("log_probs"), _tok("old_log_probs"), _tok("advantages"), LOSS_MASK,
+                  _tok("rollout_log_probs", required=False))
+_POLICY_OUTPUTS = (_tok("pg_loss"), _tok("clipfrac"), Port("loss", "scalar"), _tok("weights"))
+
 _register(Boundary(
     "policy_loss",
-    "PPO clipped surrogate (asymmetric clip, optional dual clip), aggregated over valid tokens.",
-    inputs=(_tok("log_probs"), _tok("old_log_probs"), _tok("advantages"), LOSS_MASK),
-    outputs=(_tok("pg_loss"), _tok("clipfrac"), Port("loss", "scalar")),
-    config={"eps_clip": 0.2, "eps_clip_high": None, "eps_clip_c": None, "loss_agg": "token-mean"},
+    "PPO clipped surrogate (asymmetric clip, optional dual clip), aggregated over valid tokens; "
+    "importance_sampling_level token or sequence (GSPO-style); `weights` is the behaviour "
+    "correction when a decoupled loss uses one.",
+    inputs=_POLICY_INPUTS,
+    outputs=_POLICY_OUTPUTS,
+    config={"eps_clip": 0.2, "eps_clip_high": None, "eps_clip_c": None, "loss_agg": "token-mean",
+            "importance_sampling_level": "token", **_DECOUPLED},
     grad_inputs=("log_probs",),
 ))
 
 _register(Boundary(
     "cispo_loss",
     "CISPO: -sg(clip(ratio)) * A * log pi, gradient through log pi even where clipped.",
-    inputs=(_tok("log_probs"), _tok("old_log_probs"), _tok("advantages"), LOSS_MASK),
-    outputs=(_tok("pg_loss"), _tok("clipfrac"), Port("loss", "scalar")),
-    config={"eps_clip": 1.0, "eps_clip_high": 0.28, "loss_agg": "token-mean"},
+    inputs=_POLICY_INPUTS,
+    outputs=_POLICY_OUTPUTS,
+    config={"eps_clip": 1.0, "eps_clip_high": 0.28, "loss_agg": "token-mean", **_DECOUPLED},
     grad_inputs=("log_probs",),
 ))
 
@@ -121,16 +131,19 @@ _register(Boundary(
     "advantages",
     "From scalar rewards (and KL to the reference) to per-token advantages and returns, for "
     "an estimator (gae, grpo, reinforce_plus_plus, reinforce_plus_plus_baseline), with optional "
-    "reward normalisation and no-EOS masking. `logged_kl` is the KL as the trainer stores it "
-    "for logging after the call.",
+    "reward normalisation and no-EOS masking. grpo includes its group normalisation (group mean "
+    "and std unless reward_norm says otherwise). `logged_kl` is the raw KL as the trainer stores "
+    "it for logging after the call; `kl_rewards` is -kl_coef * KL where a trainer logs that instead.",
     inputs=(Port("rewards", "row", doc="scalar reward per sequence"),
             _tok("log_probs", required=False), _tok("ref_log_probs", required=False),
             _tok("values", required=False), LOSS_MASK,
             _tok("attention_mask", required=False, dtype="mask"),
             Port("group", "row", "int", False, None, "group id per sequence (GRPO)")),
-    outputs=(_tok("advantages"), _tok("returns"), _tok("logged_kl"), _tok("token_rewards")),
+    outputs=(_tok("advantages"), _tok("returns"), _tok("logged_kl"), _tok("token_rewards"),
+             _tok("kl_rewards")),
     config={"estimator": "gae", "kl_coef": 0.0, "kl_type": "k1", "gamma": 1.0, "lam": 1.0,
             "reward_norm": None, "mask_no_eos_with_zero": False, "reward_clip": None,
+            "reward_bias": 0.0, "reward_scaling": 1.0, "adv_norm": None,
             "group_size": None, "normalize_advantages": False},
 ))
 
@@ -141,7 +154,9 @@ _register(Boundary(
     inputs=(Port("rewards", "row"), Port("mask", "row", "mask", False),
             Port("group", "row", "int", False)),
     outputs=(Port("rewards", "row"),),
-    config={"mean_level": "batch", "std_level": "batch", "eps": 1e-5, "group_size": None},
+    # eps None / mean_leave1out None / std_unbiased None: the target's own default
+    config={"mean_level": "batch", "std_level": "batch", "eps": None, "group_size": None,
+            "mean_leave1out": None, "std_unbiased": None},
 ))
 
 _register(Boundary(
@@ -157,7 +172,8 @@ _register(Boundary(
     "Importance-sampling correction between the rollout engine and the trainer: a detached "
     "per-token weight (off_policy_is: clip(pi_theta/pi_rollout); vanilla_tis: "
     "clip(pi_old/pi_rollout) on the PPO loss; icepop: masked outside [low, high]) and the "
-    "corrected loss, whose gradient must flow only through log pi.",
+    "corrected loss, whose gradient must flow only through log pi. vanilla_tis and icepop "
+    "apply their weight to the PPO loss with eps_clip / eps_clip_high.",
     inputs=(_tok("log_probs"), _tok("old_log_probs"), _tok("rollout_log_probs"),
             _tok("advantages"), LOSS_MASK),
     outputs=(_tok("weights"), _tok("pg_loss"), Port("loss", "scalar")),

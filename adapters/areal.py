@@ -1,0 +1,596 @@
+"""AReaL adapter: calls AReaL's own PPO loss-path code at the canonical boundaries.
+
+Target: https://github.com/areal-project/AReaL (``areal`` on PyPI), either the installed
+package (``root=None``) or a checkout (``root`` = the folder holding ``areal/``).
+
+What each boundary reaches (nothing here re-implements AReaL's math):
+
+=================  ==========================================================================
+advantages         ``PPOActor.compute_advantages`` (public; it wraps ``_compute_advantages``),
+                   on a ``PPOActor`` built from AReaL's ``PPOActorConfig`` / ``NormConfig``
+gae                ``areal.trainer.ppo.gae._compute_token_level_gae`` (absent before #1600)
+reward_norm        ``areal.utils.data.Normalization`` built from ``NormConfig``
+policy_loss        ``areal.utils.functional.ppo_actor_loss_fn`` (token or sequence level IS,
+                   optional decoupled loss with rejection sampling)
+cispo_loss         ``areal.utils.functional.cispo_loss_fn`` (absent before #1412: unsupported)
+is_correction      ``ppo_actor_loss_fn`` with a ``RejectionSamplingConfig`` (vanilla_tis =
+                   token clamp, icepop = token mask)
+kl                 ``areal.utils.data.KLEstimator``
+=================  ==========================================================================
+
+Token alignment (the one convention that needs translating)
+-----------------------------------------------------------
+Canonical token tensors are aligned to the token they describe: ``x[b, t]`` is about token
+``t`` (``log_probs[b, t] = log pi(token t | tokens < t)``). AReaL's training tensors are
+aligned to the position that *predicts* a token: index ``p`` describes token ``p + 1``.
+Rollout tensors (``loss_mask``, inference ``logprobs``) arrive token-aligned and
+``_compute_advantages`` rolls them left by one itself
+(``loss_mask = torch.roll(loss_mask, shifts=-1)``); tensors produced by AReaL's engines
+(``ref_logp``, critic ``values``) are already predict-aligned. So the canonical
+``loss_mask`` is exactly AReaL's before-roll mask, and for ``advantages`` the adapter
+hands AReaL a batch one column wider, with one prompt token in front:
+
+* token-aligned inputs (``attention_mask``, ``loss_mask``, ``log_probs`` as ``logprobs``)
+  get a leading column (attention 1, loss 0, log-prob 0);
+* predict-aligned inputs (``ref_log_probs`` as ``ref_logp``, ``values``) are placed as
+  they are (AReaL column ``p`` predicts canonical token ``p``) with a trailing 0 column:
+  the slot past the last token, which AReaL reads as the bootstrap value of a row that
+  ran out of length (no canonical input holds it, so it is 0);
+* every token output (``advantages``, ``returns``, ``tot_rewards``, ``kl_rewards``) is
+  AReaL's columns ``0 .. T-1``: predicting position ``p`` is canonical token ``p``.
+  Untrained positions hold whatever AReaL leaves there (its GAE carries the first
+  trained token's advantage back over the prompt); only ``loss_mask`` positions mean
+  anything.
+
+Every canonical token, the first included, then has a predicting position, and AReaL's
+own roll wraps only the prompt column. Row lengths grow by one for every row alike, so the
+no-EOS test (``attention_mask.sum(-1) == width``) is unchanged.
+
+The loss functions (``ppo_actor_loss_fn``, ``cispo_loss_fn``, ``KLEstimator``) are
+element-wise or per-row over tensors that share one alignment, so canonical tensors are
+passed as they are.
+
+Rows and groups
+---------------
+AReaL's public ``compute_advantages`` takes a list of trajectory dicts, one per prompt
+group (``[group_size, T]`` each). The adapter builds that list from the canonical
+``group`` ids (rows of a group laid out contiguously, in order of first appearance, and
+put back in canonical order afterwards), else from ``config.group_size`` (consecutive
+chunks), else one dict per row. Versions with variable-size group support (#1454) read the
+group sizes from that list; older ones slice by ``NormConfig.group_size``.
+
+Import shims
+------------
+``import areal`` pulls in its whole runtime (ray, transformers, tracking clients, async
+HTTP, ...). The boundary code needs none of it: `_STUBS` are replaced by permissive stubs
+(see ``shims.py``) when not installed; requirements/areal.txt lists the light packages
+that are imported for real. Two more side effects of the import are contained:
+AReaL reconfigures process-wide logging (``areal.utils.logging.getLogger`` replaces
+``Logger.root`` / ``Logger.manager``), which the adapter restores afterwards (and quiets
+AReaL's INFO lines); and AReaL calls ``torch.compile`` at import time on helpers that no
+boundary uses, which loads dynamo and inductor, so during the import ``torch.compile`` on a
+plain function is deferred to that function's first call (`_deferred_torch_compile`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import importlib
+import importlib.util
+import inspect
+import logging
+import math
+import sys
+import time
+import types
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from sentinel.boundaries import get as get_boundary
+
+from .base import Adapter, BoundaryResult, FunctionRef, TargetLoadError, Unsupported
+from .shims import install_stubs
+
+# Heavy runtime dependencies that `import areal.trainer.ppo.actor` reaches at module level
+# but that no boundary calls (found by importing 1.0.4 and git HEAD in an environment with
+# only torch, RL-Sentinel's dependencies and requirements/areal.txt).
+_STUBS = [
+    "ray", "transformers", "datasets", "torchdata", "hydra", "numba", "PIL",
+    "wandb", "swanlab", "trackio", "tensorboardX", "torch_memory_saver",
+    "aiohttp", "httpx", "aiofiles", "uvloop", "openai", "pybase64", "psutil",
+    "flask", "werkzeug", "requests", "orjson",
+]
+
+_MODULES = ["areal", "areal.api.cli_args", "areal.utils.data", "areal.utils.functional",
+            "areal.trainer.ppo.actor"]
+
+_PIP_HINT = "pip install --no-deps areal==1.0.4 && pip install -r requirements/areal.txt"
+
+# Canonical KL type -> AReaL KLEstimator name (same formulas, same +-10 clamp).
+_KL_TYPES = {"k1": "k1", "kl": "k1", "k2": "k2", "mse": "k2", "k3": "k3", "low_var_kl": "k3"}
+
+_LEVELS = {"batch": "batch", "group": "group", None: None, "none": None}
+
+_last_root: list[Path | None] = []  # the location `areal` was last imported from
+
+
+# --- small helpers -----------------------------------------------------------------------
+
+def _prepend(x: torch.Tensor, value: Any) -> torch.Tensor:
+    """Token-aligned tensor -> AReaL width T + 1, with one prompt column in front."""
+    return torch.cat([torch.full_like(x[:, :1], value), x], dim=1)
+
+
+def _append(x: torch.Tensor, value: Any) -> torch.Tensor:
+    """Predict-aligned tensor -> AReaL width T + 1, the column past the end set to `value`."""
+    return torch.cat([x, torch.full_like(x[:, :1], value)], dim=1)
+
+
+def _floating(x: torch.Tensor) -> torch.Tensor:
+    """A float tensor as is (keeping its autograd graph); an integer one as float32."""
+    return x if x.is_floating_point() else x.float()
+
+
+def _layout(group: torch.Tensor | None, batch: int, group_size: int | None) -> tuple[list[int], list[int]]:
+    """Row order and group sizes of the trajectory list handed to AReaL."""
+    if group is not None:
+        ids = [int(g) for g in group.reshape(-1).tolist()]
+        order: dict[int, list[int]] = {}
+        for i, g in enumerate(ids):
+            order.setdefault(g, []).append(i)
+        return [i for rows in order.values() for i in rows], [len(r) for r in order.values()]
+    if group_size:
+        if batch % int(group_size):
+            raise ValueError(f"batch of {batch} rows is not a multiple of group_size {group_size}")
+        return list(range(batch)), [int(group_size)] * (batch // int(group_size))
+    return list(range(batch)), [1] * batch
+
+
+def _unpermute(x: torch.Tensor, perm: list[int]) -> torch.Tensor:
+    if perm == sorted(perm):
+        return x
+    out = torch.empty_like(x)
+    out[torch.tensor(perm, device=x.device)] = x
+    return out
+
+
+@contextlib.contextmanager
+def _keep_host_logging():
+    """AReaL's getLogger swaps the logging root/manager and re-runs dictConfig; undo that
+    for the host process (AReaL's own loggers keep their handlers)."""
+    root, manager = logging.Logger.root, logging.Logger.manager
+    handlers, level = list(logging.root.handlers), logging.root.level
+    disabled = {n: lg.disabled for n, lg in manager.loggerDict.items() if isinstance(lg, logging.Logger)}
+    try:
+        yield
+    finally:
+        logging.Logger.root, logging.Logger.manager = root, manager
+        logging.root.handlers[:] = handlers
+        logging.root.setLevel(level)
+        for name, flag in disabled.items():
+            lg = manager.loggerDict.get(name)
+            if isinstance(lg, logging.Logger):
+                lg.disabled = flag
+
+
+@contextlib.contextmanager
+def _deferred_torch_compile():
+    """While AReaL imports, `torch.compile(fn)` on a plain function returns a wrapper that
+    compiles on first call. AReaL compiles helpers at import time (vocab_parallel's
+    log-prob gathers), which alone loads dynamo and inductor (~1 s); none is on a boundary
+    path, and one that is still runs compiled, exactly as torch.compile would."""
+    real = torch.compile
+
+    def deferred(model: Any = None, **kwargs: Any) -> Any:
+        if model is None:  # @torch.compile(...) with options
+            return lambda m: deferred(m, **kwargs)
+        if not isinstance(model, types.FunctionType):
+            return real(model, **kwargs)
+        compiled: list[Any] = []
+
+        @functools.wraps(model)
+        def call(*args: Any, **kw: Any) -> Any:
+            if not compiled:
+                compiled.append(real(model, **kwargs))
+            return compiled[0](*args, **kw)
+        return call
+
+    torch.compile = deferred
+    try:
+        yield
+    finally:
+        torch.compile = real
+
+
+class _NoEngine:
+    """Stand-in for the TrainEngine a PPOActor holds; no boundary may reach it."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise RuntimeError(f"the sentinel adapter gave PPOActor no train engine (engine.{name} was reached)")
+
+
+def _call(fn: Callable, **kwargs: Any) -> Any:
+    """Call `fn` with the keyword arguments its signature has; a non-default value for a
+    parameter this version lacks is unsupported rather than silently dropped."""
+    params = inspect.signature(fn).parameters
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return fn(**kwargs)
+    missing = [k for k, v in kwargs.items() if k not in params and v is not None]
+    if missing:
+        raise Unsupported(f"{fn.__qualname__} at this version has no parameter(s) {missing}")
+    return fn(**{k: v for k, v in kwargs.items() if k in params})
+
+
+# --- the adapter -------------------------------------------------------------------------
+
+class ArealAdapter(Adapter):
+    name = "areal"
+    description = ("AReaL PPOActor advantages, Normalization, ppo_actor_loss_fn / cispo_loss_fn "
+                   "and KLEstimator, called through import shims on CPU or GPU.")
+
+    # --- loading ------------------------------------------------------------------------
+
+    def _locate(self) -> str:
+        if self.root is not None:
+            root = Path(self.root)
+            if not (root / "areal" / "__init__.py").is_file():
+                raise TargetLoadError(f"target 'areal': {root} has no areal/__init__.py "
+                                      "(expected an AReaL checkout root)")
+            root_s = str(root.resolve())
+            if root_s not in sys.path:
+                sys.path.insert(0, root_s)
+            return f"checkout {root}"
+        if importlib.util.find_spec("areal") is None:
+            raise TargetLoadError(f"target 'areal': the areal package is not installed; run `{_PIP_HINT}` "
+                                  "or pass the path of an AReaL checkout")
+        return "installed package"
+
+    def _forget_other_areal(self) -> None:
+        """A process imports one AReaL; a different location drops the modules cached from
+        the previous one (tests load 1.0.4 and a checkout in one process)."""
+        mod = sys.modules.get("areal")
+        if mod is None:
+            return
+        here = Path(mod.__file__).resolve().parent.parent if getattr(mod, "__file__", None) else None
+        want = Path(self.root).resolve() if self.root is not None else None
+        if want is not None and here == want:
+            return
+        if want is None and (not _last_root or _last_root[-1] is None):
+            return
+        for name in [n for n in sys.modules if n == "areal" or n.startswith("areal.")]:
+            del sys.modules[name]
+        if _last_root and _last_root[-1] is not None:
+            old = str(_last_root[-1])
+            while old in sys.path and old != (str(want) if want else None):
+                sys.path.remove(old)
+        importlib.invalidate_caches()
+
+    def load(self) -> dict[str, Any]:
+        where = self._locate()
+        self._forget_other_areal()
+        self.stubs = install_stubs(_STUBS + list(self.options.get("stubs", [])))
+        t0 = time.perf_counter()
+        try:
+            with _keep_host_logging(), _deferred_torch_compile():
+                mods = {n: importlib.import_module(n) for n in _MODULES}
+        except ModuleNotFoundError as e:
+            raise TargetLoadError(
+                f"target 'areal' ({where}): importing it needs module {e.name!r}, which is neither "
+                f"installed nor stubbed; install requirements/areal.txt, or pass it in the adapter "
+                f"option 'stubs' if no boundary uses it") from e
+        except Exception as e:  # an import-time failure of the target is a load error
+            raise TargetLoadError(f"target 'areal' ({where}): import failed: {type(e).__name__}: {e}") from e
+        import_s = time.perf_counter() - t0
+        _last_root.append(Path(self.root).resolve() if self.root is not None else None)
+
+        pkg_parent = Path(mods["areal"].__file__).resolve().parent.parent
+        if self.root is not None and pkg_parent != Path(self.root).resolve():
+            raise TargetLoadError(f"target 'areal': imported from {pkg_parent}, not from the checkout "
+                                  f"{self.root} (another areal shadows it on sys.path)")
+        self._areal = mods["areal"]
+        self._cli = mods["areal.api.cli_args"]
+        self._data = mods["areal.utils.data"]
+        self._fn = mods["areal.utils.functional"]
+        self._actor_mod = mods["areal.trainer.ppo.actor"]
+        self._quiet()
+
+        version = getattr(self._areal, "__version__", None)
+        if self.root is not None:  # a checkout reports the installed dist's metadata version
+            version = self._checkout_version(Path(self.root)) or version
+        files = sorted({str(Path(m.__file__).resolve().relative_to(pkg_parent)) for m in mods.values()}
+                       | {str(Path(inspect.getsourcefile(f)).resolve().relative_to(pkg_parent))
+                          for f in (self._data.Normalization, self._fn.ppo_actor_loss_fn)})
+        return {"version": version, "module_files": files, "stubs": list(self.stubs),
+                "import_s": round(import_s, 3), "location": str(pkg_parent / "areal")}
+
+    @staticmethod
+    def _checkout_version(root: Path) -> str | None:
+        try:
+            import tomllib
+            return tomllib.loads((root / "pyproject.toml").read_text())["project"]["version"]
+        except Exception:
+            return None
+
+    def _quiet(self) -> None:
+        logs = getattr(sys.modules.get("areal.utils.logging"), "_created_loggers", {})
+        for lg in list(logs.values()):
+            if isinstance(lg, logging.Logger) and lg.level < logging.WARNING:
+                lg.setLevel(logging.WARNING)
+
+    # --- config translation -------------------------------------------------------------
+
+    def _cfg(self, boundary: str, config: dict[str, Any]) -> dict[str, Any]:
+        return {**get_boundary(boundary).config, **(config or {})}
+
+    def _norm_config(self, spec: Any, *, sizes: list[int], has_groups: bool, group_size: int | None,
+                     supports_sizes: bool) -> Any:
+        """A canonical normalisation dict -> AReaL NormConfig (None stays None).
+
+        `sizes` are the trajectory group sizes the adapter hands AReaL; `group_size` is the
+        configured fixed size, which versions without variable-size groups slice by."""
+        if spec is None or spec is False:
+            return None
+        spec = dict(spec) if isinstance(spec, dict) else {}
+        mean_level = _LEVELS[spec.get("mean_level", "batch")]
+        std_level = _LEVELS[spec.get("std_level", "batch")]
+        gs = spec.get("group_size") or group_size
+        if "group" in (mean_level, std_level):
+            if not has_groups:
+                raise ValueError("group-level normalisation needs `group` ids or config `group_size`")
+            if not gs:
+                if len(set(sizes)) == 1:
+                    gs = sizes[0]
+                elif supports_sizes:
+                    gs = max(sizes)  # not read: this version normalises per trajectory group
+                else:
+                    raise Unsupported("this AReaL version normalises groups by a fixed group_size; "
+                                      f"groups of sizes {sizes} need config group_size")
+        kw = {"mean_level": mean_level, "std_level": std_level, "group_size": int(gs or 1)}
+        for key in ("eps", "mean_leave1out", "std_unbiased"):
+            if spec.get(key) is not None:
+                kw[key] = spec[key]
+        return _call(self._cli.NormConfig, **kw)
+
+    def _supports_group_sizes(self) -> bool:
+        return "group_sizes" in inspect.signature(self._data.Normalization.__call__).parameters
+
+    def _actor(self, **kw: Any) -> Any:
+        """A PPOActor built by AReaL's own constructor from its own config class."""
+        names = {f.name for f in dataclasses.fields(self._cli.PPOActorConfig)}
+        absent = [k for k, v in kw.items() if k not in names and v is not None]
+        if absent:
+            raise Unsupported(f"PPOActorConfig at this version has no field(s) {absent}")
+        cfg = self._cli.PPOActorConfig(experiment_name="rl-sentinel", trial_name="adapter",
+                                       **{k: v for k, v in kw.items() if k in names})
+        params = inspect.signature(self._actor_mod.PPOActor.__init__).parameters
+        args = {"config": cfg}
+        if "engine" in params:
+            args["engine"] = _NoEngine()
+        return self._actor_mod.PPOActor(**args)
+
+    def _rejection_sampling(self, spec: Any) -> Any:
+        if spec is None:
+            return None
+        if not hasattr(self._cli, "RejectionSamplingConfig"):
+            raise Unsupported("RejectionSamplingConfig is absent at this AReaL version")
+        return _call(self._cli.RejectionSamplingConfig, **dict(spec))
+
+    # --- boundaries ---------------------------------------------------------------------
+
+    def b_advantages(self, inputs: dict[str, torch.Tensor], config: dict[str, Any]) -> BoundaryResult:
+        cfg = self._cfg("advantages", config)
+        if cfg["estimator"] != "gae":
+            raise Unsupported(f"AReaL's PPOActor computes GAE only, not estimator {cfg['estimator']!r}")
+        kl_type = _KL_TYPES.get(cfg["kl_type"])
+        if kl_type is None:
+            raise Unsupported(f"AReaL's KLEstimator has no {cfg['kl_type']!r}")
+
+        loss_mask = inputs["loss_mask"]
+        B, T = loss_mask.shape
+        dev = loss_mask.device
+        attn = inputs.get("attention_mask")
+        if attn is None:  # real tokens: everything up to the row's last trained token
+            pos = torch.arange(T, device=dev).expand(B, T)
+            last = torch.where(loss_mask.bool(), pos, -1).amax(-1, keepdim=True)
+            attn = pos <= last
+        group = inputs.get("group")
+        group_size = cfg.get("group_size") or (cfg["reward_norm"] or {}).get("group_size")
+        perm, sizes = _layout(group, B, group_size)
+        groups = dict(sizes=sizes, has_groups=group is not None or bool(group_size), group_size=group_size,
+                      supports_sizes=self._supports_group_sizes())
+        norm = self._norm_config(cfg["reward_norm"], **groups)
+        adv_spec = cfg.get("adv_norm") or ({} if cfg.get("normalize_advantages") else None)
+        adv_norm = self._norm_config(adv_spec, **groups)
+        clip = cfg["reward_clip"]
+        actor = self._actor(
+            reward_norm=norm, adv_norm=adv_norm,
+            reward_clip=math.inf if clip is None else float(clip),
+            reward_bias=float(cfg.get("reward_bias", 0.0)),
+            reward_scaling=float(cfg.get("reward_scaling", 1.0)),
+            mask_no_eos_with_zero=bool(cfg["mask_no_eos_with_zero"]),
+            kl_ctl=float(cfg["kl_coef"]), kl_estimator=kl_type,
+            discount=float(cfg["gamma"]), gae_lambda=float(cfg["lam"]),
+        )
+
+        # AReaL's rollout layout (areal/workflow/rlvr.py): int32 ids and loss mask, bool
+        # attention mask, float32 log-probs and rewards; width T + 1 (see the module doc:
+        # a prompt column in front of token-aligned inputs, predict-aligned ones as they are).
+        idx = torch.tensor(perm, device=dev)
+        lp = inputs.get("log_probs")
+        batch: dict[str, torch.Tensor] = {
+            "input_ids": torch.zeros(B, T + 1, dtype=torch.int32, device=dev),
+            "attention_mask": _prepend(attn.bool(), True)[idx],
+            "loss_mask": _prepend(loss_mask.to(torch.int32), 0)[idx],
+            "logprobs": _prepend(lp.detach().float() if lp is not None else torch.zeros(B, T, device=dev), 0.0)[idx],
+            "rewards": inputs["rewards"].detach().float().reshape(B)[idx],
+        }
+        if inputs.get("ref_log_probs") is not None:
+            batch["ref_logp"] = _append(inputs["ref_log_probs"].detach().float(), 0.0)[idx]
+        if inputs.get("values") is not None:
+            batch["values"] = _append(inputs["values"].detach().float(), 0.0)[idx]
+        passed = {k: list(v.split(sizes, dim=0)) for k, v in batch.items()}
+        trajs = [{k: passed[k][i] for k in batch} for i in range(len(sizes))]
+
+        results = actor.compute_advantages(trajs)
+
+        def back(key: str) -> torch.Tensor:  # AReaL predicting position p == canonical token p
+            return _unpermute(torch.cat([r[key] for r in results], dim=0)[:, :T], perm)
+
+        outputs = {
+            "advantages": back("advantages"),
+            "returns": back("returns"),
+            "token_rewards": back("tot_rewards"),
+            # AReaL logs kl_rewards = -kl_ctl * KL (no raw KL): reported under its own name.
+            "kl_rewards": back("kl_rewards"),
+        }
+
+        after = {k: _unpermute(torch.cat(v, dim=0), perm) for k, v in passed.items()}
+        inputs_after: dict[str, torch.Tensor] = {
+            "rewards": after["rewards"].to(inputs["rewards"].dtype).reshape(inputs["rewards"].shape),
+            "loss_mask": after["loss_mask"][:, 1:].to(loss_mask.dtype),
+        }
+        if inputs.get("attention_mask") is not None:
+            inputs_after["attention_mask"] = after["attention_mask"][:, 1:].to(inputs["attention_mask"].dtype)
+        if lp is not None:
+            inputs_after["log_probs"] = after["logprobs"][:, 1:].to(lp.dtype)
+        for canon, mine in (("ref_log_probs", "ref_logp"), ("values", "values")):
+            if mine in after:
+                inputs_after[canon] = after[mine][:, :T].to(inputs[canon].dtype)
+        fn = self._actor_mod.PPOActor._compute_advantages
+        return BoundaryResult(outputs, inputs_after, FunctionRef.of(fn, self.root))
+
+    def b_gae(self, inputs: dict[str, torch.Tensor], config: dict[str, Any]) -> BoundaryResult:
+        """AReaL's token-level GAE kernel (a function of its own since #1600; inline in
+        `_compute_advantages` before, hence unsupported there)."""
+        cfg = self._cfg("gae", config)
+        try:
+            gae = importlib.import_module("areal.trainer.ppo.gae")
+        except ImportError:
+            gae = None
+        fn = getattr(gae, "_compute_token_level_gae", None)
+        if fn is None:
+            raise Unsupported("GAE is inline in PPOActor._compute_advantages at this AReaL version "
+                              "(areal.trainer.ppo.gae._compute_token_level_gae arrived with #1600)")
+        mask = inputs["loss_mask"]
+        B, T = mask.shape
+        # Predict-aligned layout one column wider (module doc): column p is canonical token
+        # p; the last column, past the end, is never a timestep. No row bootstraps (no
+        # canonical input holds a value past the last token).
+        wide = {k: _append(inputs[k].detach().float(), 0.0) for k in ("token_rewards", "values")}
+        wide_mask = _append(mask.float(), 0.0)
+        adv, ret = _call(fn, rewards=wide["token_rewards"], values=wide["values"], loss_mask=wide_mask,
+                         seq_no_eos_mask=torch.zeros(B, dtype=torch.bool, device=mask.device),
+                         discount=float(cfg["gamma"]), gae_lambda=float(cfg["lam"]))
+        after = {"token_rewards": wide["token_rewards"][:, :T].to(inputs["token_rewards"].dtype),
+                 "values": wide["values"][:, :T].to(inputs["values"].dtype),
+                 "loss_mask": wide_mask[:, :T].to(mask.dtype)}
+        return BoundaryResult({"advantages": adv[:, :T], "returns": ret[:, :T]}, after,
+                              FunctionRef.of(fn, self.root))
+
+    def b_reward_norm(self, inputs: dict[str, torch.Tensor], config: dict[str, Any]) -> BoundaryResult:
+        cfg = self._cfg("reward_norm", config)
+        x = inputs["rewards"]
+        B = x.shape[0]
+        group = inputs.get("group")
+        group_size = cfg.get("group_size")
+        perm, sizes = _layout(group, B, group_size)
+        supports_sizes = self._supports_group_sizes()
+        spec = {k: cfg.get(k) for k in ("mean_level", "std_level", "eps", "mean_leave1out", "std_unbiased")}
+        norm_cfg = self._norm_config(spec, sizes=sizes, has_groups=group is not None or bool(group_size),
+                                     group_size=group_size, supports_sizes=supports_sizes)
+        norm = self._data.Normalization(norm_cfg)
+        idx = torch.tensor(perm, device=x.device)
+        kw: dict[str, Any] = {}
+        mask = inputs.get("mask")
+        if mask is not None:
+            kw["loss_mask"] = mask.float()[idx]
+        if group is not None and supports_sizes:
+            kw["group_sizes"] = sizes
+        passed = x.detach().float()[idx]
+        y = norm(passed, **kw)
+        inputs_after = {"rewards": _unpermute(passed, perm).to(x.dtype)}
+        if mask is not None:
+            inputs_after["mask"] = _unpermute(kw["loss_mask"], perm).to(mask.dtype)
+        return BoundaryResult({"rewards": _unpermute(y, perm)}, inputs_after,
+                              FunctionRef.of(self._data.Normalization.__call__, self.root))
+
+    def _loss_common(self, inputs: dict[str, torch.Tensor], cfg: dict[str, Any]) -> dict[str, Any]:
+        if cfg.get("loss_agg", "token-mean") != "token-mean":
+            raise Unsupported(f"AReaL's actor losses aggregate token-mean only, not {cfg['loss_agg']!r}")
+        old = _floating(inputs["old_log_probs"])
+        behave = old
+        if cfg.get("use_decoupled_loss"):
+            # Decoupled PPO: proximal = recomputed pi_old, behave = the rollout engine's.
+            behave = inputs.get("rollout_log_probs")
+            if behave is None:
+                raise ValueError("use_decoupled_loss needs input rollout_log_probs (behaviour log-probs)")
+            behave = _floating(behave)
+        return {"logprobs": _floating(inputs["log_probs"]), "proximal_logprobs": old, "old_logprobs": behave,
+                "advantages": _floating(inputs["advantages"]), "loss_mask": inputs["loss_mask"].bool()}
+
+    @staticmethod
+    def _loss_outputs(loss: torch.Tensor, stat: dict[str, Any]) -> dict[str, Any]:
+        out = {"pg_loss": stat["loss"], "clipfrac": stat["clip_mask"].float(), "loss": loss}
+        if "behave_imp_weight" in stat:
+            out["weights"] = stat["behave_imp_weight"]
+        return out
+
+    def b_policy_loss(self, inputs: dict[str, torch.Tensor], config: dict[str, Any]) -> BoundaryResult:
+        cfg = self._cfg("policy_loss", config)
+        kw = self._loss_common(inputs, cfg)
+        fn = self._fn.ppo_actor_loss_fn
+        loss, stat = _call(fn, **kw, eps_clip=float(cfg["eps_clip"]),
+                           eps_clip_higher=cfg.get("eps_clip_high"), c_clip=cfg.get("eps_clip_c"),
+                           rejection_sampling=self._rejection_sampling(cfg.get("rejection_sampling")),
+                           importance_sampling_level=cfg.get("importance_sampling_level") or "token")
+        return BoundaryResult(self._loss_outputs(loss, stat),
+                              {"loss_mask": kw["loss_mask"].to(inputs["loss_mask"].dtype)},
+                              FunctionRef.of(fn, self.root))
+
+    def b_cispo_loss(self, inputs: dict[str, torch.Tensor], config: dict[str, Any]) -> BoundaryResult:
+        cfg = self._cfg("cispo_loss", config)
+        fn = getattr(self._fn, "cispo_loss_fn", None)
+        if fn is None:
+            raise Unsupported("areal.utils.functional.cispo_loss_fn is absent at this version (added by #1412)")
+        kw = self._loss_common(inputs, cfg)
+        if not cfg.get("use_decoupled_loss"):
+            kw["old_logprobs"] = None
+        loss, stat = _call(fn, **kw, eps_clip=float(cfg["eps_clip"]), eps_clip_higher=cfg.get("eps_clip_high"),
+                           rejection_sampling=self._rejection_sampling(cfg.get("rejection_sampling")))
+        return BoundaryResult(self._loss_outputs(loss, stat),
+                              {"loss_mask": kw["loss_mask"].to(inputs["loss_mask"].dtype)},
+                              FunctionRef.of(fn, self.root))
+
+    def b_is_correction(self, inputs: dict[str, torch.Tensor], config: dict[str, Any]) -> BoundaryResult:
+        """AReaL's decoupled loss: pi_prox/pi_behave weight from rejection sampling (token level)."""
+        cfg = self._cfg("is_correction", config)
+        method = cfg["method"]
+        actions = {"vanilla_tis": "clamp", "icepop": "mask"}
+        if method not in actions:
+            raise Unsupported(f"AReaL has no {method!r} correction (it has vanilla_tis = token clamp "
+                              "and icepop = token mask of pi_prox/pi_behave)")
+        low = cfg.get("tis_clip_low")
+        rs = {"level": "token", "action": actions[method], "metric": "ratio",
+              "upper": float(cfg["tis_clip"]), "lower": float(low) if low else None}
+        kw = self._loss_common(inputs, {**cfg, "use_decoupled_loss": True})
+        fn = self._fn.ppo_actor_loss_fn
+        loss, stat = _call(fn, **kw, eps_clip=float(cfg["eps_clip"]),
+                           eps_clip_higher=cfg.get("eps_clip_high"),
+                           rejection_sampling=self._rejection_sampling(rs))
+        out = self._loss_outputs(loss, stat)
+        return BoundaryResult({"weights": out["weights"], "pg_loss": out["pg_loss"], "loss": loss},
+                              {"loss_mask": kw["loss_mask"].to(inputs["loss_mask"].dtype)},
+                              FunctionRef.of(fn, self.root))
+
+    def b_kl(self, inputs: dict[str, torch.Tensor], config: dict[str, Any]) -> BoundaryResult:
+        cfg = self._cfg("kl", config)
+        kl_type = _KL_TYPES.get(cfg["kl_type"])
+        if kl_type is None:
+            raise Unsupported(f"AReaL's KLEstimator has no {cfg['kl_type']!r} (k1, k2, k3)")
+        est = self._data.KLEstimator(kl_type)
+        kl = est(_floating(inputs["log_probs"]), _floating(inputs["ref_log_probs"]))
+        return BoundaryResult({"kl": kl}, {}, FunctionRef.of(self._data.KLEstimator._compute_approx_kl, self.root))

@@ -1,0 +1,197 @@
+"""Import shims: permissive stand-ins for heavy modules a target imports but never calls.
+
+A trainer's loss-path modules usually sit in a package whose ``__init__`` pulls in the
+whole runtime (ray, vllm, megatron, tracking clients, ...). The boundary functions never
+touch those, so an adapter may replace them with stubs:
+
+    stubbed = install_stubs(["ray", "vllm", "megatron"])   # -> names actually stubbed
+
+A name is stubbed only when the real module cannot be found; a real install always wins.
+A stub answers every attribute with a stub class (callable, subclassable, usable as a
+decorator or a type hint), and every submodule (``import megatron.core.mpu``,
+``from vllm.distributed import x``) resolves through one ``MetaPathFinder``.
+
+The stubs only have to survive import time. If target code *calls* a stub on a boundary
+path, the adapter is wrong to stub that module: the call returns another stub, and the
+resulting tensors will not be tensors, which fails loudly rather than silently.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
+import types
+from typing import Any
+
+__all__ = ["install_stubs", "is_stub", "stubbed_names"]
+
+_STUB_MARK = "__sentinel_stub__"
+
+
+def _is_special(name: str) -> bool:
+    return name.startswith("__") and name.endswith("__")
+
+
+class _StubMeta(type):
+    """Metaclass of stub classes: class attributes are stubs too, ``Cls[...]`` works."""
+
+    def __getattr__(cls, name: str) -> Any:
+        if _is_special(name):
+            raise AttributeError(name)
+        sub = _stub_class(name, cls.__module__, f"{cls.__qualname__}.{name}")
+        type.__setattr__(cls, name, sub)
+        return sub
+
+    def __getitem__(cls, item: Any) -> Any:  # Stub[int] in annotations
+        return cls
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        # Used bare as a decorator (@ray.remote, @torch_npu.jit): hand the target back.
+        if len(args) == 1 and not kwargs and isinstance(args[0], (types.FunctionType, type)):
+            return args[0]
+        return super().__call__(*args, **kwargs)
+
+    def __iter__(cls):
+        return iter(())
+
+    def __len__(cls) -> int:
+        return 0
+
+    def __bool__(cls) -> bool:
+        return False
+
+    def __repr__(cls) -> str:
+        return f"<stub class {cls.__module__}.{cls.__qualname__}>"
+
+
+class _StubBase(metaclass=_StubMeta):
+    """Instances accept any construction, attribute access and call."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def __getattr__(self, name: str) -> Any:
+        if _is_special(name):
+            raise AttributeError(name)
+        return _stub_class(name, type(self).__module__, f"{type(self).__qualname__}.{name}")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if len(args) == 1 and not kwargs and isinstance(args[0], (types.FunctionType, type)):
+            return args[0]
+        return type(self)()
+
+    def __iter__(self):
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: Any) -> bool:
+        return False
+
+    def __str__(self) -> str:
+        return ""
+
+    def __repr__(self) -> str:
+        return f"<stub {type(self).__module__}.{type(self).__qualname__}>"
+
+
+def _stub_class(name: str, module: str, qualname: str | None = None) -> type:
+    cls = _StubMeta(name, (_StubBase,), {"__module__": module, _STUB_MARK: True})
+    cls.__qualname__ = qualname or name
+    return cls
+
+
+class _StubModule(types.ModuleType):
+    """A module whose every missing attribute is a stub class."""
+
+    def __getattr__(self, name: str) -> Any:
+        if _is_special(name):
+            raise AttributeError(name)
+        # A submodule imported earlier is already an attribute; anything else is a class.
+        value = _stub_class(name, self.__name__)
+        setattr(self, name, value)
+        return value
+
+
+class _StubLoader(importlib.abc.Loader):
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
+        mod = _StubModule(spec.name)
+        setattr(mod, _STUB_MARK, True)
+        return mod
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        module.__path__ = []  # a package: submodules resolve through the finder
+        module.__all__ = []  # `from stub import *` imports nothing
+
+
+class _StubFinder(importlib.abc.MetaPathFinder):
+    """Claims the stubbed names and every dotted name below them."""
+
+    def __init__(self) -> None:
+        self.roots: set[str] = set()
+        self.loader = _StubLoader()
+
+    def claims(self, fullname: str) -> bool:
+        return any(fullname == r or fullname.startswith(r + ".") for r in self.roots)
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None):
+        if not self.claims(fullname):
+            return None
+        return importlib.machinery.ModuleSpec(fullname, self.loader, is_package=True)
+
+
+_FINDER = _StubFinder()
+
+
+def _importable(name: str) -> bool:
+    """True when a real module of this name can be found (without executing it, for a top
+    level name; a dotted name needs its parents imported to be looked up)."""
+    if _FINDER.claims(name):
+        return False
+    mod = sys.modules.get(name)
+    if mod is not None:
+        return not getattr(mod, _STUB_MARK, False)
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError, AttributeError):
+        return False
+
+
+def install_stubs(names: list[str]) -> list[str]:
+    """Stub each module in `names` (dotted names allowed) whose real module is not importable.
+
+    Returns the names actually stubbed by this call or an earlier one, in input order.
+    Idempotent; a real module always wins over a stub.
+    """
+    stubbed = []
+    for name in names:
+        if _FINDER.claims(name):
+            stubbed.append(name)
+            continue
+        if _importable(name):
+            continue
+        _FINDER.roots.add(name)
+        stubbed.append(name)
+    if _FINDER.roots and _FINDER not in sys.meta_path:
+        sys.meta_path.insert(0, _FINDER)
+    return stubbed
+
+
+def is_stub(obj: Any) -> bool:
+    """True for a stub module, stub class or stub instance."""
+    return bool(getattr(obj, _STUB_MARK, False) if isinstance(obj, (types.ModuleType, type))
+                else getattr(type(obj), _STUB_MARK, False))
+
+
+def stubbed_names() -> list[str]:
+    """Every module name this process has stubbed so far."""
+    return sorted(_FINDER.roots)

@@ -1,0 +1,206 @@
+"""The AReaL adapter against AReaL's real code: the installed package, and optionally a
+checkout named by SENTINEL_AREAL_REPO (for example a clone of AReaL at git HEAD).
+
+Install the target with: pip install --no-deps areal==1.0.4 && pip install -r requirements/areal.txt
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from sentinel_adapters.areal import ArealAdapter
+from sentinel_adapters.base import TargetLoadError, Unsupported
+from sentinel_adapters.shims import install_stubs, is_stub
+
+needs_areal = pytest.mark.skipif(
+    importlib.util.find_spec("areal") is None,
+    reason="areal is not installed (pip install --no-deps areal==1.0.4 && pip install -r requirements/areal.txt)",
+)
+
+# The seed (AReaL PR #1351): a no-EOS row's outlier reward leaks through batch reward
+# normalisation into the valid row's advantage.
+NO_EOS_CONFIG = {"reward_norm": {"mean_level": "batch", "std_level": None}, "mask_no_eos_with_zero": True,
+                 "reward_clip": 1000, "kl_coef": 0.0, "gamma": 1.0, "lam": 1.0}
+NO_EOS_INPUTS = {"attention_mask": torch.tensor([[1, 1, 0], [1, 1, 1]]),
+                 "loss_mask": torch.tensor([[0, 1, 0], [0, 1, 1]]),
+                 "rewards": torch.tensor([1.0, 1.0])}
+
+
+def no_eos_shift(adapter: ArealAdapter) -> list[float]:
+    """Advantage change at the trained tokens (row 0 t1; row 1 t1, t2) when only the no-EOS
+    row's reward changes. (Untrained positions carry whatever AReaL's GAE leaves there.)"""
+    base = adapter.call("advantages", NO_EOS_INPUTS, NO_EOS_CONFIG).outputs["advantages"]
+    outlier = adapter.call("advantages", {**NO_EOS_INPUTS, "rewards": torch.tensor([1.0, 100.0])},
+                           NO_EOS_CONFIG).outputs["advantages"]
+    return (outlier - base)[NO_EOS_INPUTS["loss_mask"].bool()].tolist()
+
+
+@pytest.fixture(scope="module")
+def areal() -> ArealAdapter:
+    adapter = ArealAdapter(None, torch.device("cpu"))
+    adapter.facts = adapter.load()
+    return adapter
+
+
+# --- shims --------------------------------------------------------------------------------
+
+def test_stub_submodules_and_decorators():
+    name = "sentinel_test_heavy_pkg"
+    assert install_stubs([name, "math"]) == [name]  # a real module is never stubbed
+
+    sub = importlib.import_module(f"{name}.core.mpu")
+    assert is_stub(sub)
+    from sentinel_test_heavy_pkg.distributed import Thing  # noqa: E402
+
+    class Child(Thing):  # stubs can be subclassed and used as decorators
+        pass
+
+    @sub.jit
+    def f(x):
+        return x + 1
+
+    assert f(1) == 2 and isinstance(Child(1, a=2), Thing)
+
+
+# --- installed package --------------------------------------------------------------------
+
+@needs_areal
+def test_load_facts(areal):
+    facts = areal.facts
+    assert facts["version"]
+    assert "areal/trainer/ppo/actor.py" in facts["module_files"]
+    assert set(facts["stubs"]) == set(areal.stubs)
+    assert "areal" not in facts["stubs"] and "torch" not in facts["stubs"]
+
+
+@needs_areal
+def test_no_eos_outlier_shifts_valid_row(areal):
+    # Canonical token alignment: the outcome reward sits on the last response token
+    # (column 1 of row 0), where AReaL's rolled layout has it at column 0.
+    assert no_eos_shift(areal) == [-49.5, 0.0, 0.0]
+    res = areal.call("advantages", NO_EOS_INPUTS, NO_EOS_CONFIG)
+    assert res.function.qualname == "PPOActor._compute_advantages"
+
+
+@needs_areal
+def test_gae_with_kl_and_values(areal):
+    # Hand-computed GAE (gamma 0.9, lambda 0.8, k1 KL with coef 0.1), canonical alignment.
+    inputs = {
+        "rewards": torch.tensor([1.0, 0.0]),
+        "loss_mask": torch.tensor([[0, 1, 1, 0], [0, 1, 1, 1]]),
+        "attention_mask": torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]]),
+        "log_probs": torch.tensor([[0.0, -1.0, -1.0, 0.0], [0.0, -1.0, -1.0, -1.0]]),
+        "ref_log_probs": torch.tensor([[0.0, -2.0, -1.5, 0.0], [0.0, -1.0, -1.0, -3.0]]),
+        "values": torch.tensor([[9.0, 0.5, 0.25, 9.0], [9.0, 0.1, 0.2, 0.3]]),
+    }
+    res = areal.call("advantages", inputs, {"kl_coef": 0.1, "gamma": 0.9, "lam": 0.8})
+    mask = inputs["loss_mask"].bool()
+    # row 0: token rewards -0.1 (KL), 1 - 0 (outcome; KL after EOS zeroed)
+    # A2 = 0.95 - 0.25 = 0.7; A1 = (-0.1 + 0.9*0.25 - 0.5) + 0.72*0.7 = 0.129
+    # row 1 (no EOS, no bootstrap value): A3 = -0.2 - 0.3 = -0.5,
+    # A2 = 0.9*0.3 - 0.2 + 0.72*(-0.5) = -0.29, A1 = 0.9*0.2 - 0.1 + 0.72*(-0.29) = -0.1288
+    expected_adv = torch.tensor([[0, 0.129, 0.7, 0], [0, -0.1288, -0.29, -0.5]])
+    expected_tok = torch.tensor([[0, -0.1, 0.95, 0], [0, 0.0, 0.0, -0.2]])
+    torch.testing.assert_close(res.outputs["advantages"][mask], expected_adv[mask], atol=1e-5, rtol=0)
+    torch.testing.assert_close(res.outputs["token_rewards"][mask], expected_tok[mask], atol=1e-6, rtol=0)
+    torch.testing.assert_close(res.outputs["returns"][mask], (expected_adv + inputs["values"])[mask],
+                               atol=1e-5, rtol=0)
+    for name in ("ref_log_probs", "values", "log_probs", "rewards"):
+        torch.testing.assert_close(res.inputs_after[name].float(), inputs[name].float())
+
+
+@needs_areal
+def test_group_reward_norm_interleaved_groups(areal):
+    # group mean centering; groups given as interleaved ids
+    res = areal.call("reward_norm", {"rewards": torch.tensor([1.0, 5.0, 2.0, 6.0]),
+                                     "group": torch.tensor([0, 1, 0, 1])},
+                     {"mean_level": "group", "std_level": None})
+    assert res.outputs["rewards"].tolist() == [-0.5, -0.5, 0.5, 0.5]
+    adv = areal.call("advantages", {"rewards": torch.tensor([1.0, 3.0, 10.0, 20.0]),
+                                    "group": torch.tensor([0, 1, 0, 1]),
+                                    "loss_mask": torch.tensor([[0, 1, 0]] * 4),
+                                    "attention_mask": torch.tensor([[1, 1, 0]] * 4)},
+                     {"reward_norm": {"mean_level": "group", "std_level": None}})
+    assert adv.outputs["advantages"][:, 1].tolist() == [-4.5, -8.5, 4.5, 8.5]
+
+
+@needs_areal
+def test_reward_norm_mask(areal):
+    res = areal.call("reward_norm", {"rewards": torch.tensor([1.0, 2.0, 3.0, 10.0]),
+                                     "mask": torch.tensor([1, 1, 1, 0])}, {})
+    # batch mean 2, unbiased std 1 over the three unmasked rows, eps 1e-5; masked row -> 0
+    expected = [-1 / (1 + 1e-5), 0.0, 1 / (1 + 1e-5), 0.0]
+    assert res.outputs["rewards"].tolist() == pytest.approx(expected, abs=1e-6)
+
+
+@needs_areal
+def test_policy_loss_clipped_and_unclipped(areal):
+    old = torch.tensor([[0.0, -1.2, -0.1]])
+    adv = torch.tensor([[0.0, 1.0, -2.0]])
+    mask = torch.tensor([[0, 1, 1]])
+    lp = torch.tensor([[0.0, -1.0, -0.5]], requires_grad=True)
+    res = areal.call("policy_loss", {"log_probs": lp, "old_log_probs": old, "advantages": adv,
+                                     "loss_mask": mask}, {"eps_clip": 0.2})
+    # ratios e^0.2 (adv +1) and e^-0.4 (adv -2) both leave [0.8, 1.2]: (-1.2 + 1.6) / 2
+    assert res.outputs["loss"].item() == pytest.approx(0.2, abs=1e-6)
+    assert res.outputs["clipfrac"].tolist() == [[0.0, 1.0, 1.0]]
+    res.outputs["loss"].backward()
+    assert lp.grad.abs().sum().item() == 0.0
+
+    lp2 = (old + 0.05).requires_grad_(True)
+    res = areal.call("policy_loss", {"log_probs": lp2, "old_log_probs": old, "advantages": adv,
+                                     "loss_mask": mask}, {"eps_clip": 0.2})
+    r = math.exp(0.05)
+    assert res.outputs["loss"].item() == pytest.approx(-(1.0 * r - 2.0 * r) / 2, abs=1e-6)
+    res.outputs["loss"].backward()
+    assert lp2.grad.tolist()[0] == pytest.approx([0.0, -r / 2, 2 * r / 2], abs=1e-6)
+
+
+@needs_areal
+def test_kl_estimators(areal):
+    lp = torch.tensor([[0.0, -1.0, -2.0]])
+    ref = torch.tensor([[0.0, -1.5, -1.0]])
+    inputs = {"log_probs": lp, "ref_log_probs": ref, "loss_mask": torch.tensor([[0, 1, 1]])}
+    d = lp - ref
+    expected = {"k1": d, "k2": d ** 2 / 2, "k3": torch.exp(-d) - 1 + d}
+    for kind, value in expected.items():
+        torch.testing.assert_close(areal.call("kl", inputs, {"kl_type": kind}).outputs["kl"], value)
+
+
+@needs_areal
+def test_unsupported_and_bad_location(areal, tmp_path):
+    with pytest.raises(Unsupported):
+        areal.call("advantages", NO_EOS_INPUTS, {"estimator": "grpo"})
+    with pytest.raises(TargetLoadError, match="areal"):
+        ArealAdapter(tmp_path, torch.device("cpu")).load()
+
+
+# --- a checkout (keep last: it swaps the imported areal for the checkout's) ---------------
+
+@needs_areal
+@pytest.mark.skipif(not os.environ.get("SENTINEL_AREAL_REPO"),
+                    reason="SENTINEL_AREAL_REPO (path of an AReaL checkout) is not set")
+def test_checkout_still_has_no_eos_leak():
+    adapter = ArealAdapter(Path(os.environ["SENTINEL_AREAL_REPO"]), torch.device("cpu"))
+    facts = adapter.load()
+    assert "areal/trainer/ppo/actor.py" in facts["module_files"]
+    res = adapter.call("advantages", NO_EOS_INPUTS, NO_EOS_CONFIG)
+    assert res.function.file == "areal/trainer/ppo/actor.py"
+    # Unfixed as of AReaL HEAD cbff54d64 (2026-08-22); the fix is PR #1351 (c1bd33ff5, cdc1c4783).
+    shift = no_eos_shift(adapter)
+    try:  # the GAE kernel is a function of its own only since #1600
+        gae = adapter.call("gae", {"token_rewards": torch.tensor([[0.0, 0.0, 1.0, 0.0]]),
+                                   "values": torch.tensor([[0.5, 0.4, 0.3, 0.0]]),
+                                   "loss_mask": torch.tensor([[1, 1, 1, 0]])}, {"gamma": 1.0, "lam": 0.95})
+        # deltas [-0.1, -0.1, 0.7]: A2 = 0.7, A1 = -0.1 + 0.95 * 0.7, A0 = -0.1 + 0.95 * A1
+        assert gae.outputs["advantages"][0, :3].tolist() == pytest.approx([0.43675, 0.565, 0.7], abs=1e-6)
+    except Unsupported:
+        pass
+    assert shift == [-49.5, 0.0, 0.0], (
+        f"shift {shift}: a zero shift means this checkout contains the fix of PR #1351")
