@@ -333,7 +333,8 @@ class ReferenceAdapter(Adapter):
         rows = inputs["mask"].bool() if "mask" in inputs else torch.ones_like(r, dtype=torch.bool)
         index = self.ops.group_index(inputs.get("group"), config.get("group_size"), r.shape[0]).to(r.device)
         out = self.ops.reward_norm(r, rows, index, config.get("mean_level", "batch"),
-                                   config.get("std_level", "batch"), config.get("eps") or 1e-5)
+                                   config.get("std_level", "batch"),
+                                   1e-5 if config.get("eps") is None else config["eps"])
         return self._result({"rewards": out}, "reward_norm")
 
     def b_advantages(self, inputs, config):
