@@ -3,7 +3,6 @@ section for a pull request, and JUnit XML for CI."""
 
 from __future__ import annotations
 
-import html
 import json
 import shlex
 from typing import Any, Iterable
@@ -129,6 +128,12 @@ def _target_line(report: Report, key: str) -> str:
 def markdown(report: Report) -> str:
     out = ["## RL-Sentinel report", ""]
     s = report.statistics
+    if report.comparisons:
+        counts = {}
+        for c in report.comparisons:
+            counts[c.verdict] = counts.get(c.verdict, 0) + 1
+        out.append("**" + ", ".join(f"{n} {v}" for v, n in counts.items()) + "** between base and head.")
+        out.append("")
     out.append(f"**{'PASS' if report.success else 'FAIL'}**: {s.holds} hold, {s.violated} violated, "
                f"{s.errors} error, {s.unsupported} unsupported ({report.environment.device or 'cpu'}, "
                f"torch {report.environment.torch}, rl-sentinel {report.environment.tool_version}).")
@@ -160,7 +165,7 @@ def markdown(report: Report) -> str:
             if rows:
                 out += ["| invariant | verdict | observed | expected | positions |", "|---|---|---|---|---|"]
                 for i in rows:
-                    cfg = html.escape(json.dumps(i.config))
+                    cfg = json.dumps(i.config).replace("|", "\\|")
                     out.append(f"| `{cfg}` | {i.verdict} | {_md_value(i.observed)} | {_md_value(i.expected)} | "
                                f"{_md_value(i.positions) if i.positions else ''} |")
                 out.append("")

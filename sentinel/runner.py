@@ -29,7 +29,7 @@ from .invariants import RunObservation
 from .report import (Environment, ExceptionInfo, FunctionInfo, InvariantResult, Report, ScenarioResult, Target,
                      statistics)
 from .spec import Scenario
-from .tensors import decode, encode, to_list
+from .tensors import decode, encode, to_clean_list, to_list
 
 LOAD_TIMEOUT = 300.0  # importing a real trainer (and its shims) on a cold disk
 
@@ -164,7 +164,7 @@ def _exc(d: dict[str, Any] | None) -> ExceptionInfo | None:
 def evaluate(sc: Scenario, runs: list[Run], res: dict[str, Any], target_key: str) -> ScenarioResult:
     """Turn a worker result into verdicts. Pure: no torch, no target."""
     base = ScenarioResult(id=sc.id, title=sc.title, boundary=sc.boundary, file=sc.file, target=target_key,
-                          verdict="holds", inputs={n: to_list(a) for n, a in sc.inputs.items()},
+                          verdict="holds", inputs={n: to_clean_list(a) for n, a in sc.inputs.items()},
                           config=sc.full_config(), provenance=sc.provenance,
                           function=FunctionInfo(**res["function"]) if res.get("function") else None,
                           duration_s=round(res.get("duration_s", 0.0), 6))

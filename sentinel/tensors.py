@@ -28,3 +28,12 @@ def decode(d: dict[str, Any]) -> np.ndarray:
 def to_list(a: np.ndarray) -> Any:
     """Nested lists for humans (the report); floats stay floats, non-finite included."""
     return np.asarray(a).tolist()
+
+
+def to_clean_list(a: np.ndarray) -> Any:
+    """Nested lists with float32 values written as their shortest decimal (0.2, not
+    0.20000000298023224): for inputs that a person typed."""
+    arr = np.asarray(a)
+    if arr.dtype == np.float32:
+        return np.vectorize(lambda v: float(str(v)), otypes=[float])(arr).tolist() if arr.size else arr.tolist()
+    return arr.tolist()
