@@ -341,6 +341,8 @@ class ReferenceAdapter(Adapter):
         """Scalar rewards -> (advantages, returns, logged_kl, token_rewards) for one estimator."""
         m, r = inputs["loss_mask"], inputs["rewards"]
         estimator, kl_coef = config.get("estimator", "gae"), config.get("kl_coef", 0.0)
+        if config.get("reward_bias", 0.0) != 0.0 or config.get("reward_scaling", 1.0) != 1.0 or config.get("adv_norm"):
+            raise Unsupported("the reference has no reward_bias / reward_scaling / adv_norm (AReaL options)")
         if "log_probs" in inputs and "ref_log_probs" in inputs:
             kl = self.ops.kl_estimator(inputs["log_probs"], inputs["ref_log_probs"], m, config.get("kl_type", "k1"))
         else:
@@ -369,7 +371,8 @@ class ReferenceAdapter(Adapter):
             adv = keep(r[:, None] - kl_coef * kl, m)
             ret = adv
         else:
-            raise ValueError(f"unknown estimator {estimator!r}")
+            raise Unsupported(f"the reference has no estimator {estimator!r} "
+                              "(gae, grpo, reinforce_plus_plus, reinforce_plus_plus_baseline)")
         if config.get("normalize_advantages"):
             adv = self.ops.whiten(adv, m)
         outputs = {"advantages": adv, "returns": ret, "logged_kl": kl, "token_rewards": token_rewards}

@@ -243,7 +243,15 @@ def run_group(scenarios: list[Scenario], spec: TargetSpec, timeout: float = 60.0
                   "options": {"plant": spec.plant, "compile": spec.compile}}
         worker = None
         for sc in todo:
-            runs = plan(sc)
+            try:
+                runs = plan(sc)
+            except Exception as e:  # noqa: BLE001 - a planning bug costs its scenario, never the whole run
+                import traceback
+                info = ExceptionInfo(type=type(e).__name__, message=str(e), traceback=traceback.format_exc()[-4000:])
+                emit(ScenarioResult(id=sc.id, title=sc.title, boundary=sc.boundary, file=sc.file, target=spec.key,
+                                    verdict="error", reason=f"could not plan the scenario's runs: {info.type}: {info.message}",
+                                    exception_info=info, provenance=sc.provenance))
+                continue
             for attempt in (1, 2):
                 try:
                     if worker is None:

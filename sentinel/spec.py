@@ -210,7 +210,9 @@ def _parse(doc: Any, ctx: _Ctx) -> Scenario | None:
         for key in v.config:
             if key not in spec.config:
                 ctx.add(("variants", name, "config", key), f"unknown config key for boundary {spec.name!r}")
-        vin = _parse_inputs(v.inputs, spec, ctx, ("variants", name, "inputs"), base=inputs)
+        # a variant overlays the base: with broken base inputs, check it on its own (base={}),
+        # never as a base of its own (which would report the base's inputs as missing)
+        vin = _parse_inputs(v.inputs, spec, ctx, ("variants", name, "inputs"), base=inputs if inputs is not None else {})
         variants[name] = ({**(inputs or {}), **(vin or {})}, v.config)
     grads = []
     for i, g in enumerate(m.observe.grads):

@@ -7,6 +7,7 @@ worker produces them.
 
 from __future__ import annotations
 
+import ast
 import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
@@ -137,8 +138,35 @@ class Invariant(BaseModel):
 
     @staticmethod
     def _known_outputs(sc: "Scenario", names: list[str] | None, fld: str = "outputs") -> list[tuple[str, str]]:
-        bad = [n for n in (names or []) if sc.spec.output(n) is None and not GRAD_RE.match(n) and not INPUT_RE.match(n)]
-        return [(fld, f"boundary {sc.boundary!r} has no output {n!r} (outputs: {', '.join(p.name for p in sc.spec.outputs)})") for n in bad]
+        out = []
+        for n in names or []:
+            if m := GRAD_RE.match(n):  # grad:OUT/INP: a gradient the worker can take, else never observed
+                if sc.spec.output(m[1]) is None or m[2] not in sc.spec.grad_inputs:
+                    out.append((fld, f"{n!r}: gradients of {sc.boundary!r} are d(output)/d(input) for inputs "
+                                     f"{list(sc.spec.grad_inputs)}"))
+            elif m := INPUT_RE.match(n):
+                if sc.spec.input(m[1]) is None:
+                    out.append((fld, f"{n!r}: boundary {sc.boundary!r} has no input {m[1]!r}"))
+            elif sc.spec.output(n) is None:
+                out.append((fld, f"boundary {sc.boundary!r} has no output {n!r} (outputs: {', '.join(p.name for p in sc.spec.outputs)})"))
+        return out
+
+    @staticmethod
+    def _known_expression(sc: "Scenario", expected: Any, fld: str = "expected") -> list[tuple[str, str]]:
+        """An `expected` expression may name the boundary's inputs and outputs and the numpy
+        functions of _EXPR_NS; any other name could never be evaluated (a check that cannot fail)."""
+        if not isinstance(expected, str):
+            return []
+        try:
+            tree = ast.parse(expected, mode="eval")
+        except SyntaxError as e:
+            return [(fld, f"not a valid expression: {e.msg}")]
+        known = set(_EXPR_NS) | {p.name for p in sc.spec.inputs} | {p.name for p in sc.spec.outputs}
+        unknown = sorted({n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} - known)
+        if not unknown:
+            return []
+        return [(fld, f"expression {expected!r} names {', '.join(map(repr, unknown))}: not an input or output of "
+                      f"{sc.boundary!r} nor one of {', '.join(sorted(_EXPR_NS))}")]
 
     @staticmethod
     def _known_input(sc: "Scenario", name: str | None, fld: str) -> list[tuple[str, str]]:

@@ -24,6 +24,8 @@ class _MaskFamily(Invariant):
     def check(self, sc):
         out = self._known_input(sc, self.mask, "mask") + self._known_outputs(sc, self.outputs)
         out += [p for n in (self.perturb or []) for p in self._known_input(sc, n, "perturb")]
+        out += [("perturb", f"the scenario gives no {n!r} input to perturb") for n in (self.perturb or [])
+                if sc.spec.input(n) is not None and n not in sc.inputs]
         if self.mask not in sc.inputs:
             out.append(("mask", f"the scenario gives no {self.mask!r} input"))
         elif not (sc.inputs[self.mask] == 0).any():

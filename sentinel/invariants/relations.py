@@ -57,6 +57,9 @@ class UnchangedUnder(Invariant):
             out.append(("variant", f"no variant named {self.variant!r} (variants: {', '.join(sc.variants) or 'none'})"))
         if isinstance(self.rows, str) and self.rows not in ROW_SELECTORS:
             out.append(("rows", f"rows is one of {ROW_SELECTORS} or a list of row indices"))
+        if isinstance(self.rows, list):
+            b = sc.inputs[self.mask].shape[0] if self.mask in sc.inputs else len(next(iter(sc.inputs.values())))
+            out += [("rows", f"row {r} is out of range for a batch of {b}") for r in self.rows if not -b <= r < b]
         if self.rows in ("has_eos", "no_eos") and "attention_mask" not in sc.inputs:
             out.append(("rows", f"rows: {self.rows} needs an attention_mask input"))
         return out

@@ -99,6 +99,9 @@ class GroupIsolation(Invariant):
 
     def check(self, sc):
         out = self._known_outputs(sc, [self.output], "output") + self._known_input(sc, self.group, "group")
+        out += self._known_input(sc, self.perturb, "perturb")
+        if sc.spec.input(self.perturb) is not None and self.perturb not in sc.inputs:
+            out.append(("perturb", f"the scenario gives no {self.perturb!r} input to perturb"))
         if self.group not in sc.inputs:
             out.append(("group", f"the scenario gives no {self.group!r} input"))
         elif len(np.unique(sc.inputs[self.group])) < 2:

@@ -1,0 +1,81 @@
+"""A deliberately misbehaving target for the isolation tests (imported by the worker as
+`faulty_adapter:FaultyAdapter`; the tests put this folder on PYTHONPATH).
+
+It speaks only the `loss_agg` boundary. Its config key `mode` (a real config key of that
+boundary, so scenarios validate) picks how the call misbehaves:
+
+  ok            token-mean of `values` over `loss_mask` (the correct answer)
+  raise         raise ValueError("planted failure: ...")
+  exit          sys.exit(3)
+  segv          os.kill(own pid, SIGSEGV)
+  hang          sleep forever
+  kill-parent   SIGKILL the process that forked this call (the warm worker itself)
+  mutate        bump a module-level counter, then answer as `ok`
+  read-state    answer with the counter as the loss (0 unless a mutation leaked)
+  print         write junk to stdout (print and the raw fd 1), then answer as `ok`
+  unsupported   raise Unsupported
+
+`BrokenLoadAdapter.load()` raises, so the target cannot be loaded at all.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+import torch
+
+from sentinel_adapters.base import Adapter, BoundaryResult, FunctionRef, Unsupported
+
+COUNTER = 0  # module-level state a misbehaving call mutates
+
+
+def _token_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    m = mask.bool()
+    return torch.where(m, values, torch.zeros_like(values)).sum() / m.sum().clamp_min(1)
+
+
+class FaultyAdapter(Adapter):
+    name = "faulty"
+    description = "misbehaves on purpose (tests/faulty_adapter.py)"
+
+    def load(self):
+        return {"version": "faulty-1"}
+
+    def b_loss_agg(self, inputs, config):
+        global COUNTER
+        mode = config.get("mode", "ok")
+        values, mask = inputs["values"], inputs["loss_mask"]
+        if mode == "raise":
+            raise ValueError("planted failure: the target raised")
+        if mode == "exit":
+            sys.exit(3)
+        if mode == "segv":
+            os.kill(os.getpid(), signal.SIGSEGV)
+            time.sleep(5)  # the signal is delivered asynchronously
+        if mode == "hang":
+            while True:
+                time.sleep(1)
+        if mode == "kill-parent":
+            os.kill(os.getppid(), signal.SIGKILL)
+            os._exit(1)  # an orphan that lingered would hold the worker's stdout pipe open
+        if mode == "unsupported":
+            raise Unsupported("planted: this target has no such loss_agg mode")
+        if mode == "mutate":
+            COUNTER += 1000
+        if mode == "read-state":
+            return BoundaryResult({"loss": torch.tensor(float(COUNTER))}, function=FunctionRef.of(_token_mean))
+        if mode == "print":
+            print('{"event": "result", "status": "ok", "junk": true}')
+            print("not json at all {{{", flush=True)
+            os.write(1, b'{"event": "ready"}\nraw fd 1 junk\n')
+        return BoundaryResult({"loss": _token_mean(values, mask)}, function=FunctionRef.of(_token_mean))
+
+
+class BrokenLoadAdapter(FaultyAdapter):
+    name = "broken-load"
+
+    def load(self):
+        raise RuntimeError("planted load failure: trainer module not importable")

@@ -1,0 +1,135 @@
+"""The verl adapter against verl's real code (the installed package).
+
+Install the target with: pip install --no-deps verl==0.9.1 && pip install -r requirements/verl.txt
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+
+import pytest
+import torch
+
+from sentinel.catalog import catalog_path
+from sentinel.runner import TargetSpec, run
+from sentinel.spec import load_paths
+from sentinel_adapters.base import TargetLoadError, Unsupported
+from sentinel_adapters.verl import VerlAdapter
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("verl") is None,
+    reason="verl is not installed (pip install --no-deps verl==0.9.1 && pip install -r requirements/verl.txt)",
+)
+
+T = torch.tensor
+
+
+@pytest.fixture(scope="module")
+def verl() -> VerlAdapter:
+    adapter = VerlAdapter(None, torch.device("cpu"))
+    adapter.facts = adapter.load()
+    return adapter
+
+
+def test_load_facts(verl):
+    facts = verl.facts
+    assert facts["version"] and facts["version"] != "unknown"
+    assert "verl/trainer/ppo/core_algos.py" in facts["module_files"]
+    assert set(facts["stubs"]) == set(verl.stubs)
+    assert "verl" not in facts["stubs"] and "torch" not in facts["stubs"] and "omegaconf" not in facts["stubs"]
+    assert {"gae", "grpo", "reinforce_plus_plus"} <= set(facts["adv_estimators"])
+
+
+def test_gae_three_tokens(verl):
+    # deltas [-0.1, -0.1, 0.7] (gamma 1, lambda 0.95): A2 = 0.7, A1 = -0.1 + 0.95 * 0.7,
+    # A0 = -0.1 + 0.95 * A1; the reported advantages are verl's GAE before its whitening.
+    inputs = {"token_rewards": T([[0.0, 0.0, 1.0]]), "values": T([[0.5, 0.4, 0.3]]), "loss_mask": T([[1, 1, 1]])}
+    res = verl.call("gae", inputs, {"gamma": 1.0, "lam": 0.95})
+    assert res.function.qualname == "compute_gae_advantage_return"
+    assert res.function.file == "verl/trainer/ppo/core_algos.py"
+    assert res.outputs["advantages"][0].tolist() == pytest.approx([0.43675, 0.565, 0.7], abs=1e-6)
+    assert res.outputs["returns"][0].tolist() == pytest.approx([0.93675, 0.965, 1.0], abs=1e-6)
+
+
+def test_gae_estimator_whitens_when_asked(verl):
+    # One sequence, reward 1 at its last token, zero values, gamma = lambda = 1: raw advantages
+    # [1, 1, 1] (returns too); verl's built-in whitening maps a constant to 0.
+    inputs = {"rewards": T([1.0]), "values": T([[0.0, 0.0, 0.0]]), "loss_mask": T([[1, 1, 1]])}
+    raw = verl.call("advantages", inputs, {"estimator": "gae"}).outputs
+    assert raw["advantages"][0].tolist() == pytest.approx([1.0, 1.0, 1.0])
+    assert raw["token_rewards"][0].tolist() == [0.0, 0.0, 1.0]
+    white = verl.call("advantages", inputs, {"estimator": "gae", "normalize_advantages": True}).outputs
+    assert white["advantages"][0].tolist() == pytest.approx([0.0, 0.0, 0.0], abs=1e-3)
+    assert white["returns"][0].tolist() == pytest.approx([1.0, 1.0, 1.0])
+
+
+def test_kl_in_reward(verl):
+    # apply_kl_penalty: token rewards = score at the last token - kl_coef * (log p - log p_ref)
+    inputs = {"rewards": T([2.0]), "log_probs": T([[-0.5, -1.0, -0.2, 0.0]]),
+              "ref_log_probs": T([[-0.6, -0.8, -0.4, 0.0]]), "values": T([[0.0] * 4]),
+              "loss_mask": T([[1, 1, 1, 0]])}
+    out = verl.call("advantages", inputs, {"estimator": "gae", "kl_coef": 0.1, "kl_type": "k1"}).outputs
+    assert out["token_rewards"][0, :3].tolist() == pytest.approx([-0.01, 0.02, 1.98], abs=1e-6)
+    assert out["returns"][0, :3].tolist() == pytest.approx([1.99, 2.0, 1.98], abs=1e-6)
+    assert out["logged_kl"][0, :3].tolist() == pytest.approx([0.1, -0.2, 0.2], abs=1e-6)
+
+
+def test_grpo_group_normalisation(verl):
+    # group 0 = rows {0, 2}: rewards {1, 0}, mean 0.5, std 0.7071;
+    # group 1 = rows {1, 3, 4}: rewards {0, 1, 1}, mean 2/3, std 0.5774
+    inputs = {"rewards": T([1.0, 0.0, 0.0, 1.0, 1.0]), "group": T([0, 1, 0, 1, 1]),
+              "loss_mask": T([[1, 1, 0], [1, 1, 1], [1, 0, 0], [1, 1, 1], [1, 1, 0]])}
+    for estimator in ("grpo", "grpo_vectorized"):
+        res = verl.call("advantages", inputs, {"estimator": estimator})
+        adv = res.outputs["advantages"][:, 0].tolist()
+        assert adv == pytest.approx([1 / math.sqrt(2), -2 / math.sqrt(3), -1 / math.sqrt(2),
+                                     1 / math.sqrt(3), 1 / math.sqrt(3)], abs=1e-4), estimator
+        assert res.outputs["advantages"][2, 1:].tolist() == [0.0, 0.0]  # masked tokens
+    dr = verl.call("advantages", inputs, {"estimator": "grpo",
+                                          "reward_norm": {"mean_level": "group", "std_level": None}})
+    assert dr.outputs["advantages"][:, 0].tolist() == pytest.approx([0.5, -2 / 3, -0.5, 1 / 3, 1 / 3], abs=1e-6)
+
+
+def test_loss_aggregation(verl):
+    inputs = {"values": T([[1.0, 2.0, 3.0, 9.0], [4.0, 9.0, 9.0, 9.0]]), "loss_mask": T([[1, 1, 1, 0], [1, 0, 0, 0]])}
+    expected = {"token-mean": 2.5, "seq-mean-token-mean": 3.0, "seq-mean-token-sum": 5.0}
+    for mode, value in expected.items():
+        res = verl.call("loss_agg", inputs, {"mode": mode})
+        assert res.outputs["loss"].item() == pytest.approx(value), mode
+        assert res.function.qualname == "agg_loss"
+
+
+def test_ppo_dual_clip(verl):
+    lp = T([[0.0, 0.0, 0.0, 0.0]], requires_grad=True)
+    inputs = {"log_probs": lp, "old_log_probs": T([[-2.0, 0.1, -2.0, 0.05]]),
+              "advantages": T([[-1.0, -1.0, 1.0, 2.0]]), "loss_mask": T([[1, 1, 1, 1]])}
+    res = verl.call("policy_loss", inputs, {"eps_clip": 0.2, "eps_clip_high": 0.2, "eps_clip_c": 3.0})
+    assert res.function.qualname == "compute_policy_loss_vanilla"
+    assert res.outputs["pg_loss"][0].tolist() == pytest.approx([3.0, 0.9048374, -1.2, -1.9024588], abs=1e-6)
+    assert res.outputs["loss"].item() == pytest.approx((3.0 + 0.9048374 - 1.2 - 1.9024588) / 4, abs=1e-6)
+
+
+def test_kl_names(verl):
+    lp, ref = T([[0.0, -1.0, -2.0]]), T([[0.0, -1.5, -1.0]])
+    inputs = {"log_probs": lp, "ref_log_probs": ref, "loss_mask": T([[0, 1, 1]])}
+    d = lp - ref
+    for kind, value in {"k1": d, "k2": d ** 2 / 2, "k3": torch.exp(-d) - 1 + d}.items():
+        torch.testing.assert_close(verl.call("kl", inputs, {"kl_type": kind}).outputs["kl"], value)
+
+
+def test_unsupported_and_bad_location(verl, tmp_path):
+    with pytest.raises(Unsupported, match="EOS"):
+        verl.call("advantages", {"rewards": T([1.0]), "loss_mask": T([[1]])},
+                  {"estimator": "grpo", "mask_no_eos_with_zero": True})
+    with pytest.raises(Unsupported):
+        verl.call("gspo_kl", {"log_probs": T([[0.0]]), "old_log_probs": T([[0.0]]), "loss_mask": T([[1]])}, {})
+    with pytest.raises(TargetLoadError, match=r"verl.*core_algos"):
+        VerlAdapter(tmp_path, torch.device("cpu")).load()
+
+
+def test_catalog_scenarios_through_the_runner():
+    scenarios = load_paths([catalog_path() / "kl" / "kl-estimators.yaml", catalog_path() / "policy" / "ppo-clip.yaml"])
+    report = run(scenarios, [TargetSpec("verl")], timeout=60)
+    verdicts = {r.id: r.verdict for r in report.results}
+    assert verdicts and set(verdicts.values()) == {"holds"}, verdicts
