@@ -1,0 +1,123 @@
+"""The seed results on real trainer code, run as a user would: `sentinel run` / `compare` /
+`bisect` on the catalog's scenario files.
+
+AReaL (PyPI 1.0.4, installed by .ci/run) and verl (PyPI 0.9.1) run on every CI run. slime
+has no package: set SENTINEL_SLIME_REPO to a checkout; AReaL's git HEAD: SENTINEL_AREAL_REPO.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SEEDS = Path(__file__).resolve().parents[1] / "scenarios" / "seeds"
+FINDINGS = SEEDS.parent / "findings"
+SLIME = os.environ.get("SENTINEL_SLIME_REPO")
+AREAL_REPO = os.environ.get("SENTINEL_AREAL_REPO")
+needs_slime = pytest.mark.skipif(not SLIME, reason="set SENTINEL_SLIME_REPO to a slime checkout to run slime tests")
+needs_areal = pytest.mark.skipif(importlib.util.find_spec("areal") is None,
+                                 reason="areal is not installed (pip install --no-deps areal==1.0.4 -r requirements/areal.txt)")
+needs_verl = pytest.mark.skipif(importlib.util.find_spec("verl") is None,
+                                reason="verl is not installed (pip install --no-deps verl==0.9.1 -r requirements/verl.txt)")
+
+
+def sentinel(*args: str) -> tuple[int, dict]:
+    p = subprocess.run([sys.executable, "-m", "sentinel.cli", *args, "-o", "-", "--json"], capture_output=True, text=True)
+    assert p.stdout, p.stderr
+    return p.returncode, json.loads(p.stdout)
+
+
+def result(report: dict, scenario: str, target: str | None = None) -> dict:
+    return next(r for r in report["results"] if r["id"] == scenario and (target is None or r["target"] == target))
+
+
+def inv(res: dict, family: str, output: str | None = None) -> dict:
+    return next(i for i in res["invariants"] if i["family"] == family
+                and (output is None or next(iter(i["config"].values())).get("output") == output))
+
+
+def _no_eos_shift(code: int, rep: dict) -> None:
+    assert code == 1
+    r = result(rep, "no-eos-outlier-reward-norm")
+    assert r["verdict"] == "violated"
+    i = inv(r, "unchanged_under")
+    assert i["positions"] == [[0, 1]]  # row 0 (has EOS), its trained token
+    assert i["difference"][0][1] == pytest.approx(-49.5)
+    assert r["function"]["qualname"].endswith("compute_advantages")
+
+
+@needs_areal
+def test_areal_pypi_no_eos_leak():
+    _no_eos_shift(*sentinel("run", str(SEEDS / "no-eos-outlier-reward-norm.yaml"), "--target", "areal"))
+
+
+@needs_areal
+@pytest.mark.skipif(not AREAL_REPO, reason="set SENTINEL_AREAL_REPO to an AReaL checkout")
+def test_areal_head_no_eos_leak():
+    code, rep = sentinel("run", str(SEEDS / "no-eos-outlier-reward-norm.yaml"), "--target", "areal", "--repo", AREAL_REPO)
+    _no_eos_shift(code, rep)
+    assert rep["targets"]["areal"]["commit"]
+
+
+@needs_verl
+def test_verl_findings_reproduce():
+    code, rep = sentinel("run", str(FINDINGS), "--target", "verl")
+    verdicts = {r["id"]: r["verdict"] for r in rep["results"]}
+    assert verdicts == {"gae-nan-at-masked-position": "violated", "reinforce-pp-nan-masked-kl": "violated",
+                        "grpo-rejected-row-in-group-stats": "violated", "seq-mean-loss-nan-masked": "violated",
+                        "grpo-unequal-group-sizes": "holds"}
+    assert code == 1
+
+
+@needs_slime
+def test_slime_head_seeds():
+    code, rep = sentinel("run", str(SEEDS), str(SEEDS.parent / "is_correction"), "--target", "slime", "--repo", SLIME)
+    opsm = result(rep, "opsm-mixed-advantage")
+    assert opsm["verdict"] == "violated"
+    assert opsm["observations"]["opsm_mask"] == [[0.0, 1.0, 0.0]]
+    assert opsm["observations"]["reduced_policy_loss"] == pytest.approx(-0.030656620860099792, abs=1e-12)
+    assert opsm["observations"]["opsm_clipfrac"] == pytest.approx(0.6666667, abs=1e-6)
+    assert inv(opsm, "sequence_uniform")["positions"] == [[0, 1]]
+    assert opsm["function"]["qualname"] == "compute_opsm_mask"
+    # no off-policy IS hook at HEAD; slime's own TIS / IcePop weights are checked for detachment
+    ois = result(rep, "off-policy-is-correction")
+    assert ois["verdict"] == "unsupported" and "off_policy_is" in ois["reason"]
+    for sid in ("vanilla-tis-detached", "icepop-detached"):
+        r = result(rep, sid)
+        assert r["verdict"] == "holds" and inv(r, "detached")["verdict"] == "held", r["reason"]
+    assert "megatron" in rep["targets"]["slime"]["stubs"]
+
+
+@needs_slime
+def test_slime_kl_aliasing_compare_fixed():
+    code, rep = sentinel("compare", str(SEEDS / "ppo-kl-metric-aliasing.yaml"), "--target", "slime", "--repo", SLIME,
+                         "--base", "045310b2b^", "--head", "045310b2b")
+    assert code == 0
+    assert rep["comparisons"][0]["verdict"] == "fixed"
+    base = result(rep, "ppo-kl-metric-aliasing", "base")
+    # before the fix the logged KL is the shaped reward: -kl_coef * kl, + reward at the last token
+    kl = [[0.1, -0.2, 0.2], [-0.1, 0.2, 0.0]]
+    shaped = [[-0.05 * k for k in row] for row in kl]
+    shaped[0][2] += 1.0
+    shaped[1][1] += 0.5
+    flat = lambda x: [v for row in x for v in row]  # noqa: E731
+    assert flat(base["observations"]["logged_kl"]) == pytest.approx(flat(shaped), abs=1e-6)
+    head = result(rep, "ppo-kl-metric-aliasing", "head")
+    assert flat(head["observations"]["logged_kl"]) == pytest.approx(flat(kl), abs=1e-6)
+
+
+@needs_slime
+def test_slime_bisect_lands_on_the_fix(tmp_path):
+    log = tmp_path / "bisect.json"
+    p = subprocess.run([sys.executable, "-m", "sentinel.cli", "bisect", str(SEEDS / "ppo-kl-metric-aliasing.yaml"),
+                        "--target", "slime", "--repo", SLIME, "--good", "045310b2b~20", "--bad", "045310b2b",
+                        "-o", str(log)], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    first = json.loads(log.read_text())["first"]
+    assert first["commit"].startswith("045310b2b") and "preserve raw KL" in first["subject"]
