@@ -26,6 +26,7 @@ TARGETS = {
     "reference": "sentinel_adapters.reference:ReferenceAdapter",
     "slime": "sentinel_adapters.slime:SlimeAdapter",
     "areal": "sentinel_adapters.areal:ArealAdapter",
+    "verl": "sentinel_adapters.verl:VerlAdapter",
 }
 
 
@@ -133,6 +134,9 @@ class Worker:
         pid = os.fork()
         if pid == 0:  # child
             os.close(r)
+            # drop the protocol pipe: if the worker dies, the runner must see EOF at once,
+            # not when this child finishes
+            os.close(self.out.fileno())
             try:
                 data = json.dumps(self.execute(job)).encode()
             except BaseException as e:  # noqa: BLE001
