@@ -409,6 +409,8 @@ def hunt(
     output: Optional[str] = typer.Option(None, "--output", "-o", help="Write the JSON hunt report here. Default: reports/hunt.json; '-' for none."),
     as_json: bool = typer.Option(False, "--json", help="Print the JSON report on stdout instead of tables."),
     shrink_time: float = typer.Option(20.0, "--shrink-time", help="Seconds of shrinking per finding before the smallest so far is kept."),
+    first: bool = typer.Option(False, "--first", "-x", help="Stop at the first finding (once shrunk)."),
+    jobs: int = typer.Option(1, "--jobs", "-j", min=1, help="Worker processes hunting in parallel (one CPU core each)."),
     timeout: float = typer.Option(60.0, "--timeout", help="Extra seconds a round may overrun before it is an error."),
     list_: bool = typer.Option(False, "--list", help="List the hunt properties and exit."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Show every property, not only findings and errors."),
@@ -473,7 +475,8 @@ def hunt(
         def on_event(e: dict) -> None:
             kind = e.get("event")
             if kind == "start":
-                msg = f"{e['target']}: hunting {e['properties']} properties (worker up in {e['startup_s']:.1f} s)"
+                lanes = f"{e['jobs']} workers" if e.get("jobs", 1) > 1 else "worker"
+                msg = f"{e['target']}: hunting {e['properties']} properties ({lanes} up in {e['startup_s']:.1f} s)"
                 if not show and not as_json:
                     err.print(msg, highlight=False)
                 return
@@ -495,7 +498,8 @@ def hunt(
         try:
             rep = H.hunt(spec, boundaries=boundary, families=invariant, names=prop, max_examples=max_examples,
                          time_budget=time_budget, seed=seed, db=None if no_db else db, out_dir=out_dir,
-                         timeout=timeout, shrink_time=shrink_time, command=["sentinel", *sys.argv[1:]],
+                         timeout=timeout, shrink_time=shrink_time, first=first, jobs=jobs,
+                         command=["sentinel", *sys.argv[1:]],
                          on_event=on_event)
         except ValueError as e:
             raise usage_error(str(e)) from None
@@ -514,13 +518,16 @@ def _hunt_console(rep: Report, verbose: bool) -> None:
     from rich.panel import Panel
     h = rep.hunt
     t = Table(title=f"RL-Sentinel hunt · {', '.join(rep.targets)}", title_justify="left")
-    for c in ("property", "verdict", "examples", "rejected", "s", "why"):
+    for c in ("property", "verdict", "examples", "rejected", "errors", "s", "why"):
         t.add_column(c, overflow="fold")
     for p, r in zip(h.properties, rep.results):
-        if not verbose and p.status in ("holds", "unsupported"):
+        if not verbose and p.status in ("holds", "unsupported") and not p.errors:
             continue
+        why = (r.reason or "").split("; ")[0][:100]
+        if p.errors and p.error_sample and p.status != "error":
+            why += f" · target raised on {p.errors} input(s): {p.error_sample.type}: {p.error_sample.message[:80]}"
         t.add_row(p.property, render.Text(p.status, render.STYLE[p.status]), str(p.examples), str(p.rejected),
-                  f"{p.duration_s:.2f}", (r.reason or "").split("; ")[0][:100])
+                  str(p.errors), f"{p.duration_s:.2f}", why)
     if t.row_count:
         out.print(t)
     for f in h.findings:
@@ -529,6 +536,8 @@ def _hunt_console(rep: Report, verbose: bool) -> None:
         shape = f"{f.rows} row(s) x {f.tokens} token(s)" if f.tokens else f"{f.rows} row(s)"
         title = (f"{f.property}: minimal trigger {shape}, found after {f.examples_to_first} examples / "
                  f"{f.time_to_first_s:.2f} s")
+        if f.reproduced is False:
+            title += " · [bold magenta]the written scenario did NOT reproduce it[/]"
         out.print(Panel(render.Group(*body, render.Text(f"scenario: {f.file or f.scenario_id}", style="dim")),
                         title=title, title_align="left", border_style="red"))
     states = {s: sum(1 for p in h.properties if p.status == s) for s in ("holds", "violated", "unsupported", "error")}

@@ -113,6 +113,63 @@ class Environment(_Model):
     device_name: str | None = None
 
 
+class HuntFinding(_Model):
+    """One minimal counterexample `sentinel hunt` found and wrote as a scenario file."""
+
+    property: str = Field(description="boundary.family[.qualifier], e.g. opsm_mask.sequence_uniform")
+    boundary: str
+    family: str
+    scenario_id: str
+    file: str | None = Field(None, description="the scenario YAML written for it (sentinel run reproduces it)")
+    rows: int = Field(description="batch size of the shrunk trigger")
+    tokens: int = Field(description="sequence length of the shrunk trigger (0 for row-only boundaries)")
+    valid_tokens: int = Field(0, description="loss_mask ones in the shrunk trigger")
+    examples_to_first: int = Field(description="examples tried before the first violation (all rounds)")
+    time_to_first_s: float = Field(description="search seconds before the first violation (all rounds)")
+    shrink_calls: int = 0
+    message: str = ""
+    reproduced: bool | None = Field(None, description="the written scenario, run as `sentinel run` runs it, "
+                                                       "is violated on this target (None: not checked)")
+
+
+class HuntProperty(_Model):
+    """One property hunted: a generic invariant family on a boundary, over generated inputs."""
+
+    property: str
+    boundary: str
+    family: str
+    doc: str = ""
+    status: Literal["holds", "violated", "unsupported", "error"]
+    reason: str = ""
+    examples: int = Field(0, description="examples whose invariant was evaluated (generation phase)")
+    rejected: int = Field(0, description="examples not applicable: config unsupported by the target, precondition unmet")
+    errors: int = Field(0, description="examples on which the target raised")
+    shrink_calls: int = 0
+    rounds: int = 0
+    duration_s: float = 0.0
+    unsupported_reasons: list[str] = Field(default_factory=list)
+    excluded_config: dict[str, list[Any]] = Field(
+        default_factory=dict, description="config choices not drawn: the target raised Unsupported for them")
+    error_sample: ExceptionInfo | None = None
+
+
+class HuntSummary(_Model):
+    seed: int | None = None
+    max_examples: int = Field(description="per property")
+    time_budget_s: float
+    database: str | None = None
+    out_dir: str | None = None
+    examples: int = 0
+    rejected: int = 0
+    shrink_calls: int = 0
+    search_s: float = Field(0.0, description="seconds spent in rounds (worker start excluded)")
+    startup_s: float = 0.0
+    examples_per_s: float = 0.0
+    invariants_per_boundary: dict[str, list[str]] = Field(default_factory=dict)
+    properties: list[HuntProperty] = Field(default_factory=list)
+    findings: list[HuntFinding] = Field(default_factory=list)
+
+
 class Report(_Model):
     schema_version: str = REPORT_SCHEMA_VERSION
     kind: Literal["run", "compare", "hunt"] = "run"
@@ -126,6 +183,7 @@ class Report(_Model):
     comparisons: list[Comparison] = Field(default_factory=list)
     statistics: Statistics
     extra: dict[str, Any] = Field(default_factory=dict)
+    hunt: HuntSummary | None = Field(None, description="kind hunt: examples, time and findings of `sentinel hunt`")
 
     def exit_code(self) -> int:
         """0 all hold, 1 a violation, 3 a target error (a violation outranks an error)."""

@@ -5,6 +5,10 @@ then one job per scenario; the worker answers {"event": "ready" | "load_error"} 
 {"event": "result"} per job. On CPU each job runs in a forked child of the warmed worker,
 so a crash, `sys.exit` or hang costs one scenario, and module-level state a target mutates
 dies with the child instead of leaking into the next scenario.
+
+A job with {"type": "hunt"} (see sentinel/hunt.py) is one round of `sentinel hunt`: the
+forked child runs Hypothesis on one property with the adapter in-process (many examples
+per round trip), streaming {"event": "progress"} lines before its one result.
 """
 
 from __future__ import annotations
@@ -166,6 +170,68 @@ class Worker:
         return {"status": "error", "runs": {}, "error": {
             "type": "Crash", "message": f"the target process {how} before returning a result", "traceback": ""}}
 
+    # --- one hunt round (sentinel hunt) ------------------------------------------------
+    def hunt(self, job: dict[str, Any]) -> dict[str, Any]:
+        """A hunt round in a forked child; its progress lines are forwarded as they come."""
+        from sentinel import hunt as H  # hypothesis, strategies, runner: imported once, before fork
+        H.warm(job.get("property"), job.get("exclude"))
+        limit = float(job.get("time_limit", 10.0)) + float(job.get("shrink_time", H.SHRINK_TIME)) + \
+            float(self.header.get("timeout", 60))
+        if self.device.type != "cpu" or not hasattr(os, "fork"):
+            try:
+                return H.run_round(self.adapter, self.device, job, self.send)
+            except Exception as e:  # noqa: BLE001
+                return {"status": "error", "error": _error(e)}
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # child
+            os.close(r)
+            # drop the protocol pipe: if the worker dies, the runner must see EOF at once,
+            # not when this child finishes
+            os.close(self.out.fileno())
+            sink = os.fdopen(w, "w")
+
+            def emit(msg: dict[str, Any]) -> None:
+                sink.write(json.dumps(msg) + "\n")
+                sink.flush()
+            try:
+                res = H.run_round(self.adapter, self.device, job, emit)
+            except BaseException as e:  # noqa: BLE001
+                res = {"status": "error", "error": _error(e)}
+            try:
+                emit({**res, "event": "round"})
+                sink.close()
+            finally:
+                os._exit(0)
+        os.close(w)
+        result, buf, deadline = None, b"", time.monotonic() + limit
+        with os.fdopen(r, "rb") as f:
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0 or not select.select([f], [], [], left)[0]:
+                    os.kill(pid, signal.SIGKILL)
+                    os.waitpid(pid, 0)
+                    return {"status": "error", "error": {
+                        "type": "Timeout", "message": f"hunt round ran past {limit:g} s", "traceback": ""}}
+                chunk = os.read(f.fileno(), 1 << 20)
+                if not chunk:
+                    break
+                buf += chunk
+                while b"\n" in buf:
+                    line, buf = buf.split(b"\n", 1)
+                    msg = json.loads(line)
+                    if msg.get("event") == "progress":
+                        self.send(msg)
+                    else:
+                        result = msg
+        _, status = os.waitpid(pid, 0)
+        if result is not None:
+            return result
+        how = (f"killed by signal {signal.Signals(os.WTERMSIG(status)).name}" if os.WIFSIGNALED(status)
+               else f"exited with status {os.WEXITSTATUS(status)}")
+        return {"status": "error", "error": {
+            "type": "Crash", "message": f"the target process {how} during a hunt round", "traceback": ""}}
+
 
 def main() -> None:
     # The protocol owns the original stdout; anything target code prints goes to stderr.
@@ -181,7 +247,7 @@ def main() -> None:
         return
     for line in sys.stdin:
         job = json.loads(line)
-        result = worker.isolated(job)
+        result = worker.hunt(job) if job.get("type") == "hunt" else worker.isolated(job)
         result.update(event="result", scenario=job["scenario"])
         worker.send(result)
 
