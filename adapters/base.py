@@ -8,6 +8,7 @@ target's real function and translates the outputs back.
 from __future__ import annotations
 
 import inspect
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ClassVar
@@ -111,3 +112,21 @@ def unrows(parts: list[torch.Tensor], mask: torch.Tensor, fill: float = 0.0) -> 
         if len(idx):
             out[b, int(idx[0]): int(idx[0]) + p.numel()] = p.reshape(-1)
     return out
+
+
+def version_facts(root: Path, package_version: str | None, with_commit: bool = True) -> dict[str, Any]:
+    """{"package_version", "commit", "version": "<package>+g<sha9>"} for a checkout."""
+    facts: dict[str, Any] = {}
+    if package_version:
+        facts["package_version"] = package_version
+    if with_commit:
+        try:
+            sha = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                 timeout=10).stdout.strip()
+            if sha:
+                facts["commit"] = sha
+        except (OSError, subprocess.SubprocessError):
+            pass
+    parts = (facts.get("package_version"), facts.get("commit", "")[:9])
+    facts["version"] = "+g".join(x for x in parts if x) or "unknown"
+    return facts

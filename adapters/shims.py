@@ -25,7 +25,7 @@ import sys
 import types
 from typing import Any
 
-__all__ = ["install_stubs", "is_stub", "stubbed_names"]
+__all__ = ["import_with_stubs", "install_stubs", "is_stub", "stubbed_names"]
 
 _STUB_MARK = "__sentinel_stub__"
 
@@ -195,3 +195,28 @@ def is_stub(obj: Any) -> bool:
 def stubbed_names() -> list[str]:
     """Every module name this process has stubbed so far."""
     return sorted(_FINDER.roots)
+
+
+def import_with_stubs(name: str, *, target: str, own: str, allowed: set[str] | frozenset[str],
+                      stubs: list[str], hint: str = "options.extra_stubs adds one") -> types.ModuleType:
+    """Import `name`, stubbing each missing top-level module on the way if it is in
+    `allowed` (the heavy dependencies a boundary never calls); `stubs` collects what was
+    stubbed. Anything else missing, or the target's own package (`own`), is a load error
+    that names the module."""
+    from .base import TargetLoadError
+
+    for _ in range(64):
+        try:
+            return importlib.import_module(name)
+        except ModuleNotFoundError as e:
+            missing = (e.name or "").split(".")[0]
+            if not missing or missing == own or missing not in allowed:
+                raise TargetLoadError(
+                    f"{target} target: importing {name} needs module {e.name!r}, which is not installed "
+                    f"and is not a heavy dependency the adapter may shim ({hint})") from e
+            if missing in stubs:
+                raise TargetLoadError(f"{target} target: importing {name} failed inside stubbed {missing!r}: {e}") from e
+            stubs += [x for x in install_stubs([missing]) if x not in stubs]
+            if missing not in stubs:
+                raise TargetLoadError(f"{target} target: importing {name} failed on {e.name!r}: {e}") from e
+    raise TargetLoadError(f"{target} target: importing {name} kept failing")

@@ -38,7 +38,6 @@ import importlib.util
 import inspect
 import os
 import re
-import subprocess
 import sys
 import time
 import types
@@ -48,9 +47,9 @@ from typing import Any, Callable
 
 import torch
 
-from .base import Adapter, BoundaryResult, FunctionRef, TargetLoadError, Unsupported, rows, unrows
+from .base import Adapter, BoundaryResult, FunctionRef, TargetLoadError, Unsupported, rows, unrows, version_facts
 
-from .shims import install_stubs
+from .shims import import_with_stubs
 
 PPO_UTILS = "slime.utils.ppo_utils"
 CP_UTILS = "slime.backends.megatron_utils.cp_utils"
@@ -238,41 +237,13 @@ class SlimeAdapter(Adapter):
         return root
 
     def _version(self, root: Path) -> dict[str, Any]:
-        facts: dict[str, Any] = {}
         setup = root / "setup.py"
-        if setup.is_file():
-            m = re.search(r"""version\s*=\s*["']([^"']+)["']""", setup.read_text(errors="replace"))
-            if m:
-                facts["package_version"] = m.group(1)
-        try:
-            sha = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
-                                 timeout=10).stdout.strip()
-            if sha:
-                facts["commit"] = sha
-        except (OSError, subprocess.SubprocessError):
-            pass
-        parts = (facts.get("package_version"), facts.get("commit", "")[:9])
-        facts["version"] = "+g".join(x for x in parts if x) or "unknown"
-        return facts
+        m = re.search(r"""version\s*=\s*["']([^"']+)["']""", setup.read_text(errors="replace")) if setup.is_file() else None
+        return version_facts(root, m.group(1) if m else None)
 
     def _import(self, name: str) -> types.ModuleType:
-        extra = set(self.options.get("extra_stubs") or ())
-        for _ in range(64):
-            try:
-                return importlib.import_module(name)
-            except ModuleNotFoundError as e:
-                missing = (e.name or "").split(".")[0]
-                if not missing or missing.startswith("slime") or (missing not in HEAVY_DEPS and missing not in extra):
-                    raise TargetLoadError(
-                        f"slime target: importing {name} needs module {e.name!r}, which is not installed "
-                        f"and is not a heavy dependency the adapter may shim (options.extra_stubs adds one)") from e
-                if missing in self.stubs:
-                    raise TargetLoadError(
-                        f"slime target: importing {name} failed inside stubbed {missing!r}: {e}") from e
-                self.stubs += [s for s in install_stubs([missing]) if s not in self.stubs]
-                if missing not in self.stubs:
-                    raise TargetLoadError(f"slime target: importing {name} failed on {e.name!r}: {e}") from e
-        raise TargetLoadError(f"slime target: importing {name} kept failing")
+        return import_with_stubs(name, target="slime", own="slime", stubs=self.stubs,
+                                 allowed=HEAVY_DEPS | set(self.options.get("extra_stubs") or ()))
 
     def load(self) -> dict[str, Any]:
         root = self._locate()

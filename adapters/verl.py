@@ -102,7 +102,6 @@ import inspect
 import logging
 import math
 import os
-import subprocess
 import sys
 import time
 import types
@@ -113,8 +112,8 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from .base import Adapter, BoundaryResult, FunctionRef, TargetLoadError, Unsupported
-from .shims import install_stubs, is_stub
+from .base import Adapter, BoundaryResult, FunctionRef, TargetLoadError, Unsupported, version_facts
+from .shims import import_with_stubs, is_stub
 
 CORE = "verl.trainer.ppo.core_algos"
 TRAINER = "verl.trainer.ppo.ray_trainer"
@@ -333,40 +332,13 @@ class VerlAdapter(Adapter):
         return root
 
     def _version(self, root: Path, from_checkout: bool) -> dict[str, Any]:
-        facts: dict[str, Any] = {}
         vfile = root / "verl" / "version" / "version"
-        if vfile.is_file():
-            facts["package_version"] = vfile.read_text(errors="replace").strip()
-        if from_checkout:
-            try:
-                sha = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
-                                     timeout=10).stdout.strip()
-                if sha:
-                    facts["commit"] = sha
-            except (OSError, subprocess.SubprocessError):
-                pass
-        parts = (facts.get("package_version"), facts.get("commit", "")[:9])
-        facts["version"] = "+g".join(x for x in parts if x) or "unknown"
-        return facts
+        return version_facts(root, vfile.read_text(errors="replace").strip() if vfile.is_file() else None, from_checkout)
 
     def _import(self, name: str) -> types.ModuleType:
-        extra = set(self.options.get("extra_stubs") or ())
-        for _ in range(64):
-            try:
-                return importlib.import_module(name)
-            except ModuleNotFoundError as e:
-                missing = (e.name or "").split(".")[0]
-                if not missing or missing == "verl" or (missing not in HEAVY_DEPS and missing not in extra):
-                    raise TargetLoadError(
-                        f"verl target: importing {name} needs module {e.name!r}, which is not installed and is "
-                        f"not a heavy dependency the adapter may shim (pip install -r requirements/verl.txt, "
-                        f"or options.extra_stubs)") from e
-                if missing in self.stubs:
-                    raise TargetLoadError(f"verl target: importing {name} failed inside stubbed {missing!r}: {e}") from e
-                self.stubs += [s for s in install_stubs([missing]) if s not in self.stubs]
-                if missing not in self.stubs:
-                    raise TargetLoadError(f"verl target: importing {name} failed on {e.name!r}: {e}") from e
-        raise TargetLoadError(f"verl target: importing {name} kept failing")
+        return import_with_stubs(name, target="verl", own="verl", stubs=self.stubs,
+                                 allowed=HEAVY_DEPS | set(self.options.get("extra_stubs") or ()),
+                                 hint="pip install -r requirements/verl.txt, or options.extra_stubs")
 
     def _optional(self, name: str, enabled: bool = True) -> None:
         if not enabled:

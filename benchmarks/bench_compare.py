@@ -11,24 +11,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
 
+from timing import wall
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def wall(cmd: list[str], repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        p = subprocess.run(cmd, capture_output=True, text=True)
-        times.append(time.perf_counter() - t0)
-        if p.returncode not in (0, 1, 3):
-            sys.exit(f"{' '.join(cmd)} failed ({p.returncode}): {p.stderr[-2000:]}")
-    return statistics.median(times)
 
 
 def main() -> None:

@@ -11,21 +11,12 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-
-def wall(cmd: list[str], repeat: int) -> float:
-    """Median wall time of a command (seconds)."""
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        subprocess.run(cmd, check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+from timing import wall
 
 
 def direct_call_s(repeat: int) -> float:

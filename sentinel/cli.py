@@ -21,7 +21,7 @@ from rich.table import Table
 from . import __version__, boundaries, render
 from .catalog import catalog_path
 from .invariants import REGISTRY
-from .report import Report, ScenarioResult, dump, load, schema_text, write_atomic
+from .report import Report, dump, load, schema_text, write_atomic
 from .spec import ScenarioModel, SpecError, load_paths
 from .worker import TARGETS
 
@@ -107,6 +107,23 @@ def _progress(as_json: bool, total: int):
         yield tick
 
 
+def _check_location(target: str, plant: str | None, repo: Path | None, commit: str | None) -> None:
+    """Refuse, before any work starts, a target that cannot be located as given."""
+    _check_target(target, plant)
+    if commit and not repo:
+        raise usage_error("--commit needs --repo")
+    if repo is not None and not repo.exists():
+        raise usage_error(f"--repo {repo} does not exist")
+    if target == "slime" and repo is None:
+        raise usage_error("slime is not a package: give its checkout with --repo PATH")
+    if commit:
+        from . import git
+        try:
+            git.resolve(repo, commit)
+        except git.GitError as e:
+            raise usage_error(str(e)) from None
+
+
 def _execute(scenarios, targets, *, output: Path | None, junit: Path | None, as_json: bool, timeout: float,
              verbose: bool = False) -> Report:
     from .runner import run
@@ -164,20 +181,8 @@ def run(
     [cyan]sentinel run scenarios/ --target areal[/] (the installed areal package)
     """
     from .runner import TargetSpec
-    _check_target(target, plant)
-    if commit and not repo:
-        raise usage_error("--commit needs --repo")
-    if repo is not None and not repo.exists():
-        raise usage_error(f"--repo {repo} does not exist")
-    if target == "slime" and repo is None:
-        raise usage_error("slime is not a package: give its checkout with --repo PATH")
+    _check_location(target, plant, repo, commit)
     scenarios = _load(paths)
-    if commit:
-        from . import git
-        try:
-            git.resolve(repo, commit)
-        except git.GitError as e:
-            raise usage_error(str(e)) from None
     spec = TargetSpec(target, str(repo.resolve()) if repo else None, commit, device.value, plant, compile_)
     report = _execute(scenarios, [spec], output=_output(output), junit=junit, as_json=as_json, timeout=timeout,
                       verbose=verbose)
@@ -437,13 +442,7 @@ def hunt(
             t.add_row(p.name, p.family, p.doc)
         out.print(t)
         raise typer.Exit(0)
-    _check_target(target, plant)
-    if commit and not repo:
-        raise usage_error("--commit needs --repo")
-    if repo is not None and not repo.exists():
-        raise usage_error(f"--repo {repo} does not exist")
-    if target == "slime" and repo is None:
-        raise usage_error("slime is not a package: give its checkout with --repo PATH")
+    _check_location(target, plant, repo, commit)
     for b in boundary or []:
         if b not in boundaries.BOUNDARIES:
             raise usage_error(f"unknown boundary {b!r} (known: {', '.join(sorted(boundaries.BOUNDARIES))})")
@@ -455,12 +454,6 @@ def hunt(
             raise usage_error(f"unknown property {p!r} (see sentinel hunt --list)")
     if not H.select(boundary, invariant, prop):
         raise usage_error("no hunt property matches these --boundary / --invariant / --property filters (see --list)")
-    if commit:
-        from . import git
-        try:
-            git.resolve(repo, commit)
-        except git.GitError as e:
-            raise usage_error(str(e)) from None
     spec = TargetSpec(target, str(repo.resolve()) if repo else None, commit, device.value, plant, compile_)
     report_path = None if output == "-" else Path(output) if output else Path("reports") / "hunt.json"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Invariant, Outcome, diff_runs
+from .base import Invariant, diff_runs
 
 
 class Agree(Invariant):
