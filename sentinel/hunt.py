@@ -48,6 +48,7 @@ from . import strategies as S
 from .boundaries import get as get_boundary
 from .invariants import REGISTRY, Invariant, RunObservation
 from .invariants.base import Outcome
+from .worker import observe
 
 DEFAULT_DB = Path(".sentinel") / "hunt-db"
 DEFAULT_OUT = Path("reports") / "hunt"
@@ -232,37 +233,6 @@ def scenario_for(prop: Property, ex: S.Example):
     return sc
 
 
-def observe(adapter, device, boundary: str, run) -> tuple[RunObservation, dict | None]:
-    """One boundary call in-process, observed exactly as the worker does for `sentinel run`
-    (same tensor dtypes, gradients, requires_grad and inputs-after), minus the JSON."""
-    import torch
-
-    tensors = {n: torch.tensor(a, dtype=torch.int64 if a.dtype.kind in "iu" else None, device=device)
-               for n, a in run.inputs.items()}
-    for _, w in run.grads:
-        if w in tensors:
-            tensors[w].requires_grad_(True)
-    res = adapter.call(boundary, tensors, run.config)
-    outputs, rg, grads = {}, {}, {}
-    for name, v in res.outputs.items():
-        t = v if isinstance(v, torch.Tensor) else torch.as_tensor(v)
-        rg[name] = bool(t.requires_grad)
-        outputs[name] = t.detach().float().cpu().numpy()
-    for of, w in run.grads:
-        out = res.outputs.get(of)
-        if out is None or w not in tensors:
-            continue
-        if not isinstance(out, torch.Tensor) or not out.requires_grad:
-            grads[f"{of}/{w}"] = None
-            continue
-        g = torch.autograd.grad(out.sum() if out.dim() else out, tensors[w], retain_graph=True, allow_unused=True)[0]
-        grads[f"{of}/{w}"] = None if g is None else g.detach().float().cpu().numpy()
-    after = {n: res.inputs_after.get(n, t).detach().float().cpu().numpy().astype(run.inputs[n].dtype)
-             for n, t in tensors.items()}
-    obs = RunObservation(inputs=run.inputs, outputs=outputs, requires_grad=rg, grads=grads, inputs_after=after)
-    return obs, (res.function.as_dict() if res.function else None)
-
-
 def check(prop: Property, ex: S.Example, adapter, device) -> tuple[Outcome, dict[str, RunObservation], dict | None]:
     """Evaluate one example: plan the runs its invariant needs, call the target, evaluate.
     Raises NotApplicable, or the adapter's Unsupported, for an example that does not apply."""
@@ -271,7 +241,10 @@ def check(prop: Property, ex: S.Example, adapter, device) -> tuple[Outcome, dict
     sc = scenario_for(prop, ex)
     obs, function = {}, None
     for run in plan(sc):
-        obs[run.name], fn = observe(adapter, device, sc.boundary, run)
+        o, fn = observe(adapter, device, sc.boundary, run.inputs, run.config, run.grads)
+        # inputs come back in their own dtypes, as runner.evaluate decodes them
+        o["inputs_after"] = {n: a.astype(run.inputs[n].dtype) for n, a in o["inputs_after"].items()}
+        obs[run.name] = RunObservation(inputs=run.inputs, **o)
         function = function or fn
     with np.errstate(all="ignore"):
         outcome = sc.invariants[0].evaluate(obs, sc)
@@ -439,7 +412,7 @@ def run_round(adapter, device, job: dict[str, Any], emit: Callable[[dict[str, An
     else:  # Hypothesis never mixes a fixed seed with its database: replay first, then the seeded search
         attempts = [((Phase.reuse, Phase.shrink), None)] if db is not None else []
         attempts.append((generate, random.Random(job["seed"])))
-    status, note = "ok", ""
+    note = ""
     found = None
     for phases, rnd in attempts:
         s = settings(max_examples=max(1, int(job.get("max_examples", 100))), database=db, deadline=None,
@@ -455,7 +428,7 @@ def run_round(adapter, device, job: dict[str, Any], emit: Callable[[dict[str, An
         if best:
             break
     progress(force=True)
-    out: dict[str, Any] = {"status": status, "property": prop.name, **st, "note": note, "exclude": exclude,
+    out: dict[str, Any] = {"status": "ok", "property": prop.name, **st, "note": note, "exclude": exclude,
                            "unsupported_reasons": [f"{r} (x{n})" for r, n in unsupported.most_common(5)],
                            "error_sample": error_sample, "duration_s": time.monotonic() - t_probe,
                            "probe_s": t0 - t_probe,
@@ -620,10 +593,9 @@ def hunt(spec, *, boundaries: list[str] | None = None, families: list[str] | Non
       the scenario job path); HuntFinding.reproduced records the verdict."""
     from contextlib import ExitStack
 
-    from . import git
     from .report import (Environment, ExceptionInfo, FunctionInfo, HuntFinding, HuntProperty, HuntSummary,
                          InvariantResult, Report, ScenarioResult, Target, statistics)
-    from .runner import LOAD_TIMEOUT, WorkerDied, WorkerHandle
+    from .runner import LOAD_TIMEOUT, WorkerDied, WorkerHandle, checkout_root
     from .spec import load_text
 
     emit = on_event or (lambda e: None)
@@ -640,16 +612,7 @@ def hunt(spec, *, boundaries: list[str] | None = None, families: list[str] | Non
     db_path = str(Path(db).resolve()) if db else None
 
     with ExitStack() as stack:
-        root = None
-        if spec.repo:
-            try:
-                co = stack.enter_context(git.checkout(Path(spec.repo), spec.commit))
-            except git.GitError as e:
-                target.load_error = ExceptionInfo(type="GitError", message=str(e))
-                co = None
-            if co is not None:
-                root = str(co.path)
-                target.commit, target.subject, target.dirty = co.commit, co.subject, co.dirty
+        root = checkout_root(stack, spec, target)
         header = {"target": spec.name, "root": root, "device": spec.device, "timeout": timeout,
                   "options": {"plant": spec.plant, "compile": spec.compile}}
         lock = threading.RLock()
@@ -679,8 +642,7 @@ def hunt(spec, *, boundaries: list[str] | None = None, families: list[str] | Non
         if target.load_error is None:
             t0 = time.perf_counter()
             with ThreadPoolExecutor(lanes) as pool:
-                started = list(pool.map(lambda _: _try_start(start, WorkerDied, ExceptionInfo, target), range(lanes)))
-            workers = started
+                workers = list(pool.map(lambda _: _try_start(start, WorkerDied, ExceptionInfo, target), range(lanes)))
             startup_s = time.perf_counter() - t0
         if target.load_error is not None or not any(workers):
             if target.load_error is None:

@@ -221,6 +221,21 @@ def evaluate(sc: Scenario, runs: list[Run], res: dict[str, Any], target_key: str
                                    "observations": observations})
 
 
+def checkout_root(stack: ExitStack, spec: TargetSpec, target: Target) -> str | None:
+    """The folder the worker imports `spec`'s target from: spec.repo at spec.commit, checked
+    out for as long as `stack` is open, with its commit, subject and dirty flag recorded on
+    `target`; None for an installed target, or (with target.load_error set) when git fails."""
+    if not spec.repo:
+        return None
+    try:
+        co = stack.enter_context(git.checkout(Path(spec.repo), spec.commit))
+    except git.GitError as e:
+        target.load_error = ExceptionInfo(type="GitError", message=str(e))
+        return None
+    target.commit, target.subject, target.dirty = co.commit, co.subject, co.dirty
+    return str(co.path)
+
+
 def run_group(scenarios: list[Scenario], spec: TargetSpec, timeout: float = 60.0,
               on_result: Callable[[ScenarioResult], None] | None = None) -> GroupResult:
     """All scenarios for one target in one worker (restarted if target code kills it)."""
@@ -241,17 +256,11 @@ def run_group(scenarios: list[Scenario], spec: TargetSpec, timeout: float = 60.0
                                 verdict="unsupported", reason=f"scenario applies to {sc.targets}, not {spec.name!r}"))
     env: dict[str, Any] = {}
     with ExitStack() as stack:
-        root = None
-        if spec.repo:
-            try:
-                co = stack.enter_context(git.checkout(Path(spec.repo), spec.commit))
-            except git.GitError as e:
-                target.load_error = ExceptionInfo(type="GitError", message=str(e))
-                for sc in todo:
-                    emit(_load_failed(sc, spec, target.load_error))
-                return GroupResult(target, results, env)
-            root = str(co.path)
-            target.commit, target.subject, target.dirty = co.commit, co.subject, co.dirty
+        root = checkout_root(stack, spec, target)
+        if target.load_error is not None:
+            for sc in todo:
+                emit(_load_failed(sc, spec, target.load_error))
+            return GroupResult(target, results, env)
         header = {"target": spec.name, "root": root, "device": spec.device, "timeout": timeout,
                   "options": {"plant": spec.plant, "compile": spec.compile}}
         planned = []

@@ -22,7 +22,7 @@ import signal
 import sys
 import time
 import traceback
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -37,6 +37,42 @@ TARGETS = {
 def _error(exc: BaseException) -> dict[str, Any]:
     return {"type": type(exc).__name__, "message": str(exc) or repr(exc),
             "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-8000:]}
+
+
+def observe(adapter, device, boundary: str, inputs: dict[str, np.ndarray], config: dict[str, Any],
+            grads) -> tuple[dict[str, dict[str, Any]], dict | None]:
+    """One boundary call, observed: the torch side of both `sentinel run` (Worker._run, which
+    encodes the result for the protocol) and `sentinel hunt` (hunt.check, in-process).
+
+    Integer inputs become int64 tensors, float inputs keep their dtype; each `wrt` of
+    `grads` ((of, wrt) pairs) requires grad. Returns ({"outputs", "requires_grad", "grads",
+    "inputs_after"} as float32 numpy; a grad is None where the output has no gradient path
+    to the input), the function ref as a dict or None)."""
+    import torch
+
+    tensors = {n: torch.tensor(a, dtype=torch.int64 if a.dtype.kind in "iu" else None, device=device)
+               for n, a in inputs.items()}
+    for _, w in grads:
+        if w in tensors:
+            tensors[w].requires_grad_(True)
+    res = adapter.call(boundary, tensors, config)
+    outputs, rg, gr = {}, {}, {}
+    for name, v in res.outputs.items():
+        t = v if isinstance(v, torch.Tensor) else torch.as_tensor(v)
+        rg[name] = bool(t.requires_grad)
+        outputs[name] = t.detach().float().cpu().numpy()
+    for of, w in grads:
+        out = res.outputs.get(of)
+        if out is None or w not in tensors:
+            continue
+        if not isinstance(out, torch.Tensor) or not out.requires_grad:
+            gr[f"{of}/{w}"] = None
+            continue
+        g = torch.autograd.grad(out.sum() if out.dim() else out, tensors[w], retain_graph=True, allow_unused=True)[0]
+        gr[f"{of}/{w}"] = None if g is None else g.detach().float().cpu().numpy()
+    after = {n: res.inputs_after.get(n, t).detach().float().cpu().numpy() for n, t in tensors.items()}
+    obs = {"outputs": outputs, "requires_grad": rg, "grads": gr, "inputs_after": after}
+    return obs, (res.function.as_dict() if res.function else None)
 
 
 class Worker:
@@ -102,73 +138,19 @@ class Worker:
 
     def _run(self, boundary: str, run: dict[str, Any]) -> tuple[dict[str, Any], dict | None]:
         from sentinel.tensors import decode, encode
-        torch = self.torch
-        tensors = {}
-        for name, enc in run["inputs"].items():
-            arr = decode(enc)
-            tensors[name] = torch.tensor(arr, dtype=torch.int64 if arr.dtype.kind in "iu" else None, device=self.device)
-        wrt = {w for _, w in run["grads"] if w in tensors}
-        for name in wrt:
-            tensors[name].requires_grad_(True)
-        res = self.adapter.call(boundary, tensors, run["config"])
-        outputs, rg, grads = {}, {}, {}
-        for name, v in res.outputs.items():
-            t = v if isinstance(v, torch.Tensor) else torch.as_tensor(v)
-            rg[name] = bool(t.requires_grad)
-            outputs[name] = encode(t.detach().float().cpu().numpy())
-        for of, w in run["grads"]:
-            out = res.outputs.get(of)
-            if out is None or w not in tensors:
-                continue
-            if not isinstance(out, torch.Tensor) or not out.requires_grad:
-                grads[f"{of}/{w}"] = None
-                continue
-            g = torch.autograd.grad(out.sum() if out.dim() else out, tensors[w], retain_graph=True, allow_unused=True)[0]
-            grads[f"{of}/{w}"] = None if g is None else encode(g.detach().float().cpu().numpy())
-        after = {n: encode(res.inputs_after.get(n, t).detach().float().cpu().numpy()) for n, t in tensors.items()}
-        obs = {"outputs": outputs, "requires_grad": rg, "grads": grads, "inputs_after": after}
-        return obs, res.function.as_dict() if res.function else None
+        inputs = {n: decode(enc) for n, enc in run["inputs"].items()}
+        obs, function = observe(self.adapter, self.device, boundary, inputs, run["config"], run["grads"])
+        return {"outputs": {n: encode(a) for n, a in obs["outputs"].items()},
+                "requires_grad": obs["requires_grad"],
+                "grads": {k: None if g is None else encode(g) for k, g in obs["grads"].items()},
+                "inputs_after": {n: encode(a) for n, a in obs["inputs_after"].items()}}, function
 
     def isolated(self, job: dict[str, Any]) -> dict[str, Any]:
         """Run a job in a forked child; a crash, exit or timeout becomes an error result."""
         timeout = float(self.header.get("timeout", 60))
-        if self.device.type != "cpu" or not hasattr(os, "fork"):
-            return self.execute(job)
-        r, w = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # child
-            os.close(r)
-            # drop the protocol pipe: if the worker dies, the runner must see EOF at once,
-            # not when this child finishes
-            os.close(self.out.fileno())
-            try:
-                data = json.dumps(self.execute(job)).encode()
-            except BaseException as e:  # noqa: BLE001
-                data = json.dumps({"status": "error", "error": _error(e), "runs": {}}).encode()
-            with os.fdopen(w, "wb") as f:
-                f.write(data)
-            os._exit(0)
-        os.close(w)
-        chunks, deadline = [], time.monotonic() + timeout
-        with os.fdopen(r, "rb") as f:
-            while True:
-                left = deadline - time.monotonic()
-                if left <= 0 or not select.select([f], [], [], left)[0]:
-                    os.kill(pid, signal.SIGKILL)
-                    os.waitpid(pid, 0)
-                    return {"status": "error", "runs": {}, "error": {
-                        "type": "Timeout", "message": f"target code ran past the {timeout:g} s timeout", "traceback": ""}}
-                chunk = os.read(f.fileno(), 1 << 20)
-                if not chunk:
-                    break
-                chunks.append(chunk)
-        _, status = os.waitpid(pid, 0)
-        if chunks:
-            return json.loads(b"".join(chunks))
-        how = (f"killed by signal {signal.Signals(os.WTERMSIG(status)).name}" if os.WIFSIGNALED(status)
-               else f"exited with status {os.WEXITSTATUS(status)}")
-        return {"status": "error", "runs": {}, "error": {
-            "type": "Crash", "message": f"the target process {how} before returning a result", "traceback": ""}}
+        return {"runs": {}, **self._forked(lambda emit: self.execute(job), timeout,
+                                           f"target code ran past the {timeout:g} s timeout",
+                                           "before returning a result")}
 
     # --- one hunt round (sentinel hunt) ------------------------------------------------
     def hunt(self, job: dict[str, Any]) -> dict[str, Any]:
@@ -177,9 +159,18 @@ class Worker:
         H.warm(job.get("property"), job.get("exclude"))
         limit = float(job.get("time_limit", 10.0)) + float(job.get("shrink_time", H.SHRINK_TIME)) + \
             float(self.header.get("timeout", 60))
+        return self._forked(lambda emit: H.run_round(self.adapter, self.device, job, emit), limit,
+                            f"hunt round ran past {limit:g} s", "during a hunt round")
+
+    def _forked(self, fn: Callable[[Callable[[dict[str, Any]], None]], dict[str, Any]], timeout: float,
+                timeout_message: str, crash_when: str) -> dict[str, Any]:
+        """fn(emit) in a forked child: its {"event": "progress"} messages are forwarded to the
+        runner as they come, its return value is the result. An exception, exit, crash or a
+        child still running after `timeout` s is an {"status": "error"} result. Without fork
+        (CUDA, or no os.fork) fn runs here and an exception is the error result."""
         if self.device.type != "cpu" or not hasattr(os, "fork"):
             try:
-                return H.run_round(self.adapter, self.device, job, self.send)
+                return fn(self.send)
             except Exception as e:  # noqa: BLE001
                 return {"status": "error", "error": _error(e)}
         r, w = os.pipe()
@@ -195,24 +186,23 @@ class Worker:
                 sink.write(json.dumps(msg) + "\n")
                 sink.flush()
             try:
-                res = H.run_round(self.adapter, self.device, job, emit)
-            except BaseException as e:  # noqa: BLE001
-                res = {"status": "error", "error": _error(e)}
-            try:
-                emit({**res, "event": "round"})
+                try:
+                    line = json.dumps(fn(emit))
+                except BaseException as e:  # noqa: BLE001 - sys.exit in target code is an error result too
+                    line = json.dumps({"status": "error", "error": _error(e)})
+                sink.write(line + "\n")
                 sink.close()
             finally:
                 os._exit(0)
         os.close(w)
-        result, buf, deadline = None, b"", time.monotonic() + limit
+        result, buf, deadline = None, b"", time.monotonic() + timeout
         with os.fdopen(r, "rb") as f:
             while True:
                 left = deadline - time.monotonic()
                 if left <= 0 or not select.select([f], [], [], left)[0]:
                     os.kill(pid, signal.SIGKILL)
                     os.waitpid(pid, 0)
-                    return {"status": "error", "error": {
-                        "type": "Timeout", "message": f"hunt round ran past {limit:g} s", "traceback": ""}}
+                    return {"status": "error", "error": {"type": "Timeout", "message": timeout_message, "traceback": ""}}
                 chunk = os.read(f.fileno(), 1 << 20)
                 if not chunk:
                     break
@@ -230,7 +220,7 @@ class Worker:
         how = (f"killed by signal {signal.Signals(os.WTERMSIG(status)).name}" if os.WIFSIGNALED(status)
                else f"exited with status {os.WEXITSTATUS(status)}")
         return {"status": "error", "error": {
-            "type": "Crash", "message": f"the target process {how} during a hunt round", "traceback": ""}}
+            "type": "Crash", "message": f"the target process {how} {crash_when}", "traceback": ""}}
 
 
 def main() -> None:
