@@ -130,3 +130,19 @@ def version_facts(root: Path, package_version: str | None, with_commit: bool = T
     parts = (facts.get("package_version"), facts.get("commit", "")[:9])
     facts["version"] = "+g".join(x for x in parts if x) or "unknown"
     return facts
+
+
+def parameters(fn: Callable) -> dict[str, inspect.Parameter]:
+    """A target function's parameters ({} when it has no inspectable signature)."""
+    try:
+        return dict(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return {}
+
+
+def signature_text(fn: Callable) -> str:
+    """`qualname(signature)` for drift messages."""
+    try:
+        return f"{getattr(fn, '__qualname__', fn)}{inspect.signature(fn)}"
+    except (TypeError, ValueError):
+        return repr(fn)

@@ -47,7 +47,8 @@ from typing import Any, Callable
 
 import torch
 
-from .base import Adapter, BoundaryResult, FunctionRef, TargetLoadError, Unsupported, rows, unrows, version_facts
+from .base import (Adapter, BoundaryResult, FunctionRef, TargetLoadError, Unsupported, parameters, rows,
+                   signature_text, unrows, version_facts)
 
 from .shims import import_with_stubs
 
@@ -172,20 +173,6 @@ def _bare_package(name: str, root: Path) -> None:
 
 # --- small helpers -------------------------------------------------------------------------
 
-def _params(fn: Callable) -> dict[str, inspect.Parameter]:
-    try:
-        return dict(inspect.signature(fn).parameters)
-    except (TypeError, ValueError):
-        return {}
-
-
-def _sig(fn: Callable) -> str:
-    try:
-        return f"{getattr(fn, '__qualname__', fn)}{inspect.signature(fn)}"
-    except (TypeError, ValueError):
-        return repr(fn)
-
-
 def _span_starts(mask: torch.Tensor) -> list[int]:
     out = []
     for m in mask:
@@ -304,24 +291,24 @@ class SlimeAdapter(Adapter):
     def _kwargs(self, fn: Callable, boundary: str, required: dict[str, Any], optional: dict[str, Any] | None = None,
                 aliases: dict[str, tuple[str, ...]] | None = None) -> dict[str, Any]:
         """Bind by keyword against the target's signature; a required name it lacks is drift."""
-        params = _params(fn)
+        params = parameters(fn)
         has_var_kw = any(p.kind is p.VAR_KEYWORD for p in params.values())
         out = {}
         for key, value in required.items():
             names = (key, *((aliases or {}).get(key, ())))
             hit = next((n for n in names if n in params), None)
             if hit is None:
-                raise Unsupported(f"signature drift: {_sig(fn)} has no parameter {key!r} (boundary {boundary!r})")
+                raise Unsupported(f"signature drift: {signature_text(fn)} has no parameter {key!r} (boundary {boundary!r})")
             out[hit] = value
         for key, value in (optional or {}).items():
             if key in params or has_var_kw:
                 out[key] = value
             elif value is not None:
-                raise Unsupported(f"signature drift: {_sig(fn)} has no parameter {key!r}, so {key}={value!r} "
+                raise Unsupported(f"signature drift: {signature_text(fn)} has no parameter {key!r}, so {key}={value!r} "
                                   f"cannot be applied (boundary {boundary!r})")
         for name, p in params.items():
             if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and name not in out:
-                raise Unsupported(f"signature drift: {_sig(fn)} requires {name!r}, which the adapter cannot "
+                raise Unsupported(f"signature drift: {signature_text(fn)} requires {name!r}, which the adapter cannot "
                                   f"supply (boundary {boundary!r})")
         return out
 
@@ -363,7 +350,7 @@ class SlimeAdapter(Adapter):
         use = reducer_masks if reducer_masks is not None else masks
         kw = self._kwargs(fn, boundary, {"total_lengths": totals, "response_lengths": lengths, "loss_masks": use,
                                          "calculate_per_token_loss": per_token})
-        if reducer_masks is not None and "sample_denoms" in _params(fn):
+        if reducer_masks is not None and "sample_denoms" in parameters(fn):
             kw["sample_denoms"] = [m.sum() for m in masks]
         total = fn(**kw)(x)
         if not isinstance(total, torch.Tensor):  # sum([]) of an empty batch
@@ -380,7 +367,7 @@ class SlimeAdapter(Adapter):
                         eps_clip: float, eps_clip_high: float | None, eps_clip_c: float | None):
         """compute_policy_loss on concatenated tokens (ppo_kl = old - new, as policy_loss_function)."""
         fn = self._policy_loss_fn(boundary)
-        params = _params(fn)
+        params = parameters(fn)
         eps_high = eps_clip if eps_clip_high is None else eps_clip_high  # slime's validate_args rule
         if "ppo_kl" in params:
             kw = self._kwargs(fn, boundary, {"ppo_kl": old - lp, "advantages": adv, "eps_clip": eps_clip,
@@ -512,9 +499,9 @@ class SlimeAdapter(Adapter):
         impl = config.get("gae_impl", self.options.get("gae_impl", "chunked"))
         fn = getattr(self.mods[PPO_UTILS], "get_advantages_and_returns_batch", None)
         if fn is not None:
-            chunked = {"chunked": impl == "chunked"} if "chunked" in _params(fn) else {}
+            chunked = {"chunked": impl == "chunked"} if "chunked" in parameters(fn) else {}
             if impl != "chunked" and not chunked:
-                raise Unsupported(f"{_sig(fn)} has no switch to vanilla GAE")
+                raise Unsupported(f"{signature_text(fn)} has no switch to vanilla GAE")
             kw = self._kwargs(fn, "gae", {"total_lengths": totals, "response_lengths": lengths, "values_list": val,
                                           "rewards_list": rew, "gamma": gamma, "lambd": lam, **chunked})
             adv, ret = fn(**kw)
@@ -739,9 +726,9 @@ class SlimeAdapter(Adapter):
                           tis_clip_low=config.get("tis_clip_low", 0.0), eps_clip=eps_clip, eps_clip_high=eps_high)
         required = {"args": args, "pg_loss": pg_loss, "rollout_log_probs": roll, "loss_masks": masks}
         optional = {"total_lengths": totals, "response_lengths": lengths}
-        if "cur_log_probs" in _params(fn):
+        if "cur_log_probs" in parameters(fn):
             required["cur_log_probs"] = lp
-        if "train_log_probs" in _params(fn):
+        if "train_log_probs" in parameters(fn):
             required["train_log_probs"] = [o.detach() for o in old]
         kw = self._kwargs(fn, "is_correction", required, optional)
         weights = fn(**{**kw, "pg_loss": torch.ones_like(pg_loss.detach())})[0]

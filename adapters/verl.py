@@ -112,7 +112,8 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from .base import Adapter, BoundaryResult, FunctionRef, TargetLoadError, Unsupported, version_facts
+from .base import (Adapter, BoundaryResult, FunctionRef, TargetLoadError, Unsupported, parameters,
+                   signature_text, version_facts)
 from .shims import import_with_stubs, is_stub
 
 CORE = "verl.trainer.ppo.core_algos"
@@ -160,32 +161,18 @@ _last_root: list[Path] = []  # where `verl` was imported from in this process
 
 # --- small helpers -------------------------------------------------------------------------
 
-def _params(fn: Callable) -> dict[str, inspect.Parameter]:
-    try:
-        return dict(inspect.signature(fn).parameters)
-    except (TypeError, ValueError):
-        return {}
-
-
-def _sig(fn: Callable) -> str:
-    try:
-        return f"{getattr(fn, '__qualname__', fn)}{inspect.signature(fn)}"
-    except (TypeError, ValueError):
-        return repr(fn)
-
-
 def _kwargs(fn: Callable, boundary: str, required: dict[str, Any], optional: dict[str, Any] | None = None,
             aliases: dict[str, tuple[str, ...]] | None = None) -> dict[str, Any]:
     """Bind by keyword against the target's signature; a required name it lacks is drift, an
     optional one it lacks is drift only when its value is not None (None: not passed)."""
-    params = _params(fn)
+    params = parameters(fn)
     has_var_kw = any(p.kind is p.VAR_KEYWORD for p in params.values())
     out: dict[str, Any] = {}
     for key, value in required.items():
         names = (key, *((aliases or {}).get(key, ())))
         hit = next((n for n in names if n in params), None)
         if hit is None:
-            raise Unsupported(f"signature drift: {_sig(fn)} has no parameter {key!r} (boundary {boundary!r})")
+            raise Unsupported(f"signature drift: {signature_text(fn)} has no parameter {key!r} (boundary {boundary!r})")
         out[hit] = value
     for key, value in (optional or {}).items():  # None: leave the target's default
         if value is None:
@@ -193,11 +180,11 @@ def _kwargs(fn: Callable, boundary: str, required: dict[str, Any], optional: dic
         if key in params:
             out[key] = value
         elif not has_var_kw:
-            raise Unsupported(f"signature drift: {_sig(fn)} has no parameter {key!r}, so {key}={value!r} "
+            raise Unsupported(f"signature drift: {signature_text(fn)} has no parameter {key!r}, so {key}={value!r} "
                               f"cannot be applied (boundary {boundary!r})")
     for name, p in params.items():
         if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and name not in out:
-            raise Unsupported(f"{_sig(fn)} requires {name!r}, which boundary {boundary!r} cannot supply")
+            raise Unsupported(f"{signature_text(fn)} requires {name!r}, which boundary {boundary!r} cannot supply")
     return out
 
 
@@ -508,11 +495,11 @@ class VerlAdapter(Adapter):
             if rollout_is_weights is not None:
                 raise Unsupported(f"verl {self.facts.get('version')} takes no rollout IS weights in its policy loss")
             fn = self._fn("compute_policy_loss", boundary)
-            params = _params(fn)
+            params = parameters(fn)
             if clip_c is not None and "clip_ratio_c" not in params:
-                raise Unsupported(f"{_sig(fn)} has no dual clip (eps_clip_c={clip_c})")
+                raise Unsupported(f"{signature_text(fn)} has no dual clip (eps_clip_c={clip_c})")
             if clip_high != clip_low and "cliprange_high" not in params:
-                raise Unsupported(f"{_sig(fn)} has a symmetric clip only (eps_clip_high={clip_high})")
+                raise Unsupported(f"{signature_text(fn)} has a symmetric clip only (eps_clip_high={clip_high})")
             kw = _kwargs(fn, boundary, {"old_log_prob": old, "log_prob": lp, "advantages": adv,
                                         "response_mask": mask_t, "cliprange": clip_low},
                          {"cliprange_low": clip_low if "cliprange_low" in params else None,
@@ -521,7 +508,7 @@ class VerlAdapter(Adapter):
                           "loss_agg_mode": loss_agg if "loss_agg_mode" in params else None},
                          aliases={"response_mask": ("eos_mask",)})
             if loss_agg != "token-mean" and "loss_agg_mode" not in params:
-                raise Unsupported(f"{_sig(fn)} aggregates by token-mean only (loss_agg={loss_agg})")
+                raise Unsupported(f"{signature_text(fn)} aggregates by token-mean only (loss_agg={loss_agg})")
         agg_calls: list = []
         if callable(getattr(core, "agg_loss", None)):
             with _spy(core, "agg_loss") as agg_calls:
@@ -697,7 +684,7 @@ class VerlAdapter(Adapter):
         one = self._row_mask(inputs, n, r.device)
         optional: dict[str, Any] = {"epsilon": None if config.get("eps") is None else float(config["eps"])}
         # absent before Dr. GRPO support: then only the std-normalised form exists
-        if "norm_adv_by_std_in_grpo" in _params(fn) or std_level is None:
+        if "norm_adv_by_std_in_grpo" in parameters(fn) or std_level is None:
             optional["norm_adv_by_std_in_grpo"] = std_level is not None
         kw = _kwargs(fn, "reward_norm", {"token_level_rewards": r.reshape(n, 1).clone(), "response_mask": one,
                                          "index": uids}, optional, aliases={"response_mask": ("eos_mask",)})
@@ -834,17 +821,17 @@ class VerlAdapter(Adapter):
             dispatch = getattr(trainer, "compute_advantage", None) if trainer is not None else None
             if dispatch is not None and self.options.get("advantage_dispatch", "trainer") == "trainer":
                 optional = {"gamma": algo.gamma, "lam": algo.lam, "num_repeat": 1, "config": algo}
-                if "norm_adv_by_std_in_grpo" in _params(dispatch) or not norm_by_std:
+                if "norm_adv_by_std_in_grpo" in parameters(dispatch) or not norm_by_std:
                     optional["norm_adv_by_std_in_grpo"] = norm_by_std
                 kw = _kwargs(dispatch, "advantages", {"data": data, "adv_estimator": name},
-                             {k: v for k, v in optional.items() if k in _params(dispatch) or k == "norm_adv_by_std_in_grpo"})
+                             {k: v for k, v in optional.items() if k in parameters(dispatch) or k == "norm_adv_by_std_in_grpo"})
                 data = dispatch(**kw)
                 adv, ret = data.batch["advantages"], data.batch["returns"]
             else:
                 avail = {"token_level_rewards": data.batch["token_level_rewards"], "response_mask": mask,
                          "index": uids, "config": algo, "gamma": algo.gamma, "lam": algo.lam,
                          "values": data.batch.get("values"), "norm_adv_by_std_in_grpo": norm_by_std}
-                params = _params(est_fn)
+                params = parameters(est_fn)
                 req = {k: v for k, v in avail.items() if k in params and v is not None}
                 if "eos_mask" in params:
                     req["eos_mask"] = mask
@@ -884,9 +871,9 @@ class VerlAdapter(Adapter):
             if tis_low <= 0:
                 raise Unsupported("icepop needs tis_clip_low > 0: verl's 'low_upper' threshold requires a positive "
                                   "lower bound")
-            ann = str(_params(wfn).get("rollout_is_threshold", inspect.Parameter("x", 1)).annotation)
+            ann = str(parameters(wfn).get("rollout_is_threshold", inspect.Parameter("x", 1)).annotation)
             if "str" not in ann:
-                raise Unsupported(f"icepop: {_sig(wfn)} takes a single upper threshold at this verl version (no "
+                raise Unsupported(f"icepop: {signature_text(wfn)} takes a single upper threshold at this verl version (no "
                                   f"'low_upper' IcePop threshold)")
             log_ratio, threshold = (old - roll).detach(), f"{tis_low}_{tis_high}"
         elif method == "off_policy_is":
