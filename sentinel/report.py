@@ -197,13 +197,12 @@ class Report(_Model):
 
 def statistics(results: list[ScenarioResult]) -> Statistics:
     s = Statistics(evaluated=len(results))
-    for r in results:
-        setattr(s, {"holds": "holds", "violated": "violated", "error": "errors", "unsupported": "unsupported"}[r.verdict],
-                getattr(s, {"holds": "holds", "violated": "violated", "error": "errors", "unsupported": "unsupported"}[r.verdict]) + 1)
-        for i in r.invariants:
-            key = {"held": "invariants_held", "violated": "invariants_violated", "error": "invariants_errors",
-                   "skipped": "invariants_skipped"}[i.verdict]
-            setattr(s, key, getattr(s, key) + 1)
+    scenario_key = {"holds": "holds", "violated": "violated", "error": "errors", "unsupported": "unsupported"}
+    invariant_key = {"held": "invariants_held", "violated": "invariants_violated", "error": "invariants_errors",
+                     "skipped": "invariants_skipped"}
+    keys = [scenario_key[r.verdict] for r in results] + [invariant_key[i.verdict] for r in results for i in r.invariants]
+    for key in keys:
+        setattr(s, key, getattr(s, key) + 1)
     return s
 
 
