@@ -6,8 +6,10 @@ checked out detached into a temporary folder that is removed on success, failure
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import tempfile
+import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,15 +75,50 @@ def checkout(repo: Path, rev: str | None) -> Iterator[Checkout]:
     tmp = Path(tempfile.mkdtemp(prefix="sentinel-wt-"))
     path = tmp / sha[:12]
     try:
-        r.git.worktree("add", "--detach", "--quiet", str(path), sha)
+        with _worktree_lock(repo):
+            try:
+                r.git.worktree("add", "--detach", "--quiet", str(path), sha)
+            except git_errors() as e:
+                raise GitError(f"could not check out {sha[:12]} of {repo} into a temporary worktree: "
+                               f"{_stderr(e)}") from None
         yield Checkout(path, sha, subject, False)
     finally:
-        try:
-            r.git.worktree("remove", "--force", str(path))
-        except Exception:  # noqa: BLE001 - best effort; prune below
-            pass
+        with _worktree_lock(repo):
+            try:
+                r.git.worktree("remove", "--force", str(path))
+            except Exception:  # noqa: BLE001 - best effort: prune what remove left behind
+                shutil.rmtree(tmp, ignore_errors=True)
+                try:
+                    r.git.worktree("prune")
+                except Exception:  # noqa: BLE001
+                    pass
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+_THREADS = threading.Lock()
+
+
+@contextmanager
+def _worktree_lock(repo: Path) -> Iterator[None]:
+    """Serialise `git worktree add/remove/prune` on one repository: run concurrently (both
+    sides of a compare, two sentinel processes) they race on .git/worktrees, and git fails
+    with "could not create directory of '.git/worktrees/...'". The lock file lives in the
+    temp folder, keyed by the repository, so the user's .git gets nothing new."""
+    key = hashlib.sha1(str(repo).encode()).hexdigest()[:16]
+    with _THREADS, open(Path(tempfile.gettempdir()) / f"sentinel-worktree-{key}.lock", "a") as f:
         try:
-            r.git.worktree("prune")
-        except Exception:  # noqa: BLE001
+            import fcntl
+            fcntl.flock(f, fcntl.LOCK_EX)
+        except ImportError:  # Windows: the thread lock alone
             pass
+        yield
+
+
+def git_errors() -> tuple[type[Exception], ...]:
+    import git
+    return (git.GitCommandError,)
+
+
+def _stderr(e: Exception) -> str:
+    text = (getattr(e, "stderr", "") or str(e)).strip()
+    return text.replace("stderr: ", "").strip(" '\n") or type(e).__name__

@@ -277,13 +277,15 @@ def run_group(scenarios: list[Scenario], spec: TargetSpec, timeout: float = 60.0
         while planned:
             if worker is None:
                 try:
+                    worker = None
                     worker = WorkerHandle(header)
                     hello = worker.receive(LOAD_TIMEOUT)
                 except WorkerDied as e:
                     hello = {"event": "load_error", "error": {"type": "WorkerDied", "message": str(e), "traceback": ""}}
                 if hello["event"] == "load_error":
                     target.load_error = _exc(hello["error"])
-                    worker.kill()
+                    if worker is not None:  # None: it died while being started
+                        worker.kill()
                     for sc, _ in planned:
                         emit(_load_failed(sc, spec, target.load_error))
                     return GroupResult(target, results, env)

@@ -123,7 +123,7 @@ def test_compare_broken_import_is_inconclusive(tiny_repo):
     shas = tiny_repo["shas"]
     p = sentinel("compare", str(tiny_repo["scenario"]), "--target", "tiny_adapter:TinyAdapter",
                  "--repo", str(tiny_repo["repo"]), "--base", shas["buggy"], "--head", shas["broken"], "-o", "-", "--json")
-    assert p.returncode == 3
+    assert p.returncode == 3 and p.stdout, p.stderr
     rep = json.loads(p.stdout)
     assert rep["comparisons"][0]["verdict"] == "inconclusive"
     assert "SyntaxError" in rep["targets"]["head"]["load_error"]["type"]
@@ -156,3 +156,26 @@ def test_bare_repository_works(tiny_repo, tmp_path):
                  "-o", "-", "--json")
     assert p.returncode == 0, p.stderr  # bare repo, no --commit: HEAD (the fixed trainer + unrelated)
     assert not list((bare / "worktrees").glob("*")) if (bare / "worktrees").exists() else True
+
+
+def test_concurrent_checkouts_of_one_repo(tiny_repo):
+    """Both sides of a compare (and two sentinel processes) add and remove worktrees of one
+    repository at once; unserialised, git failed with "could not create directory of
+    '.git/worktrees/...'" (a CI run lost a compare to it)."""
+    import threading
+    from sentinel import git as sgit
+    repo, shas, failures = tiny_repo["repo"], tiny_repo["shas"], []
+
+    def churn(rev: str) -> None:
+        for _ in range(40):
+            try:
+                with sgit.checkout(repo, rev) as co:
+                    assert (co.path / "tinytrainer.py").exists()
+            except Exception as e:  # noqa: BLE001
+                failures.append(repr(e))
+
+    threads = [threading.Thread(target=churn, args=(shas[k],)) for k in ("buggy", "fixed", "buggy", "docs")]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    assert failures == []
+    assert git(repo, "worktree", "list").count("\n") == 0  # only the main worktree is left
