@@ -7,6 +7,7 @@ target's real function and translates the outputs back.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import subprocess
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ class FunctionRef:
     qualname: str
     file: str | None = None
     line: int | None = None
+    also: tuple["FunctionRef", ...] = ()  # other target functions whose results are among the outputs
 
     @classmethod
     def of(cls, fn: Callable, root: Path | None = None) -> "FunctionRef":
@@ -48,8 +50,12 @@ class FunctionRef:
                 pass
         return cls(getattr(fn, "__module__", "?"), getattr(fn, "__qualname__", repr(fn)), file, line)
 
+    def with_also(self, *others: "FunctionRef") -> "FunctionRef":
+        return dataclasses.replace(self, also=self.also + others)
+
     def as_dict(self) -> dict[str, Any]:
-        return {"module": self.module, "qualname": self.qualname, "file": self.file, "line": self.line}
+        return {"module": self.module, "qualname": self.qualname, "file": self.file, "line": self.line,
+                "also": [a.as_dict() for a in self.also]}
 
 
 @dataclass

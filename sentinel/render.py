@@ -82,8 +82,7 @@ def console_report(report: Report, console: Console, verbose: bool = False) -> N
         if r.verdict in ("violated", "error") or verbose:
             body: list[Any] = [Text(f"{r.file}  ·  {r.title}", style="dim")]
             if r.function:
-                body.append(Text(f"called {r.function.module}.{r.function.qualname}"
-                                 f" ({r.function.file}:{r.function.line})", style="dim"))
+                body.append(Text(f"called {r.function.text()}", style="dim"))
             body += [invariant_detail(i) for i in r.invariants]
             if r.exception_info:
                 body.append(Text(f"{r.exception_info.type}: {r.exception_info.message}", style="magenta"))
@@ -159,7 +158,7 @@ def markdown(report: Report) -> str:
         for r in rs:
             out.append(f"**{_target_line(report, r.target)}**: {r.verdict}" + (f" ({r.reason})" if r.reason else ""))
             if r.function:
-                out.append(f"  called `{r.function.module}.{r.function.qualname}` ({r.function.file}:{r.function.line})")
+                out.append(f"  called {r.function.text('`')}")
             out.append("")
             rows = [i for i in r.invariants if i.verdict != "held"] or r.invariants
             if rows:

@@ -50,6 +50,13 @@ class FunctionInfo(_Model):
     qualname: str
     file: str | None = None
     line: int | None = None
+    also: list["FunctionInfo"] = Field(default_factory=list,
+                                       description="Other target functions whose results are among the outputs.")
+
+    def text(self, code: str = "") -> str:
+        """`module.qualname (file:line)`, then `; also ...` for the others."""
+        one = f"{code}{self.module}.{self.qualname}{code} ({self.file}:{self.line})"
+        return one + "".join(f"; also {a.text(code)}" for a in self.also)
 
 
 class Target(_Model):
