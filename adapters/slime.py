@@ -5,8 +5,8 @@ Where the code lives in slime (paths relative to a checkout):
   compute_policy_loss, compute_cispo_loss, get_grpo_returns, get_reinforce_plus_plus_*,
   get_advantages_and_returns_batch (GAE via chunked_gae / vanilla_gae).
 - ``slime/backends/megatron_utils/loss.py``: compute_advantages_and_returns (the estimator
-  switch that fills ``rollout_data``), vanilla_tis_function, icepop_function,
-  policy_loss_function (the composition this adapter mirrors).
+  switch that fills ``rollout_data``), vanilla_tis_function, icepop_function, and the loss
+  entry loss_function -> policy_loss_function (on logits built from the log-probs).
 - ``slime/backends/megatron_utils/cp_utils.py``: get_sum_of_sample_mean (slime's loss
   reducer: per-sample mean or per-token sum over ``loss_masks``).
 - ``slime/ray/rollout.py``: RolloutManager._post_process_rewards (GRPO / REINFORCE++-baseline
@@ -17,7 +17,8 @@ Conventions translated here:
   first..last valid token), ``loss_masks`` as int32 (as slime's actor moves them to the GPU),
   ``response_lengths`` = span lengths, ``total_lengths`` = span start + span length;
 - one process, context-parallel size 1 (``megatron.core.mpu`` is a functional shim), one
-  micro-batch, data-parallel size 1, step_global_batch_size = B;
+  micro-batch, data-parallel size 1, step_global_batch_size = B, one sample per rollout
+  (``rollout_mask_sums`` = each sample's own mask total);
 - an ``argparse.Namespace`` ``args`` carrying slime's option names with slime's defaults; a
   read of an option this adapter does not set fails loudly (signature drift).
 
@@ -26,8 +27,10 @@ The package ``slime.backends.megatron_utils`` is entered without running its ``_
 accelerator and Megatron grad-coalesce patches); the loss-path modules themselves are
 imported and executed as they are.
 
-Composition that slime does inside ``policy_loss_function`` (which needs logits, not
-log-probs) is mirrored step by step here; every number comes from a slime function.
+Reduced policy losses come from slime's own loss entry (``_entry_loss``): loss_function ->
+policy_loss_function on logits whose log-softmax is the canonical log-probs. Per-token
+outputs come from the functions policy_loss_function calls, called directly; every number
+comes from a slime function.
 """
 
 from __future__ import annotations
@@ -92,6 +95,9 @@ ARG_DEFAULTS: dict[str, Any] = dict(
     allgather_cp=False, context_parallel_size=1,
     rewards_normalization=True, grpo_std_normalization=True, n_samples_per_prompt=1, rollout_batch_size=1,
     reward_key=None,
+    # read by loss_function / policy_loss_function / get_log_probs_and_entropy
+    loss_type="policy_loss", custom_loss_function_path=None, recompute_loss_function=False,
+    log_probs_chunk_size=-1, rollout_temperature=1.0, rollout_top_p=1.0,
 )
 LOSS_AGG = ("token-mean", "seq-mean-token-mean")
 
@@ -141,18 +147,34 @@ class _MpuShim(types.ModuleType):
         raise AttributeError(f"megatron.core.mpu.{name} is not provided by RL-Sentinel's one-rank shim")
 
 
+def _one_rank_cross_entropy(vocab_parallel_logits: torch.Tensor, target: torch.Tensor, tp_group=None) -> torch.Tensor:
+    """Megatron's fused_vocab_parallel_cross_entropy with one tensor-parallel rank: the plain
+    per-token cross-entropy, shape [s, b] (slime before 2026-06-29 took log-probs from it)."""
+    s, b, v = vocab_parallel_logits.shape
+    return torch.nn.functional.cross_entropy(vocab_parallel_logits.reshape(s * b, v).float(), target.reshape(-1),
+                                             reduction="none").reshape(s, b)
+
+
 def _install_megatron_shim() -> list[str]:
-    """A functional ``megatron.core.mpu`` (CP world size 1), installed even when Megatron is:
-    the real one needs initialised process groups. ``megatron`` and ``megatron.core`` hold
-    nothing else, so an import of any other Megatron module fails loudly."""
-    megatron = types.ModuleType("megatron", "RL-Sentinel shim")
-    core = types.ModuleType("megatron.core", "RL-Sentinel shim")
+    """A functional ``megatron.core.mpu`` (CP world size 1) and, for slime before 2026-06-29,
+    ``megatron.core.fusions.fused_cross_entropy`` (one-rank cross-entropy); installed even
+    when Megatron is: the real ones need initialised process groups and kernels. Nothing
+    else is there, so an import of any other Megatron module fails loudly."""
+    def package(name: str) -> types.ModuleType:
+        m = types.ModuleType(name, "RL-Sentinel shim")
+        m.__path__ = []  # a package, so its shimmed submodules import
+        return m
+
+    megatron, core, fusions = package("megatron"), package("megatron.core"), package("megatron.core.fusions")
+    fused_ce = types.ModuleType("megatron.core.fusions.fused_cross_entropy", "RL-Sentinel shim: one rank")
+    fused_ce.fused_vocab_parallel_cross_entropy = _one_rank_cross_entropy
     mpu = _MpuShim()
-    core.mpu, megatron.core = mpu, core
-    for m in (megatron, core, mpu):
+    core.mpu, megatron.core, core.fusions, fusions.fused_cross_entropy = mpu, core, fusions, fused_ce
+    mods = {m.__name__: m for m in (megatron, core, mpu, fusions, fused_ce)}
+    for m in mods.values():
         m.__sentinel_stub__ = True
-    sys.modules.update({"megatron": megatron, "megatron.core": core, "megatron.core.mpu": mpu})
-    return ["megatron", "megatron.core", "megatron.core.mpu"]
+    sys.modules.update(mods)
+    return list(mods)
 
 
 def _bare_package(name: str, root: Path) -> None:
@@ -187,6 +209,37 @@ def _scatter_back(parts: list[torch.Tensor], original: torch.Tensor, mask: torch
     for b, (p, s) in enumerate(zip(parts, _span_starts(mask))):
         out[b, s: s + p.numel()] = p.detach().reshape(-1).to(out.dtype)
     return out
+
+
+def _logits_for(lp: torch.Tensor) -> torch.Tensor:
+    """``[n, 2]`` float32 logits whose log-softmax at token 0 is exactly ``lp`` (token 1 takes
+    the rest of the mass), so slime's own log-prob and entropy code runs on them.
+
+    Gradient: d log_softmax / d logit = 1 - p, so the target logit is a straight-through
+    ``d + (lp - d) / (1 - p)``: its value is ``d`` and the log-prob's gradient reaches ``lp``
+    unscaled. Where p == 1 in float32 (lp == 0) softmax saturates and nothing flows; the
+    caller supplies those tokens' gradient (`_GradAt`). Non-finite log-probs pass as they are."""
+    d = lp.detach()
+    p = d.exp()
+    scale = torch.where(p < 1, 1 / (1 - p).clamp_min(1e-30), torch.zeros_like(p))
+    target = torch.where(torch.isfinite(d), d + (lp - d) * scale, d)
+    rest = torch.where(d < 0, torch.log(-torch.expm1(d.clamp_max(-1e-30))), torch.full_like(d, -1e4))
+    return torch.stack([target, rest.clamp_min(-1e4)], dim=-1).float()
+
+
+class _GradAt(torch.autograd.Function):
+    """Adds 0 to the loss and ``g`` to the gradient of ``x``: the gradient at tokens where the
+    logits route saturates, taken from slime's own per-token functions."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, g: torch.Tensor) -> torch.Tensor:  # noqa: D401
+        ctx.save_for_backward(g)
+        return x.new_zeros(())
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        (g,) = ctx.saved_tensors
+        return grad * g, None
 
 
 class SlimeAdapter(Adapter):
@@ -360,8 +413,59 @@ class SlimeAdapter(Adapter):
             return total / num_tokens
         return total / max(len(masks), 1)
 
+    def _entry_loss(self, boundary: str, flat: torch.Tensor, lengths: list[int], old: list[torch.Tensor],
+                    adv: list[torch.Tensor], masks: list[torch.Tensor], mode: str, composed: torch.Tensor,
+                    **options: Any) -> tuple[torch.Tensor, tuple[FunctionRef, ...]]:
+        """The loss slime trains on: ``loss_function`` -> ``policy_loss_function`` on one packed
+        micro-batch (a one-token prompt per sample, logits from `_logits_for`), divided by the
+        normaliser it hands Megatron. `composed` is the same loss from the per-token functions:
+        it lends its gradient to tokens with log-prob 0 (see `_logits_for`), never its value.
+        `flat`: the concatenated log-probs `composed` was computed from."""
+        if mode not in LOSS_AGG:
+            raise Unsupported(f"slime has no loss aggregation {mode!r} (it offers per-sample mean "
+                              f"[seq-mean-token-mean] and --calculate-per-token-loss [token-mean])")
+        entry = self._fn("loss_function", LOSS, boundary=boundary)
+        pieces, tokens = [], []
+        for part in flat.split(lengths):
+            pieces += [_logits_for(part), torch.zeros(1, 2, device=self.device)]  # last token predicts nothing
+            tokens.append(torch.zeros(part.numel() + 1, dtype=torch.long, device=self.device))
+        logits = torch.cat(pieces)[None] if pieces else torch.zeros(1, 0, 2, device=self.device)
+        batch = {"advantages": adv, "log_probs": list(old), "unconcat_tokens": tokens,
+                 "total_lengths": [t.numel() for t in tokens], "response_lengths": list(lengths),
+                 "loss_masks": masks}
+        # one sample per rollout: each sample's reducer denominator is its own mask total
+        # (named group_mask_sums for a few days of 2026-06, then rollout_mask_sums again)
+        sums = torch.stack([m.sum() for m in masks]).float() if masks else torch.zeros(0, device=self.device)
+        batch.update(rollout_mask_sums=sums, group_mask_sums=sums)
+        n = max(len(lengths), 1)
+        # the step's sample count: an argument since 2026, args.global_batch_size before
+        args = slime_args(calculate_per_token_loss=mode == "token-mean", global_batch_size=n, **options)
+        required = {"args": args, "batch": batch, "num_microbatches": 1, "logits": logits}
+        if "step_global_batch_size" in parameters(entry):
+            required["step_global_batch_size"] = n
+        kw = self._kwargs(entry, boundary, required)
+        self._ensure_process_group()  # before 2026-06-29 slime's entropy all-reduces unconditionally
+        loss, normaliser = entry(**kw)[:2]
+        loss = loss / normaliser
+        saturated = (flat.detach().exp() >= 1) & torch.isfinite(flat.detach())
+        if flat.requires_grad and composed.requires_grad and bool(saturated.any()):
+            (g,) = torch.autograd.grad(composed, flat, retain_graph=True, allow_unused=True)
+            if g is not None:
+                loss = loss + _GradAt.apply(flat, torch.where(saturated, g, torch.zeros_like(g)))
+        return loss, (self._ref(entry), self._ref(self._fn("policy_loss_function", LOSS, boundary=boundary)))
+
     def _policy_loss_fn(self, boundary: str):
         return self._fn("compute_policy_loss", PPO_UTILS, boundary=boundary)
+
+    @staticmethod
+    def _clip(config: dict[str, Any], eps_clip: float, eps_clip_high: float | None):
+        """(eps_clip, eps_clip_high, eps_clip_c) from a scenario config."""
+        return (config.get("eps_clip", eps_clip), config.get("eps_clip_high", eps_clip_high), config.get("eps_clip_c"))
+
+    @staticmethod
+    def _clip_args(clip: tuple) -> dict[str, Any]:
+        eps_clip, eps_high, eps_c = clip
+        return {"eps_clip": eps_clip, "eps_clip_high": eps_clip if eps_high is None else eps_high, "eps_clip_c": eps_c}
 
     def _ppo_token_loss(self, boundary: str, lp: torch.Tensor, old: torch.Tensor, adv: torch.Tensor,
                         eps_clip: float, eps_clip_high: float | None, eps_clip_c: float | None):
@@ -388,20 +492,23 @@ class SlimeAdapter(Adapter):
         lp, old, adv = (self._tok(inputs, k, mask) for k in ("log_probs", "old_log_probs", "advantages"))
         masks = self._masks(mask)
         lengths, totals = self._lengths(mask, lp)
-        pg_loss, _clipfrac, _ = self._ppo_token_loss(
-            "opsm_mask", torch.cat(lp), torch.cat(old), torch.cat(adv),
-            config.get("eps_clip", 0.2), config.get("eps_clip_high"), config.get("eps_clip_c"))
+        flat = torch.cat(lp)
+        clip = self._clip(config, 0.2, None)
+        pg_loss, _clipfrac, _ = self._ppo_token_loss("opsm_mask", flat, torch.cat(old), torch.cat(adv), *clip)
         args = slime_args(use_opsm=True, opsm_delta=config.get("opsm_delta", 0.1))
         kw = self._kwargs(fn, "opsm_mask", {"args": args, "full_log_probs": lp, "full_old_log_probs": old,
                                             "advantages": adv, "loss_masks": masks})
         opsm_mask, opsm_clipfrac = fn(**kw)
         masked = pg_loss * opsm_mask
-        reduced = self._reduce("opsm_mask", masked, masks, lengths, totals, config.get("loss_agg", "token-mean"))
+        mode = config.get("loss_agg", "token-mean")
+        reduced = self._reduce("opsm_mask", masked, masks, lengths, totals, mode)
+        reduced, entry = self._entry_loss("opsm_mask", flat, lengths, old, adv, masks, mode, reduced, use_opsm=True,
+                                   opsm_delta=args.opsm_delta, **self._clip_args(clip))
         return BoundaryResult(
             {"opsm_mask": self._back(opsm_mask, lengths, mask), "opsm_clipfrac": opsm_clipfrac,
              "pg_loss": self._back(masked, lengths, mask), "reduced_policy_loss": reduced},
             self._after(inputs, {"log_probs": lp, "old_log_probs": old, "advantages": adv}, mask),
-            self._ref(fn))
+            self._ref(fn).with_also(*entry))
 
     def b_policy_loss(self, inputs, config):
         """compute_policy_loss (asymmetric + dual clip) reduced by get_sum_of_sample_mean."""
@@ -409,15 +516,17 @@ class SlimeAdapter(Adapter):
         lp, old, adv = (self._tok(inputs, k, mask) for k in ("log_probs", "old_log_probs", "advantages"))
         masks = self._masks(mask)
         lengths, totals = self._lengths(mask, lp)
-        pg_loss, clipfrac, fn = self._ppo_token_loss(
-            "policy_loss", torch.cat(lp), torch.cat(old), torch.cat(adv),
-            config.get("eps_clip", 0.2), config.get("eps_clip_high"), config.get("eps_clip_c"))
-        loss = self._reduce("policy_loss", pg_loss, masks, lengths, totals, config.get("loss_agg", "token-mean"))
+        flat = torch.cat(lp)
+        clip = self._clip(config, 0.2, None)
+        pg_loss, clipfrac, fn = self._ppo_token_loss("policy_loss", flat, torch.cat(old), torch.cat(adv), *clip)
+        mode = config.get("loss_agg", "token-mean")
+        loss = self._reduce("policy_loss", pg_loss, masks, lengths, totals, mode)
+        loss, entry = self._entry_loss("policy_loss", flat, lengths, old, adv, masks, mode, loss, **self._clip_args(clip))
         return BoundaryResult(
             {"pg_loss": self._back(pg_loss, lengths, mask), "clipfrac": self._back(clipfrac, lengths, mask),
              "loss": loss},
             self._after(inputs, {"log_probs": lp, "old_log_probs": old, "advantages": adv}, mask),
-            self._ref(fn))
+            self._ref(fn).with_also(*entry))
 
     def b_cispo_loss(self, inputs, config):
         """compute_cispo_loss (MiniMax-M1) reduced by get_sum_of_sample_mean."""
@@ -427,16 +536,19 @@ class SlimeAdapter(Adapter):
         masks = self._masks(mask)
         lengths, totals = self._lengths(mask, lp)
         lp_c, old_c = torch.cat(lp), torch.cat(old)
+        eps_clip, eps_high = config.get("eps_clip", 1.0), config.get("eps_clip_high", 0.28)
         kw = self._kwargs(fn, "cispo_loss", {"ppo_kl": old_c - lp_c, "log_probs": lp_c, "advantages": torch.cat(adv),
-                                             "eps_clip": config.get("eps_clip", 1.0),
-                                             "eps_clip_high": config.get("eps_clip_high", 0.28)})
+                                             "eps_clip": eps_clip, "eps_clip_high": eps_high})
         pg_loss, clipfrac = fn(**kw)[:2]
-        loss = self._reduce("cispo_loss", pg_loss, masks, lengths, totals, config.get("loss_agg", "token-mean"))
+        mode = config.get("loss_agg", "token-mean")
+        loss = self._reduce("cispo_loss", pg_loss, masks, lengths, totals, mode)
+        loss, entry = self._entry_loss("cispo_loss", lp_c, lengths, old, adv, masks, mode, loss, advantage_estimator="cispo",
+                                eps_clip=eps_clip, eps_clip_high=eps_high)
         return BoundaryResult(
             {"pg_loss": self._back(pg_loss, lengths, mask), "clipfrac": self._back(clipfrac, lengths, mask),
              "loss": loss},
             self._after(inputs, {"log_probs": lp, "old_log_probs": old, "advantages": adv}, mask),
-            self._ref(fn))
+            self._ref(fn).with_also(*entry))
 
     def b_gspo_kl(self, inputs, config):
         """compute_gspo_kl: per-sample valid-token mean of old - new, expanded to every token."""

@@ -198,6 +198,9 @@ def test_is_correction_weights_detached_and_masked_grads(head):
 def test_policy_loss_and_kl(head):
     r = head["policy_loss"]
     assert r["function"]["qualname"] == "compute_policy_loss"
+    also = {a["qualname"]: a["file"] for a in r["function"]["also"]}
+    assert also == {"loss_function": "slime/backends/megatron_utils/loss.py",
+                    "policy_loss_function": "slime/backends/megatron_utils/loss.py"}
     assert r["grad_log_probs"][0][3] == 0.0
     k3 = head["kl_k3"]["outputs"]["kl"][0]
     import math

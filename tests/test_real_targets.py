@@ -71,7 +71,7 @@ def test_verl_findings_reproduce():
     verdicts = {r["id"]: r["verdict"] for r in rep["results"]}
     assert verdicts == {"gae-nan-at-masked-position": "violated", "reinforce-pp-nan-masked-kl": "violated",
                         "grpo-rejected-row-in-group-stats": "violated", "seq-mean-loss-nan-masked": "violated",
-                        "grpo-unequal-group-sizes": "holds"}
+                        "grpo-unequal-group-sizes": "holds", "token-mean-counts-masked-sample": "holds"}
     assert code == 1
 
 
@@ -85,6 +85,8 @@ def test_slime_head_seeds():
     assert opsm["observations"]["opsm_clipfrac"] == pytest.approx(0.6666667, abs=1e-6)
     assert inv(opsm, "sequence_uniform")["positions"] == [[0, 1]]
     assert opsm["function"]["qualname"] == "compute_opsm_mask"
+    # the reduced loss is slime's own: loss_function -> policy_loss_function on logits
+    assert [a["qualname"] for a in opsm["function"]["also"]] == ["loss_function", "policy_loss_function"]
     # no off-policy IS hook at HEAD; slime's own TIS / IcePop weights are checked for detachment
     ois = result(rep, "off-policy-is-correction")
     assert ois["verdict"] == "unsupported" and "off_policy_is" in ois["reason"]
@@ -121,3 +123,33 @@ def test_slime_bisect_lands_on_the_fix(tmp_path):
     assert p.returncode == 0, p.stderr
     first = json.loads(log.read_text())["first"]
     assert first["commit"].startswith("045310b2b") and "preserve raw KL" in first["subject"]
+
+
+@needs_slime
+def test_slime_findings():
+    """Through slime's own loss_function: a fully masked sample counts as one token."""
+    code, rep = sentinel("run", str(FINDINGS / "token-mean-counts-masked-sample.yaml"), "--target", "slime",
+                         "--repo", SLIME)
+    r = result(rep, "token-mean-counts-masked-sample")
+    assert code == 1 and r["verdict"] == "violated"
+    assert r["observations"]["loss"] == pytest.approx(-2 / 3)  # two valid tokens over a count of three
+    assert inv(r, "gradient")["observed"][0] == pytest.approx([-1 / 3, -1 / 3])
+
+
+@needs_slime
+def test_slime_per_token_loss_scale_fixed_by_pr_987(tmp_path):
+    """Rediscovered through loss_function: before slime PR #987 (763f18d5b) the per-token loss
+    was also divided by global_batch_size, so the gradient shrank with the batch (here / 2)."""
+    code, rep = sentinel("compare", str(SEEDS.parent / "policy" / "ppo-clip.yaml"), "--target", "slime",
+                         "--repo", SLIME, "--base", "763f18d5b^", "--head", "763f18d5b")
+    verdicts = {c["id"]: c["verdict"] for c in rep["comparisons"]}
+    assert verdicts["ppo-gradient-unclipped"] == "fixed", verdicts
+    assert code == 0
+    base = inv(result(rep, "ppo-gradient-unclipped", "base"), "gradient")
+    assert [o * 2 for o in base["observed"][0]] == pytest.approx(base["expected"][0], abs=1e-7)
+    log = tmp_path / "bisect.json"
+    p = subprocess.run([sys.executable, "-m", "sentinel.cli", "bisect", str(SEEDS.parent / "policy" / "ppo-clip.yaml"),
+                        "--scenario", "ppo-gradient-unclipped", "--target", "slime", "--repo", SLIME,
+                        "--good", "763f18d5b~40", "--bad", "763f18d5b", "-o", str(log)], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(log.read_text())["first"]["commit"].startswith("763f18d5b")
