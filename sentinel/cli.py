@@ -6,7 +6,9 @@ Exit codes: 0 every scenario holds, 1 a violation, 2 bad usage or a bad scenario
 
 from __future__ import annotations
 
+import inspect
 import json
+import re
 import sys
 from contextlib import contextmanager
 from enum import Enum
@@ -242,7 +244,7 @@ def compare(
     Both revisions are checked out into temporary worktrees and run in parallel; your
     checkout, branch, index and stash are untouched.\n
     [cyan]sentinel compare scenarios/seeds/ppo-kl-metric-aliasing.yaml --target slime --repo ~/src/slime --base 045310b2b^ --head 045310b2b[/]\n
-    Then [cyan]sentinel report reports/latest.json --format markdown[/] gives the PR evidence.
+    Then [cyan]sentinel report reports/latest.json --format markdown[/] gives the PR evidence.\n
     Exit: 0 fixed/holds-both only, 1 something regressed or still violated, 3 inconclusive.
     """
     from . import compare as cmp
@@ -625,6 +627,18 @@ def schema(
         write_atomic(output, text)
     else:
         sys.stdout.write(text)
+
+
+def _unwrap(doc: str) -> str:
+    """A docstring as help text: paragraphs (blank-line separated) joined into one line each,
+    so the terminal, not the source's line breaks, decides where lines wrap."""
+    paragraphs = re.split(r"\n\s*\n", inspect.cleandoc(doc))
+    return "\n\n".join(" ".join(line.strip() for line in p.splitlines()) for p in paragraphs)
+
+
+for _command in app.registered_commands:
+    if _command.callback is not None and _command.callback.__doc__:
+        _command.callback.__doc__ = _unwrap(_command.callback.__doc__)
 
 
 def entry() -> None:
