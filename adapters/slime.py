@@ -415,12 +415,14 @@ class SlimeAdapter(Adapter):
 
     def _entry_loss(self, boundary: str, flat: torch.Tensor, lengths: list[int], old: list[torch.Tensor],
                     adv: list[torch.Tensor], masks: list[torch.Tensor], mode: str, composed: torch.Tensor,
+                    batch_extra: dict[str, Any] | None = None,
                     **options: Any) -> tuple[torch.Tensor, tuple[FunctionRef, ...]]:
         """The loss slime trains on: ``loss_function`` -> ``policy_loss_function`` on one packed
         micro-batch (a one-token prompt per sample, logits from `_logits_for`), divided by the
         normaliser it hands Megatron. `composed` is the same loss from the per-token functions:
         it lends its gradient to tokens with log-prob 0 (see `_logits_for`), never its value.
-        `flat`: the concatenated log-probs `composed` was computed from."""
+        `flat`: the concatenated log-probs `composed` was computed from; `batch_extra`: more
+        ``batch`` keys (``rollout_log_probs`` for TIS); `options`: slime ``args``."""
         if mode not in LOSS_AGG:
             raise Unsupported(f"slime has no loss aggregation {mode!r} (it offers per-sample mean "
                               f"[seq-mean-token-mean] and --calculate-per-token-loss [token-mean])")
@@ -432,7 +434,7 @@ class SlimeAdapter(Adapter):
         logits = torch.cat(pieces)[None] if pieces else torch.zeros(1, 0, 2, device=self.device)
         batch = {"advantages": adv, "log_probs": list(old), "unconcat_tokens": tokens,
                  "total_lengths": [t.numel() for t in tokens], "response_lengths": list(lengths),
-                 "loss_masks": masks}
+                 "loss_masks": masks, **(batch_extra or {})}
         # one sample per rollout: each sample's reducer denominator is its own mask total
         # (named group_mask_sums for a few days of 2026-06, then rollout_mask_sums again)
         sums = torch.stack([m.sum() for m in masks]).float() if masks else torch.zeros(0, device=self.device)
@@ -829,13 +831,13 @@ class SlimeAdapter(Adapter):
                               for k in ("log_probs", "old_log_probs", "rollout_log_probs", "advantages"))
         masks = self._masks(mask)
         lengths, totals = self._lengths(mask, lp)
-        eps_clip = config.get("eps_clip", 0.2)
-        eps_high = config.get("eps_clip_high", 0.2)
-        eps_high = eps_clip if eps_high is None else eps_high
-        pg_loss, _, _ = self._ppo_token_loss("is_correction", torch.cat(lp), torch.cat(old), torch.cat(adv),
-                                              eps_clip, eps_high, config.get("eps_clip_c"))
-        args = slime_args(use_tis=True, tis_clip=config.get("tis_clip", 2.0),
-                          tis_clip_low=config.get("tis_clip_low", 0.0), eps_clip=eps_clip, eps_clip_high=eps_high)
+        clip = self._clip_args(self._clip(config, 0.2, 0.2))
+        flat = torch.cat(lp)
+        pg_loss, _, _ = self._ppo_token_loss("is_correction", flat, torch.cat(old), torch.cat(adv), *clip.values())
+        tis = {"use_tis": True, "tis_clip": config.get("tis_clip", 2.0), "tis_clip_low": config.get("tis_clip_low", 0.0),
+               # policy_loss_function calls vanilla_tis_function unless given another hook's path
+               "custom_tis_function_path": None if fname == "vanilla_tis_function" else f"{fn.__module__}.{fn.__name__}"}
+        args = slime_args(**tis, eps_clip=clip["eps_clip"], eps_clip_high=clip["eps_clip_high"])
         required = {"args": args, "pg_loss": pg_loss, "rollout_log_probs": roll, "loss_masks": masks}
         optional = {"total_lengths": totals, "response_lengths": lengths}
         if "cur_log_probs" in parameters(fn):
@@ -845,11 +847,13 @@ class SlimeAdapter(Adapter):
         kw = self._kwargs(fn, "is_correction", required, optional)
         weights = fn(**{**kw, "pg_loss": torch.ones_like(pg_loss.detach())})[0]
         corrected, out_masks, _metrics = fn(**kw)
-        loss = self._reduce("is_correction", corrected, masks, lengths, totals, config.get("loss_agg", "token-mean"),
-                            reducer_masks=list(out_masks))
+        mode = config.get("loss_agg", "token-mean")
+        loss = self._reduce("is_correction", corrected, masks, lengths, totals, mode, reducer_masks=list(out_masks))
+        loss, entry = self._entry_loss("is_correction", flat, lengths, old, adv, masks, mode, loss,
+                                       batch_extra={"rollout_log_probs": roll}, **tis, **clip)
         return BoundaryResult(
             {"weights": self._back(weights, lengths, mask), "pg_loss": self._back(corrected, lengths, mask),
              "loss": loss},
             self._after(inputs, {"log_probs": lp, "old_log_probs": old, "rollout_log_probs": roll,
                                  "advantages": adv}, mask),
-            self._ref(fn))
+            self._ref(fn).with_also(*entry))

@@ -182,6 +182,7 @@ def test_is_correction_weights_detached_and_masked_grads(head):
     for method in ("vanilla_tis", "icepop"):
         r = head["is_" + method]
         assert r["function"]["qualname"] == method + "_function"
+        assert [a["qualname"] for a in r["function"]["also"]] == ["loss_function", "policy_loss_function"]
         assert r["requires_grad"]["weights"] is False and r["requires_grad"]["loss"] is True
         # masked positions (row 0 col 3, row 1 col 0) get no gradient
         assert r["grad_log_probs"][0][3] == 0.0 and r["grad_log_probs"][1][0] == 0.0
