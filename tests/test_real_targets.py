@@ -71,7 +71,8 @@ def test_verl_findings_reproduce():
     verdicts = {r["id"]: r["verdict"] for r in rep["results"]}
     assert verdicts == {"gae-nan-at-masked-position": "violated", "reinforce-pp-nan-masked-kl": "violated",
                         "grpo-rejected-row-in-group-stats": "violated", "seq-mean-loss-nan-masked": "violated",
-                        "grpo-unequal-group-sizes": "holds", "token-mean-counts-masked-sample": "holds"}
+                        "grpo-unequal-group-sizes": "holds", "token-mean-counts-masked-sample": "holds",
+                        "masked-token-nan-reaches-loss": "holds"}
     assert code == 1
 
 
@@ -127,13 +128,17 @@ def test_slime_bisect_lands_on_the_fix(tmp_path):
 
 @needs_slime
 def test_slime_findings():
-    """Through slime's own loss_function: a fully masked sample counts as one token."""
-    code, rep = sentinel("run", str(FINDINGS / "token-mean-counts-masked-sample.yaml"), "--target", "slime",
-                         "--repo", SLIME)
+    """Through slime's own loss_function: a fully masked sample counts as one token, and a NaN
+    at a masked token inside a response reaches the loss."""
+    code, rep = sentinel("run", str(FINDINGS / "token-mean-counts-masked-sample.yaml"),
+                         str(FINDINGS / "masked-token-nan-reaches-loss.yaml"), "--target", "slime", "--repo", SLIME)
     r = result(rep, "token-mean-counts-masked-sample")
     assert code == 1 and r["verdict"] == "violated"
     assert r["observations"]["loss"] == pytest.approx(-2 / 3)  # two valid tokens over a count of three
     assert inv(r, "gradient")["observed"][0] == pytest.approx([-1 / 3, -1 / 3])
+    nan = result(rep, "masked-token-nan-reaches-loss")
+    assert nan["verdict"] == "violated" and str(inv(nan, "close")["observed"]).lower() == "nan"
+    assert inv(nan, "finite")["verdict"] == "violated"
 
 
 @needs_slime
