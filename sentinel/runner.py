@@ -11,8 +11,6 @@ import collections
 import json
 import os
 import queue
-import subprocess
-import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -24,7 +22,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from . import git
+from . import git, launch
 from .invariants import RunObservation
 from .report import (Environment, ExceptionInfo, FunctionInfo, InvariantResult, Report, ScenarioResult, Target,
                      statistics)
@@ -96,9 +94,7 @@ class WorkerHandle:
 
     def __init__(self, header: dict[str, Any]):
         self.header = header
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
-        self.proc = subprocess.Popen([sys.executable, "-m", "sentinel.worker"], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, bufsize=1)
+        self.proc = launch.take() or launch.spawn_worker()  # the console script may have started one
         self.lines: queue.Queue[str | None] = queue.Queue()
         self.stderr: collections.deque[str] = collections.deque(maxlen=200)
         threading.Thread(target=self._pump, args=(self.proc.stdout, self.lines.put), daemon=True).start()

@@ -228,7 +228,11 @@ def main() -> None:
     proto = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
     sys.stdout = sys.stderr
-    header = json.loads(sys.stdin.readline())
+    import torch  # noqa: F401 - most of a start (~1 s); a pre-started worker does it before its header comes
+    line = sys.stdin.readline()
+    if not line:  # a pre-started worker nobody needed
+        return
+    header = json.loads(line)
     worker = Worker(header, proto)
     try:
         worker.load()

@@ -178,3 +178,33 @@ def test_unknown_adapter_module_is_a_load_error(unloadable):
     assert [r.verdict for r in results] == ["error"] * 3
     assert all(r.exception_info.type == "ModuleNotFoundError" for r in results)
     assert unloadable.exit_code() == 3
+
+
+# --- the pre-started worker (sentinel/launch.py) ----------------------------------------
+
+def test_a_pre_started_worker_is_adopted_once(monkeypatch):
+    from sentinel import launch
+    from sentinel.runner import WorkerHandle
+    spare = launch.spawn_worker()
+    monkeypatch.setattr(launch, "_spare", spare)
+    handle = WorkerHandle({"target": "reference", "root": None, "device": "cpu", "timeout": 10, "options": {}})
+    try:
+        assert handle.proc is spare
+        assert handle.receive(60)["event"] == "ready"
+        assert launch.take() is None  # taken: the next handle spawns its own
+    finally:
+        handle.close()
+
+
+def test_console_script_path_runs_and_leaves_no_worker_behind(tmp_path):
+    """`python -m sentinel` is the console script's path: it pre-starts a worker for `run`,
+    uses it, and on a usage error kills the unused one instead of hanging on it."""
+    import subprocess
+    import sys
+    ok = subprocess.run([sys.executable, "-m", "sentinel", "run", "scenarios/seeds/opsm-mixed-advantage.yaml",
+                         "-o", str(tmp_path / "r.json")], capture_output=True, text=True, timeout=120,
+                        cwd=Path(__file__).resolve().parents[1])
+    assert ok.returncode == 0, ok.stderr
+    bad = subprocess.run([sys.executable, "-m", "sentinel", "run", str(tmp_path / "missing.yaml")],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "missing.yaml" in bad.stderr
