@@ -30,7 +30,7 @@ def main() -> None:
     a = ap.parse_args()
     if not a.repo:
         sys.exit("give --repo (or set SENTINEL_SLIME_REPO to a slime checkout)")
-    cli = [sys.executable, "-m", "sentinel.cli"]
+    cli = [sys.executable, "-m", "sentinel"]
     single = wall([*cli, "run", a.scenarios, "--target", a.target, "--repo", a.repo, "--commit", a.head,
                    "-o", "-", "--json"], a.repeat)
     both = wall([*cli, "compare", a.scenarios, "--target", a.target, "--repo", a.repo, "--base", a.base,

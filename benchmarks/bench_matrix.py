@@ -25,7 +25,7 @@ def main() -> None:
     a = ap.parse_args()
     from sentinel import matrix as mx
     cols = [c for c in mx.default_columns() if c.spec is not None]
-    cli = [sys.executable, "-m", "sentinel.cli"]
+    cli = [sys.executable, "-m", "sentinel"]
     total = 0.0
     print(f"columns: {', '.join(c.key for c in cols)}; median of {a.repeat}; {os.cpu_count()} cores")
     for c in cols:

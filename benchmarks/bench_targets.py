@@ -47,7 +47,7 @@ def main() -> None:
                 f"from sentinel_adapters.{mod} import {cls} as A; "
                 f"A({('Path(' + repr(repo) + ')') if repo else None}, torch.device('cpu')).load()")
         imp = wall([sys.executable, "-c", load], a.repeat)
-        cmd = [sys.executable, "-m", "sentinel.cli", "run", str(ROOT / "scenarios"), "--target", name, "-o", "-", "--json"]
+        cmd = [sys.executable, "-m", "sentinel", "run", str(ROOT / "scenarios"), "--target", name, "-o", "-", "--json"]
         if repo:
             cmd += ["--repo", repo]
         cat = wall(cmd, a.repeat)

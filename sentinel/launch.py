@@ -2,7 +2,7 @@
 
 A worker's start is mostly `import torch` (~1 s); the CLI's own imports and scenario
 loading take ~0.5 s more. Started before them, the worker imports torch while the CLI gets
-ready, and the first `runner.WorkerHandle` adopts it (`take`). Commands that never start a
+ready, and `runner.WorkerHandle` adopts it (`take`). Commands that never start a
 worker (list, report, schema, --help) spawn nothing.
 """
 
@@ -14,8 +14,9 @@ import subprocess
 import sys
 import threading
 
-WORKER_COMMANDS = frozenset({"run", "gate", "compare", "bisect", "matrix", "hunt"})
-_spare: subprocess.Popen | None = None
+# how many workers each command starts at once (compare: base and head side by side)
+WORKER_COMMANDS = {"run": 1, "gate": 1, "compare": 2, "bisect": 1, "matrix": 1, "hunt": 1}
+_spares: list[subprocess.Popen] = []
 _lock = threading.Lock()
 
 
@@ -27,25 +28,24 @@ def spawn_worker() -> subprocess.Popen:
 
 
 def take() -> subprocess.Popen | None:
-    """The pre-started worker, at most once per process (None if there is none)."""
-    global _spare
-    with _lock:
-        proc, _spare = _spare, None
-    return proc if proc is not None and proc.poll() is None else None
+    """A pre-started worker, each at most once (None when none is left)."""
+    while True:
+        with _lock:
+            proc = _spares.pop() if _spares else None
+        if proc is None or proc.poll() is None:
+            return proc
 
 
 def _discard() -> None:
-    proc = take()
-    if proc is not None:
+    while (proc := take()) is not None:
         proc.kill()
         proc.wait()
 
 
 def entry() -> None:
-    global _spare
     args = sys.argv[1:]
     if args and args[0] in WORKER_COMMANDS and "--help" not in args:
-        _spare = spawn_worker()
+        _spares.extend(spawn_worker() for _ in range(min(WORKER_COMMANDS[args[0]], os.cpu_count() or 1)))
         atexit.register(_discard)
     from .cli import entry as cli_entry
     cli_entry()

@@ -186,7 +186,7 @@ def test_a_pre_started_worker_is_adopted_once(monkeypatch):
     from sentinel import launch
     from sentinel.runner import WorkerHandle
     spare = launch.spawn_worker()
-    monkeypatch.setattr(launch, "_spare", spare)
+    monkeypatch.setattr(launch, "_spares", [spare])
     handle = WorkerHandle({"target": "reference", "root": None, "device": "cpu", "timeout": 10, "options": {}})
     try:
         assert handle.proc is spare
