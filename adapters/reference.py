@@ -91,6 +91,21 @@ def gspo_seq_kl(log_probs, old_log_probs, loss_mask):
     return seq_mean(old_log_probs - log_probs, loss_mask)[:, None].expand_as(log_probs).contiguous()
 
 
+def gspo_token_log_ratio(log_probs, old_log_probs, loss_mask):
+    """GSPO-token (arXiv 2507.18071 eq. 13): per token, sg[log s_i] + log pi_t - sg[log pi_t],
+    where log s_i is the valid-token mean of log pi - log pi_old. Its value is the sequence
+    log-ratio at every token; its gradient reaches log pi_t alone. With one advantage per
+    sequence this equals GSPO's sequence objective in value and gradient."""
+    log_s = seq_mean(log_probs - old_log_probs, loss_mask).detach()[:, None]
+    return log_s + (log_probs - log_probs.detach())
+
+
+def decoupled_weight(proximal_log_probs, behaviour_log_probs):
+    """Decoupled PPO (AReaL, arXiv 2505.24298 eq. 5): the clipped objective is taken against
+    the proximal policy and reweighted by sg[pi_prox / pi_behav], which carries no gradient."""
+    return torch.exp(proximal_log_probs - behaviour_log_probs).detach()
+
+
 # --- KL to the reference policy ---------------------------------------------------------
 
 def kl_estimator(log_probs, ref_log_probs, loss_mask, kl_type="k1"):
@@ -236,7 +251,8 @@ def aggregate(x, loss_mask, mode="token-mean"):
 
 REFERENCE_OPS = dict(
     ppo_policy_loss=ppo_policy_loss, cispo_loss=cispo_loss, opsm_mask=opsm_mask,
-    gspo_seq_kl=gspo_seq_kl, kl_estimator=kl_estimator, gae=gae, group_index=group_index,
+    gspo_seq_kl=gspo_seq_kl, gspo_token_log_ratio=gspo_token_log_ratio, decoupled_weight=decoupled_weight,
+    kl_estimator=kl_estimator, gae=gae, group_index=group_index,
     reward_norm=reward_norm, task_rewards=task_rewards, shape_token_rewards=shape_token_rewards,
     whiten=whiten, vanilla_tis=vanilla_tis, icepop=icepop, off_policy_is=off_policy_is,
     aggregate=aggregate,
@@ -288,10 +304,27 @@ class ReferenceAdapter(Adapter):
     def _policy(self, fn_name, inputs, config, *clip):
         m = inputs["loss_mask"]
         lp, old, adv = (keep(inputs[k], m) for k in ("log_probs", "old_log_probs", "advantages"))
+        if config.get("rejection_sampling") is not None:
+            raise Unsupported("rejection_sampling maps a target's own option (AReaL's behav_imp_weight_cap, ...); "
+                              "the reference has none")
+        weights = None
+        if config.get("use_decoupled_loss"):
+            if "rollout_log_probs" not in inputs:
+                raise ValueError("use_decoupled_loss needs input rollout_log_probs (the behaviour policy)")
+            weights = keep(self.ops.decoupled_weight(old, keep(inputs["rollout_log_probs"], m)), m)
+        level = config.get("importance_sampling_level") or "token"
+        if level == "sequence":  # the ratio against old is the sequence ratio
+            lp, old = self.ops.gspo_token_log_ratio(lp, old, m), torch.zeros_like(old)
+        elif level != "token":
+            raise Unsupported(f"importance_sampling_level {level!r}: the reference has token and sequence")
         loss, clipfrac = getattr(self.ops, fn_name)(lp, old, adv, *clip)
         loss, clipfrac = keep(loss, m), keep(clipfrac, m)
-        total = self.ops.aggregate(loss, m, config.get("loss_agg", "token-mean"))
-        return self._result({"pg_loss": loss, "clipfrac": clipfrac, "loss": total}, fn_name)
+        outputs = {"pg_loss": loss, "clipfrac": clipfrac}
+        if weights is not None:
+            loss = outputs["pg_loss"] = loss * weights
+            outputs["weights"] = weights
+        outputs["loss"] = self.ops.aggregate(loss, m, config.get("loss_agg", "token-mean"))
+        return self._result(outputs, fn_name)
 
     def b_policy_loss(self, inputs, config):
         clip = (config.get("eps_clip", 0.2), config.get("eps_clip_high"), config.get("eps_clip_c"))

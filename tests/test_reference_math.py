@@ -290,3 +290,20 @@ def test_reference_never_mutates_inputs(boundary):
     before = {k: v.clone() for k, v in inputs.items()}
     call(boundary, inputs, {"kl_coef": 0.1, "estimator": "gae"} if boundary == "advantages" else {})
     assert all(torch.equal(before[k], inputs[k]) for k in inputs)
+
+
+def test_gspo_token_log_ratio_is_the_sequence_ratio_with_per_token_gradient():
+    lp = t([[-1.0, -0.2, -1.5, 9.0]], requires_grad=True)
+    old = t([[-1.1, -0.9, -1.2, 0.0]])
+    m = t([[1.0, 1.0, 1.0, 0.0]])
+    r = R.gspo_token_log_ratio(lp, old, m)
+    assert r[0, :3].tolist() == pytest.approx([(0.1 + 0.7 - 0.3) / 3] * 3)  # the padding's 9.0 is not in it
+    r[0, 1].backward()
+    assert lp.grad.tolist() == [[0.0, 1.0, 0.0, 0.0]]  # only through its own token
+
+
+def test_decoupled_weight_is_detached_prox_over_behaviour():
+    prox = t([[-1.05, -0.5]], requires_grad=True)
+    w = R.decoupled_weight(prox, t([[-1.2, -0.4]]))
+    assert w.tolist()[0] == pytest.approx([math.exp(0.15), math.exp(-0.1)])
+    assert not w.requires_grad
