@@ -470,14 +470,19 @@ class SlimeAdapter(Adapter):
         return {"eps_clip": eps_clip, "eps_clip_high": eps_clip if eps_high is None else eps_high, "eps_clip_c": eps_c}
 
     def _ppo_token_loss(self, boundary: str, lp: torch.Tensor, old: torch.Tensor, adv: torch.Tensor,
-                        eps_clip: float, eps_clip_high: float | None, eps_clip_c: float | None):
-        """compute_policy_loss on concatenated tokens (ppo_kl = old - new, as policy_loss_function)."""
+                        eps_clip: float, eps_clip_high: float | None, eps_clip_c: float | None,
+                        ppo_kl: torch.Tensor | None = None):
+        """compute_policy_loss on concatenated tokens (ppo_kl = old - new, as policy_loss_function;
+        or the given `ppo_kl`, GSPO's sequence KL)."""
         fn = self._policy_loss_fn(boundary)
         params = parameters(fn)
         eps_high = eps_clip if eps_clip_high is None else eps_clip_high  # slime's validate_args rule
         if "ppo_kl" in params:
-            kw = self._kwargs(fn, boundary, {"ppo_kl": old - lp, "advantages": adv, "eps_clip": eps_clip,
-                                             "eps_clip_high": eps_high}, {"eps_clip_c": eps_clip_c})
+            kw = self._kwargs(fn, boundary, {"ppo_kl": old - lp if ppo_kl is None else ppo_kl, "advantages": adv,
+                                             "eps_clip": eps_clip, "eps_clip_high": eps_high}, {"eps_clip_c": eps_clip_c})
+        elif ppo_kl is not None:
+            raise Unsupported(f"importance_sampling_level sequence: {signature_text(fn)} takes no ppo_kl "
+                              f"(slime added GSPO in 2025-07, c7bb60ce4)")
         else:  # before GSPO support (2025-07): compute_policy_loss(log_probs, old_logprobs, ...)
             kw = self._kwargs(fn, boundary, {"log_probs": lp, "old_logprobs": old, "advantages": adv,
                                              "eps_clip": eps_clip, "eps_clip_high": eps_high},
@@ -513,17 +518,33 @@ class SlimeAdapter(Adapter):
             self._ref(fn).with_also(*entry))
 
     def b_policy_loss(self, inputs, config):
-        """compute_policy_loss (asymmetric + dual clip) reduced by get_sum_of_sample_mean."""
+        """compute_policy_loss (asymmetric + dual clip) reduced by get_sum_of_sample_mean; with
+        importance_sampling_level sequence, on compute_gspo_kl's sequence KL (slime's gspo
+        estimator, as policy_loss_function does it)."""
+        if config.get("use_decoupled_loss") or config.get("rejection_sampling") is not None:
+            raise Unsupported("slime has no decoupled PPO loss; its behaviour-policy correction is a TIS hook "
+                              "(boundary is_correction)")
+        level = config.get("importance_sampling_level") or "token"
+        if level not in ("token", "sequence"):
+            raise Unsupported(f"importance_sampling_level {level!r}: slime has token and sequence (gspo)")
         mask = inputs["loss_mask"].to(self.device)
         lp, old, adv = (self._tok(inputs, k, mask) for k in ("log_probs", "old_log_probs", "advantages"))
         masks = self._masks(mask)
         lengths, totals = self._lengths(mask, lp)
         flat = torch.cat(lp)
         clip = self._clip(config, 0.2, None)
-        pg_loss, clipfrac, fn = self._ppo_token_loss("policy_loss", flat, torch.cat(old), torch.cat(adv), *clip)
+        ppo_kl, estimator = None, {}
+        if level == "sequence":
+            gspo = self._fn("compute_gspo_kl", PPO_UTILS, boundary="policy_loss")
+            ppo_kl = gspo(**self._kwargs(gspo, "policy_loss", {"full_log_probs": lp, "full_old_log_probs": old,
+                                                                "local_log_probs": lp, "loss_masks": masks}))
+            estimator = {"advantage_estimator": "gspo"}
+        pg_loss, clipfrac, fn = self._ppo_token_loss("policy_loss", flat, torch.cat(old), torch.cat(adv), *clip,
+                                                     ppo_kl=ppo_kl)
         mode = config.get("loss_agg", "token-mean")
         loss = self._reduce("policy_loss", pg_loss, masks, lengths, totals, mode)
-        loss, entry = self._entry_loss("policy_loss", flat, lengths, old, adv, masks, mode, loss, **self._clip_args(clip))
+        loss, entry = self._entry_loss("policy_loss", flat, lengths, old, adv, masks, mode, loss,
+                                       **self._clip_args(clip), **estimator)
         return BoundaryResult(
             {"pg_loss": self._back(pg_loss, lengths, mask), "clipfrac": self._back(clipfrac, lengths, mask),
              "loss": loss},
