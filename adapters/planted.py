@@ -81,6 +81,11 @@ def contiguous_groups(group, group_size, batch):
     return torch.arange(batch) // size
 
 
+def gspo_token_ratio(log_probs, old_log_probs, loss_mask):
+    """importance_sampling_level sequence ignored: each token keeps its own ratio."""
+    return log_probs - old_log_probs
+
+
 PLANTS: dict[str, Plant] = {
     "opsm-token-level": Plant(
         "OPSM rejection decided per token from the token's advantage sign (slime PR 1917's bug): "
@@ -111,6 +116,10 @@ PLANTS: dict[str, Plant] = {
     "input-mutation": Plant(
         "KL estimator writes log pi - log ref into ref_log_probs' storage: the caller's tensor changes.",
         ("unmutated",), kl_in_ref_storage, "kl_estimator"),
+    "gspo-token-ratio": Plant(
+        "importance_sampling_level sequence ignored (each token clipped on its own ratio): GSPO's "
+        "sequence-level clip decision splits within a sequence.",
+        ("sequence_uniform", "close", "gradient"), gspo_token_ratio, "gspo_token_log_ratio"),
     "row-order": Plant(
         "GRPO groups taken as contiguous chunks, ignoring the group ids: permuting rows regroups them.",
         ("permutation_equivariant", "group_isolation"), contiguous_groups, "group_index"),

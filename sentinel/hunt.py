@@ -137,6 +137,10 @@ for _b in ("opsm_mask", "policy_loss", "cispo_loss", "gspo_kl", "kl", "gae", "is
 
 _prop("opsm_mask.sequence_uniform", "sequence_uniform",
       "the OPSM decision is one per sequence, never token by token", {"output": "opsm_mask"})
+_prop("policy_loss.sequence_uniform", "sequence_uniform",
+      "GSPO (importance_sampling_level sequence): with one advantage per sequence, every token of it "
+      "gets the same clipped loss", {"output": "pg_loss", "atol": 1e-6},
+      config={"importance_sampling_level": ["sequence"]}, seq_advantages=True)
 _prop("gspo_kl.sequence_uniform", "sequence_uniform",
       "the GSPO sequence KL is one value per sequence", {"output": "seq_kl", "atol": 1e-6})
 for _b in ("policy_loss", "kl", "is_correction", "advantages"):

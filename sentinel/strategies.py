@@ -193,7 +193,8 @@ _WILD_BUMP = st.one_of(_BUMP, st.sampled_from([1.0e4, float("nan"), float("inf")
 def examples(boundary: str, *, config: dict[str, list[Any]] | None = None, min_batch: int = 1,
              need_masked: bool = False, eos: str = "any", min_prompt: int = 0, groups: str = "auto",
              min_groups: int = 1, perm: bool = False, variant: str | None = None, holes: bool = True,
-             max_batch: int = MAX_BATCH, max_len: int = MAX_LEN) -> st.SearchStrategy[Example]:
+             max_batch: int = MAX_BATCH, max_len: int = MAX_LEN,
+             seq_advantages: bool = False) -> st.SearchStrategy[Example]:
     """Canonical examples for `boundary`.
 
     Rows are drawn one by one (ragged) and padded to the longest; a row that fills the
@@ -204,6 +205,8 @@ def examples(boundary: str, *, config: dict[str, list[Any]] | None = None, min_b
     perm: also draw a row permutation (params["perm"]).
     variant: "no_eos_rewards" (only the rewards of rows without EOS change) or
       "masked_row_rewards" (reward_norm: only the rewards of rows with mask 0 change).
+    seq_advantages: one advantage per sequence (its first valid token's) at every valid
+      token, as outcome-reward estimators (GRPO, GSPO) give.
 
     Sub-strategies are built here once, not per draw (Hypothesis validates each new one).
     """
@@ -276,6 +279,10 @@ def examples(boundary: str, *, config: dict[str, list[Any]] | None = None, min_b
                     a[i, len(cells):] = r["pad"][k]
                 inputs[name] = a
             inputs["loss_mask"] = loss
+            if seq_advantages:
+                adv, valid = inputs["advantages"], loss.astype(bool)
+                first = np.take_along_axis(adv, valid.argmax(axis=1)[:, None], axis=1)
+                inputs["advantages"] = np.where(valid, first, adv).astype(F32)
             if spec.input("attention_mask") is not None:
                 inputs["attention_mask"] = attn
             if has_rewards:

@@ -42,6 +42,7 @@ PLANT_BOUNDARY = {
     "grpo-cross-group": "reward_norm",
     "input-mutation": "kl",
     "row-order": "reward_norm",
+    "gspo-token-ratio": "policy_loss",
 }
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import os
 import subprocess
 import sys
@@ -58,6 +59,19 @@ def test_areal_pypi_no_eos_leak():
 
 
 @needs_areal
+def test_areal_decoupled_loss_has_no_behaviour_weight_without_rejection_sampling():
+    code, rep = sentinel("run", str(FINDINGS / "decoupled-loss-behaviour-weight.yaml"), "--target", "areal")
+    r = result(rep, "decoupled-loss-behaviour-weight")
+    assert code == 1 and r["verdict"] == "violated"
+    assert "weights" not in r["observations"]  # no behave_imp_weight at all
+    pg = inv(r, "close", "pg_loss")
+    # what AReaL trains on: the unweighted PPO surrogate against the proximal policy
+    assert pg["observed"][0][0] == pytest.approx(-0.5 * math.exp(0.05), abs=1e-6)
+    assert pg["expected"][0][0] == pytest.approx(-0.5 * math.exp(0.05) * math.exp(0.15), abs=1e-6)
+    assert inv(r, "detached")["verdict"] == "skipped"
+
+
+@needs_areal
 @pytest.mark.skipif(not AREAL_REPO, reason="set SENTINEL_AREAL_REPO to an AReaL checkout")
 def test_areal_head_no_eos_leak():
     code, rep = sentinel("run", str(SEEDS / "no-eos-outlier-reward-norm.yaml"), "--target", "areal", "--repo", AREAL_REPO)
@@ -72,7 +86,7 @@ def test_verl_findings_reproduce():
     assert verdicts == {"gae-nan-at-masked-position": "violated", "reinforce-pp-nan-masked-kl": "violated",
                         "grpo-rejected-row-in-group-stats": "violated", "seq-mean-loss-nan-masked": "violated",
                         "grpo-unequal-group-sizes": "holds", "token-mean-counts-masked-sample": "holds",
-                        "masked-token-nan-reaches-loss": "holds"}
+                        "masked-token-nan-reaches-loss": "holds", "decoupled-loss-behaviour-weight": "unsupported"}
     assert code == 1
 
 
@@ -158,3 +172,11 @@ def test_slime_per_token_loss_scale_fixed_by_pr_987(tmp_path):
                         "--good", "763f18d5b~40", "--bad", "763f18d5b", "-o", str(log)], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     assert json.loads(log.read_text())["first"]["commit"].startswith("763f18d5b")
+
+
+@needs_slime
+def test_slime_gspo_sequence_level_through_its_gspo_estimator():
+    code, rep = sentinel("run", str(SEEDS.parent / "policy" / "gspo.yaml"), "--target", "slime", "--repo", SLIME)
+    r = result(rep, "gspo-sequence-level-ratio")
+    assert code == 0 and r["verdict"] == "holds", r["reason"]
+    assert inv(r, "gradient")["verdict"] == "held"  # through policy_loss_function with advantage_estimator gspo
