@@ -43,6 +43,7 @@ _NORMS = [None, {"mean_level": "batch", "std_level": None}, {"mean_level": "batc
 CONFIG_CHOICES: dict[str, dict[str, list[Any]]] = {
     "opsm_mask": {"opsm_delta": [0.1, 0.0, 0.05, 0.5], "eps_clip": [0.2, 0.1, 0.3], "eps_clip_high": [0.2, 0.28, None]},
     "policy_loss": {"eps_clip": [0.2, 0.1, 0.3], "eps_clip_high": [None, 0.28, 0.2], "eps_clip_c": [None, 3.0],
+                    "importance_sampling_level": ["token", "sequence"],
                     "loss_agg": list(LOSS_AGG)},
     "cispo_loss": {"eps_clip": [1.0, 0.2], "eps_clip_high": [0.28, 0.2], "loss_agg": list(LOSS_AGG)},
     "gspo_kl": {},
