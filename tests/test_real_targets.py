@@ -72,6 +72,17 @@ def test_areal_decoupled_loss_has_no_behaviour_weight_without_rejection_sampling
 
 
 @needs_areal
+def test_areal_single_trajectory_ref_logp_mutated_in_place():
+    code, rep = sentinel("run", str(FINDINGS / "single-trajectory-ref-logp-mutated.yaml"),
+                         str(SEEDS / "ppo-kl-metric-aliasing.yaml"), "--target", "areal")
+    one = inv(result(rep, "single-trajectory-ref-logp-mutated"), "unmutated")
+    assert one["verdict"] == "violated" and one["positions"] == [[0, 2]]  # the masked token, zeroed
+    assert one["observed"][0][2] == 0.0 and one["expected"][0][2] == pytest.approx(-0.4)
+    # two trajectories: AReaL works on a concatenated copy and the caller's tensor survives
+    assert inv(result(rep, "ppo-kl-metric-aliasing"), "unmutated")["verdict"] == "held"
+
+
+@needs_areal
 @pytest.mark.skipif(not AREAL_REPO, reason="set SENTINEL_AREAL_REPO to an AReaL checkout")
 def test_areal_head_no_eos_leak():
     code, rep = sentinel("run", str(SEEDS / "no-eos-outlier-reward-norm.yaml"), "--target", "areal", "--repo", AREAL_REPO)
@@ -86,7 +97,8 @@ def test_verl_findings_reproduce():
     assert verdicts == {"gae-nan-at-masked-position": "violated", "reinforce-pp-nan-masked-kl": "violated",
                         "grpo-rejected-row-in-group-stats": "violated", "seq-mean-loss-nan-masked": "violated",
                         "grpo-unequal-group-sizes": "holds", "token-mean-counts-masked-sample": "holds",
-                        "masked-token-nan-reaches-loss": "holds", "decoupled-loss-behaviour-weight": "unsupported"}
+                        "masked-token-nan-reaches-loss": "holds", "decoupled-loss-behaviour-weight": "unsupported",
+                        "single-trajectory-ref-logp-mutated": "holds"}
     assert code == 1
 
 
