@@ -154,6 +154,23 @@ def _cispo_gradient(ex: S.Example) -> dict[str, Any]:
                          " / sum(loss_mask)")}
 
 
+def _ppo_gradient(ex: S.Example) -> dict[str, Any]:
+    """-ratio * A / N where the unclipped branch is the one PPO keeps (inside the clip range,
+    or outside it on the side that does not help), and not capped by the dual clip."""
+    eps, high, c = ex.config["eps_clip"], ex.config["eps_clip_high"], ex.config["eps_clip_c"]
+    lo, hi = 1 - eps, 1 + (eps if high is None else high)
+    r = "exp(log_probs - old_log_probs)"
+    kept = (f"(({r} >= {lo!r}) & ({r} <= {hi!r}) | (advantages > 0) & ({r} < {lo!r})"
+            f" | (advantages < 0) & ({r} > {hi!r}))")
+    if c is not None:
+        kept += f" & ~((advantages < 0) & ({r} > {c!r}))"
+    return {"of": "loss", "wrt": "log_probs", "where": "loss_mask",
+            "expected": f"-{r} * advantages * loss_mask / sum(loss_mask) * ({kept})"}
+
+
+_prop("policy_loss.gradient", "gradient",
+      "PPO's gradient is -ratio * A / N at every valid token the clip keeps, 0 where it binds",
+      _ppo_gradient, config={"loss_agg": ["token-mean"], "importance_sampling_level": ["token"]})
 _prop("cispo_loss.gradient", "gradient",
       "CISPO's gradient flows through log pi only: -sg(clip(ratio)) * A / N at every valid token",
       _cispo_gradient, config={"loss_agg": ["token-mean"]})
