@@ -50,10 +50,15 @@ PLANTED = [
     ("grpo-cross-group", "reward_norm", "reward_norm.group_isolation"),
     ("input-mutation", "kl", "kl.unmutated"),
     ("row-order", "reward_norm", "reward_norm.permutation_equivariant"),
+    ("gspo-token-ratio", "policy_loss", "policy_loss.sequence_uniform"),
 ]
 
 
 def seed_bugs(args) -> list[tuple[str, TargetSpec, str, str]]:
+    from sentinel_adapters.planted import PLANTS
+    missing = set(PLANTS) - {p for p, _, _ in PLANTED}
+    if missing:
+        sys.exit(f"bench_hunt: no hunt listed for plant(s) {sorted(missing)}")
     out = [(f"reference --plant {p}", TargetSpec("reference", plant=p), b, prop) for p, b, prop in PLANTED]
     if args.slime:
         out.append(("slime HEAD: OPSM leak", TargetSpec("slime", args.slime), "opsm_mask",
