@@ -413,19 +413,19 @@ class SlimeAdapter(Adapter):
             return total / num_tokens
         return total / max(len(masks), 1)
 
-    def _entry_loss(self, boundary: str, flat: torch.Tensor, lengths: list[int], old: list[torch.Tensor],
-                    adv: list[torch.Tensor], masks: list[torch.Tensor], mode: str, composed: torch.Tensor,
+    def _entry_loss(self, boundary: str, config: dict[str, Any], flat: torch.Tensor, lengths: list[int],
+                    totals: list[int], old: list[torch.Tensor], adv: list[torch.Tensor], masks: list[torch.Tensor],
+                    pg_loss: torch.Tensor, reducer_masks: list[torch.Tensor] | None = None,
                     batch_extra: dict[str, Any] | None = None,
                     **options: Any) -> tuple[torch.Tensor, tuple[FunctionRef, ...]]:
         """The loss slime trains on: ``loss_function`` -> ``policy_loss_function`` on one packed
         micro-batch (a one-token prompt per sample, logits from `_logits_for`), divided by the
-        normaliser it hands Megatron. `composed` is the same loss from the per-token functions:
-        it lends its gradient to tokens with log-prob 0 (see `_logits_for`), never its value.
-        `flat`: the concatenated log-probs `composed` was computed from; `batch_extra`: more
-        ``batch`` keys (``rollout_log_probs`` for TIS); `options`: slime ``args``."""
-        if mode not in LOSS_AGG:
-            raise Unsupported(f"slime has no loss aggregation {mode!r} (it offers per-sample mean "
-                              f"[seq-mean-token-mean] and --calculate-per-token-loss [token-mean])")
+        normaliser it hands Megatron. The same loss composed from the per-token `pg_loss`
+        (`_reduce`) lends its gradient to tokens with log-prob 0 (see `_logits_for`), never
+        its value. `flat`: the concatenated log-probs `pg_loss` was computed from;
+        `batch_extra`: more ``batch`` keys (``rollout_log_probs`` for TIS); `options`: slime ``args``."""
+        mode = config.get("loss_agg", "token-mean")
+        composed = self._reduce(boundary, pg_loss, masks, lengths, totals, mode, reducer_masks)
         entry = self._fn("loss_function", LOSS, boundary=boundary)
         pieces, tokens = [], []
         for part in flat.split(lengths):
@@ -460,14 +460,20 @@ class SlimeAdapter(Adapter):
         return self._fn("compute_policy_loss", PPO_UTILS, boundary=boundary)
 
     @staticmethod
-    def _clip(config: dict[str, Any], eps_clip: float, eps_clip_high: float | None):
-        """(eps_clip, eps_clip_high, eps_clip_c) from a scenario config."""
-        return (config.get("eps_clip", eps_clip), config.get("eps_clip_high", eps_clip_high), config.get("eps_clip_c"))
+    def _clip(config: dict[str, Any], eps_clip_high: float | None = None) -> dict[str, Any]:
+        """slime's clip args from a scenario config; eps_clip_high None means eps_clip (validate_args)."""
+        eps_clip = config.get("eps_clip", 0.2)
+        high = config.get("eps_clip_high", eps_clip_high)
+        return {"eps_clip": eps_clip, "eps_clip_high": eps_clip if high is None else high,
+                "eps_clip_c": config.get("eps_clip_c")}
 
-    @staticmethod
-    def _clip_args(clip: tuple) -> dict[str, Any]:
-        eps_clip, eps_high, eps_c = clip
-        return {"eps_clip": eps_clip, "eps_clip_high": eps_clip if eps_high is None else eps_high, "eps_clip_c": eps_c}
+    def _loss_result(self, fn: Callable, entry: tuple[FunctionRef, ...], inputs: dict[str, torch.Tensor],
+                     mask: torch.Tensor, lengths: list[int], per_token: dict[str, torch.Tensor],
+                     scalars: dict[str, Any], given: dict[str, list[torch.Tensor]]) -> BoundaryResult:
+        """A loss boundary's result: per-token outputs back in [B, T], the state of what slime
+        got, and the functions called (`fn`, then the loss entry)."""
+        return BoundaryResult({**{k: self._back(v, lengths, mask) for k, v in per_token.items()}, **scalars},
+                              self._after(inputs, given, mask), self._ref(fn).with_also(*entry))
 
     def _ppo_token_loss(self, boundary: str, lp: torch.Tensor, old: torch.Tensor, adv: torch.Tensor,
                         eps_clip: float, eps_clip_high: float | None, eps_clip_c: float | None,
@@ -500,22 +506,18 @@ class SlimeAdapter(Adapter):
         masks = self._masks(mask)
         lengths, totals = self._lengths(mask, lp)
         flat = torch.cat(lp)
-        clip = self._clip(config, 0.2, None)
-        pg_loss, _clipfrac, _ = self._ppo_token_loss("opsm_mask", flat, torch.cat(old), torch.cat(adv), *clip)
+        clip = self._clip(config)
+        pg_loss, _clipfrac, _ = self._ppo_token_loss("opsm_mask", flat, torch.cat(old), torch.cat(adv), **clip)
         args = slime_args(use_opsm=True, opsm_delta=config.get("opsm_delta", 0.1))
         kw = self._kwargs(fn, "opsm_mask", {"args": args, "full_log_probs": lp, "full_old_log_probs": old,
                                             "advantages": adv, "loss_masks": masks})
         opsm_mask, opsm_clipfrac = fn(**kw)
         masked = pg_loss * opsm_mask
-        mode = config.get("loss_agg", "token-mean")
-        reduced = self._reduce("opsm_mask", masked, masks, lengths, totals, mode)
-        reduced, entry = self._entry_loss("opsm_mask", flat, lengths, old, adv, masks, mode, reduced, use_opsm=True,
-                                   opsm_delta=args.opsm_delta, **self._clip_args(clip))
-        return BoundaryResult(
-            {"opsm_mask": self._back(opsm_mask, lengths, mask), "opsm_clipfrac": opsm_clipfrac,
-             "pg_loss": self._back(masked, lengths, mask), "reduced_policy_loss": reduced},
-            self._after(inputs, {"log_probs": lp, "old_log_probs": old, "advantages": adv}, mask),
-            self._ref(fn).with_also(*entry))
+        reduced, entry = self._entry_loss("opsm_mask", config, flat, lengths, totals, old, adv, masks, masked,
+                                          use_opsm=True, opsm_delta=args.opsm_delta, **clip)
+        return self._loss_result(fn, entry, inputs, mask, lengths, {"opsm_mask": opsm_mask, "pg_loss": masked},
+                                 {"opsm_clipfrac": opsm_clipfrac, "reduced_policy_loss": reduced},
+                                 {"log_probs": lp, "old_log_probs": old, "advantages": adv})
 
     def b_policy_loss(self, inputs, config):
         """compute_policy_loss (asymmetric + dual clip) reduced by get_sum_of_sample_mean; with
@@ -532,24 +534,19 @@ class SlimeAdapter(Adapter):
         masks = self._masks(mask)
         lengths, totals = self._lengths(mask, lp)
         flat = torch.cat(lp)
-        clip = self._clip(config, 0.2, None)
+        clip = self._clip(config)
         ppo_kl, estimator = None, {}
         if level == "sequence":
             gspo = self._fn("compute_gspo_kl", PPO_UTILS, boundary="policy_loss")
             ppo_kl = gspo(**self._kwargs(gspo, "policy_loss", {"full_log_probs": lp, "full_old_log_probs": old,
                                                                 "local_log_probs": lp, "loss_masks": masks}))
             estimator = {"advantage_estimator": "gspo"}
-        pg_loss, clipfrac, fn = self._ppo_token_loss("policy_loss", flat, torch.cat(old), torch.cat(adv), *clip,
+        pg_loss, clipfrac, fn = self._ppo_token_loss("policy_loss", flat, torch.cat(old), torch.cat(adv), **clip,
                                                      ppo_kl=ppo_kl)
-        mode = config.get("loss_agg", "token-mean")
-        loss = self._reduce("policy_loss", pg_loss, masks, lengths, totals, mode)
-        loss, entry = self._entry_loss("policy_loss", flat, lengths, old, adv, masks, mode, loss,
-                                       **self._clip_args(clip), **estimator)
-        return BoundaryResult(
-            {"pg_loss": self._back(pg_loss, lengths, mask), "clipfrac": self._back(clipfrac, lengths, mask),
-             "loss": loss},
-            self._after(inputs, {"log_probs": lp, "old_log_probs": old, "advantages": adv}, mask),
-            self._ref(fn).with_also(*entry))
+        loss, entry = self._entry_loss("policy_loss", config, flat, lengths, totals, old, adv, masks, pg_loss,
+                                       **clip, **estimator)
+        return self._loss_result(fn, entry, inputs, mask, lengths, {"pg_loss": pg_loss, "clipfrac": clipfrac},
+                                 {"loss": loss}, {"log_probs": lp, "old_log_probs": old, "advantages": adv})
 
     def b_cispo_loss(self, inputs, config):
         """compute_cispo_loss (MiniMax-M1) reduced by get_sum_of_sample_mean."""
@@ -563,15 +560,10 @@ class SlimeAdapter(Adapter):
         kw = self._kwargs(fn, "cispo_loss", {"ppo_kl": old_c - lp_c, "log_probs": lp_c, "advantages": torch.cat(adv),
                                              "eps_clip": eps_clip, "eps_clip_high": eps_high})
         pg_loss, clipfrac = fn(**kw)[:2]
-        mode = config.get("loss_agg", "token-mean")
-        loss = self._reduce("cispo_loss", pg_loss, masks, lengths, totals, mode)
-        loss, entry = self._entry_loss("cispo_loss", lp_c, lengths, old, adv, masks, mode, loss, advantage_estimator="cispo",
-                                eps_clip=eps_clip, eps_clip_high=eps_high)
-        return BoundaryResult(
-            {"pg_loss": self._back(pg_loss, lengths, mask), "clipfrac": self._back(clipfrac, lengths, mask),
-             "loss": loss},
-            self._after(inputs, {"log_probs": lp, "old_log_probs": old, "advantages": adv}, mask),
-            self._ref(fn).with_also(*entry))
+        loss, entry = self._entry_loss("cispo_loss", config, lp_c, lengths, totals, old, adv, masks, pg_loss,
+                                       advantage_estimator="cispo", eps_clip=eps_clip, eps_clip_high=eps_high)
+        return self._loss_result(fn, entry, inputs, mask, lengths, {"pg_loss": pg_loss, "clipfrac": clipfrac},
+                                 {"loss": loss}, {"log_probs": lp, "old_log_probs": old, "advantages": adv})
 
     def b_gspo_kl(self, inputs, config):
         """compute_gspo_kl: per-sample valid-token mean of old - new, expanded to every token."""
@@ -852,9 +844,9 @@ class SlimeAdapter(Adapter):
                               for k in ("log_probs", "old_log_probs", "rollout_log_probs", "advantages"))
         masks = self._masks(mask)
         lengths, totals = self._lengths(mask, lp)
-        clip = self._clip_args(self._clip(config, 0.2, 0.2))
+        clip = self._clip(config, eps_clip_high=0.2)
         flat = torch.cat(lp)
-        pg_loss, _, _ = self._ppo_token_loss("is_correction", flat, torch.cat(old), torch.cat(adv), *clip.values())
+        pg_loss, _, _ = self._ppo_token_loss("is_correction", flat, torch.cat(old), torch.cat(adv), **clip)
         tis = {"use_tis": True, "tis_clip": config.get("tis_clip", 2.0), "tis_clip_low": config.get("tis_clip_low", 0.0),
                # policy_loss_function calls vanilla_tis_function unless given another hook's path
                "custom_tis_function_path": None if fname == "vanilla_tis_function" else f"{fn.__module__}.{fn.__name__}"}
@@ -868,13 +860,9 @@ class SlimeAdapter(Adapter):
         kw = self._kwargs(fn, "is_correction", required, optional)
         weights = fn(**{**kw, "pg_loss": torch.ones_like(pg_loss.detach())})[0]
         corrected, out_masks, _metrics = fn(**kw)
-        mode = config.get("loss_agg", "token-mean")
-        loss = self._reduce("is_correction", corrected, masks, lengths, totals, mode, reducer_masks=list(out_masks))
-        loss, entry = self._entry_loss("is_correction", flat, lengths, old, adv, masks, mode, loss,
-                                       batch_extra={"rollout_log_probs": roll}, **tis, **clip)
-        return BoundaryResult(
-            {"weights": self._back(weights, lengths, mask), "pg_loss": self._back(corrected, lengths, mask),
-             "loss": loss},
-            self._after(inputs, {"log_probs": lp, "old_log_probs": old, "rollout_log_probs": roll,
-                                 "advantages": adv}, mask),
-            self._ref(fn).with_also(*entry))
+        loss, entry = self._entry_loss("is_correction", config, flat, lengths, totals, old, adv, masks, corrected,
+                                       reducer_masks=list(out_masks), batch_extra={"rollout_log_probs": roll},
+                                       **tis, **clip)
+        return self._loss_result(fn, entry, inputs, mask, lengths, {"weights": weights, "pg_loss": corrected},
+                                 {"loss": loss}, {"log_probs": lp, "old_log_probs": old, "rollout_log_probs": roll,
+                                                  "advantages": adv})
