@@ -70,6 +70,7 @@ def checkout(repo: Path, rev: str | None) -> Iterator[Checkout]:
                            r.is_dirty(untracked_files=False))
             return
         rev = "HEAD"
+    import git
     sha, subject = resolve(repo, rev)
     r = _repo(repo)
     tmp = Path(tempfile.mkdtemp(prefix="sentinel-wt-"))
@@ -78,7 +79,7 @@ def checkout(repo: Path, rev: str | None) -> Iterator[Checkout]:
         with _worktree_lock(repo):
             try:
                 r.git.worktree("add", "--detach", "--quiet", str(path), sha)
-            except git_errors() as e:
+            except git.GitCommandError as e:
                 raise GitError(f"could not check out {sha[:12]} of {repo} into a temporary worktree: "
                                f"{_stderr(e)}") from None
         yield Checkout(path, sha, subject, False)
@@ -112,11 +113,6 @@ def _worktree_lock(repo: Path) -> Iterator[None]:
         except ImportError:  # Windows: the thread lock alone
             pass
         yield
-
-
-def git_errors() -> tuple[type[Exception], ...]:
-    import git
-    return (git.GitCommandError,)
 
 
 def _stderr(e: Exception) -> str:
