@@ -199,6 +199,14 @@ def test_yaml_round_trip_is_bit_exact(ex):
     assert len(np.unique(ex.inputs["group"])) >= 2
 
 
+def test_policy_gradient_property_can_fail(tmp_path):
+    """policy_loss.gradient holds on the reference (test_reference_hunt_finds_nothing); a
+    token-mean that counts padding breaks the stated -ratio * A / N."""
+    rep = hunt(TargetSpec("reference", plant="loss-agg-counts-padding"), tmp_path, names=["policy_loss.gradient"])
+    f, = rep.hunt.findings
+    assert f.property == "policy_loss.gradient" and f.reproduced is True
+
+
 def test_every_property_uses_a_registered_family_and_boundary():
     from sentinel.boundaries import BOUNDARIES
     from sentinel.invariants import REGISTRY
