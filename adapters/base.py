@@ -16,6 +16,8 @@ from typing import Any, Callable, ClassVar
 
 import torch
 
+from sentinel import boundaries
+
 
 class Unsupported(Exception):
     """The boundary (or this config of it) does not exist at this target version."""
@@ -99,7 +101,8 @@ class Adapter:
         fn = getattr(self, "b_" + boundary, None)
         if fn is None:
             raise Unsupported(f"target {self.name!r} has no {boundary!r} boundary")
-        return fn(inputs, config)
+        # defaults and derived values (eps_clip_high None -> eps_clip) resolved once, here
+        return fn(inputs, boundaries.get(boundary).normalise(config))
 
 
 # --- helpers shared by adapters -------------------------------------------------------

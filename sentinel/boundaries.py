@@ -35,14 +35,96 @@ class Port:
     doc: str = ""
 
 
+OptionKind = Literal["number", "bool", "choice", "mapping"]
+
+
+@dataclass(frozen=True)
+class Option:
+    """One config option of a boundary: its default, what values it takes, and what it needs.
+
+    kind: "number" (int or float), "bool", "choice" (one of `values`), "mapping" (a dict;
+    with `keys_of`, its keys and values are another boundary's options).
+    derive: when the value is None, it means the value of this other option
+    (`eps_clip_high: None` is `eps_clip`): `Boundary.normalise` applies it, once, for every
+    adapter. requires: inputs a scenario must give when the option is set (truthy).
+    hunt: the values `sentinel hunt` draws, the first being what a shrunk example keeps.
+    """
+
+    name: str
+    default: Any
+    kind: OptionKind = "number"
+    values: tuple[Any, ...] = ()
+    nullable: bool = False
+    derive: str | None = None
+    requires: tuple[str, ...] = ()
+    keys_of: str | None = None
+    hunt: tuple[Any, ...] | None = None
+    doc: str = ""
+
+    def allowed(self) -> str:
+        """The allowed values, as `sentinel list boundaries` and spec errors print them."""
+        if self.kind == "choice":
+            text = ", ".join(str(v) for v in self.values)
+        elif self.kind == "mapping":
+            text = f"a mapping of {self.keys_of} options" if self.keys_of else "a mapping"
+        else:
+            text = "a number" if self.kind == "number" else "true or false"
+        return text + (" or null" if self.nullable else "")
+
+    def problem(self, value: Any) -> str | None:
+        """Why `value` is not allowed here (None: it is)."""
+        if value is None:
+            return None if self.nullable else f"{self.name} may not be null (allowed: {self.allowed()})"
+        if self.kind == "choice":
+            ok = any(value == v and type(value) is type(v) for v in self.values)
+        elif self.kind == "bool":
+            ok = isinstance(value, bool)
+        elif self.kind == "number":
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        else:
+            if not isinstance(value, dict):
+                ok = False
+            elif self.keys_of:
+                return get(self.keys_of).problem(value, f"{self.name}.")
+            else:
+                ok = True
+        return None if ok else f"{self.name}: {value!r} is not allowed (allowed: {self.allowed()})"
+
+
 @dataclass(frozen=True)
 class Boundary:
     name: str
     doc: str
     inputs: tuple[Port, ...]
     outputs: tuple[Port, ...]
-    config: dict[str, Any] = field(default_factory=dict)  # key -> default
+    options: tuple[Option, ...] = ()
     grad_inputs: tuple[str, ...] = ()  # inputs that may carry requires_grad
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """Option name -> default."""
+        return {o.name: o.default for o in self.options}
+
+    def option(self, name: str) -> Option | None:
+        return next((o for o in self.options if o.name == name), None)
+
+    def problem(self, config: dict[str, Any], prefix: str = "") -> str | None:
+        """The first unknown key or disallowed value of `config` (None: all fine)."""
+        for key, value in config.items():
+            opt = self.option(key)
+            if opt is None:
+                return f"unknown config key {prefix}{key} for boundary {self.name!r} (known: {', '.join(self.config) or 'none'})"
+            if (why := opt.problem(value)) is not None:
+                return prefix + why
+        return None
+
+    def normalise(self, config: dict[str, Any]) -> dict[str, Any]:
+        """Defaults filled in and derived values resolved: what every adapter receives."""
+        out = {**self.config, **config}
+        for o in self.options:
+            if o.derive and out.get(o.name) is None:
+                out[o.name] = out[o.derive]
+        return out
 
     def input(self, name: str) -> Port | None:
         return next((p for p in self.inputs if p.name == name), None)
@@ -61,6 +143,24 @@ def _tok(name: str, doc: str = "", *, required: bool = True, dtype: DType = "flo
 
 LOSS_MASK = Port("loss_mask", "token", "mask", True, None, "1 where the token is trained")
 LOSS_AGG = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
+# Canonical estimators first; the rest are names a target dispatches as given (slime's
+# gspo / cispo, verl's registry), so a scenario may address them.
+ESTIMATORS = ("gae", "grpo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "ppo", "gspo", "cispo",
+              "grpo_vectorized", "grpo_passk", "rloo", "rloo_vectorized", "remax", "opo", "gpg", "gdpo",
+              "optimal_token_baseline", "tir_optimal_token_baseline")
+KL_TYPES = ("k1", "k2", "k3", "low_var_kl", "kl", "mse")
+LEVELS = ("batch", "group")
+
+
+def _clip(eps_clip: float, eps_clip_high: float | None, hunt_low: tuple, hunt_high: tuple) -> tuple[Option, Option]:
+    return (Option("eps_clip", eps_clip, hunt=hunt_low, doc="lower clip range: ratio >= 1 - eps_clip"),
+            Option("eps_clip_high", eps_clip_high, nullable=True, derive="eps_clip", hunt=hunt_high,
+                   doc="upper clip range: ratio <= 1 + eps_clip_high; null means eps_clip"))
+
+
+def _agg(hunt: bool = True) -> Option:
+    return Option("loss_agg", "token-mean", "choice", LOSS_AGG, hunt=LOSS_AGG if hunt else None,
+                  doc="how the per-token loss is reduced over valid tokens")
 
 BOUNDARIES: dict[str, Boundary] = {}
 
@@ -78,13 +178,17 @@ _register(Boundary(
     inputs=(_tok("log_probs"), _tok("old_log_probs"), _tok("advantages"), LOSS_MASK),
     outputs=(_tok("opsm_mask"), Port("opsm_clipfrac", "scalar"), _tok("pg_loss"),
              Port("reduced_policy_loss", "scalar")),
-    config={"opsm_delta": 0.1, "eps_clip": 0.2, "eps_clip_high": 0.2, "loss_agg": "token-mean"},
+    options=(Option("opsm_delta", 0.1, hunt=(0.1, 0.0, 0.05, 0.5), doc="KL threshold above which a sequence is rejected"),
+             *_clip(0.2, 0.2, (0.2, 0.1, 0.3), (0.2, 0.28, None)), _agg(hunt=False)),
     grad_inputs=("log_probs",),
 ))
 
 # Decoupled PPO (AReaL): old_log_probs is the proximal policy, rollout_log_probs the behaviour
 # policy; rejection_sampling is a target-specific mapping, passed through.
-_DECOUPLED = {"use_decoupled_loss": False, "rejection_sampling": None}
+_DECOUPLED = (Option("use_decoupled_loss", False, "bool", requires=("rollout_log_probs",),
+                     doc="AReaL's decoupled PPO: old_log_probs is the proximal policy, rollout_log_probs the behaviour"),
+              Option("rejection_sampling", None, "mapping", nullable=True,
+                     doc="a target's own rejection-sampling options, passed through as given"))
 _POLICY_INPUTS = (_tok("log_probs"), _tok("old_log_probs"), _tok("advantages"), LOSS_MASK,
                   _tok("rollout_log_probs", required=False))
 _POLICY_OUTPUTS = (_tok("pg_loss"), _tok("clipfrac"), Port("loss", "scalar"), _tok("weights"))
@@ -96,8 +200,12 @@ _register(Boundary(
     "correction when a decoupled loss uses one.",
     inputs=_POLICY_INPUTS,
     outputs=_POLICY_OUTPUTS,
-    config={"eps_clip": 0.2, "eps_clip_high": None, "eps_clip_c": None, "loss_agg": "token-mean",
-            "importance_sampling_level": "token", **_DECOUPLED},
+    options=(*_clip(0.2, None, (0.2, 0.1, 0.3), (None, 0.28, 0.2)),
+             Option("eps_clip_c", None, nullable=True, hunt=(None, 3.0), doc="dual-clip constant (negative advantages)"),
+             _agg(),
+             Option("importance_sampling_level", "token", "choice", ("token", "sequence"), hunt=("token", "sequence"),
+                    doc="token: PPO's per-token ratio; sequence: GSPO's length-normalised sequence ratio"),
+             *_DECOUPLED),
     grad_inputs=("log_probs",),
 ))
 
@@ -106,7 +214,7 @@ _register(Boundary(
     "CISPO: -sg(clip(ratio)) * A * log pi, gradient through log pi even where clipped.",
     inputs=_POLICY_INPUTS,
     outputs=_POLICY_OUTPUTS,
-    config={"eps_clip": 1.0, "eps_clip_high": 0.28, "loss_agg": "token-mean", **_DECOUPLED},
+    options=(*_clip(1.0, 0.28, (1.0, 0.2), (0.28, 0.2)), _agg(), *_DECOUPLED),
     grad_inputs=("log_probs",),
 ))
 
@@ -123,7 +231,8 @@ _register(Boundary(
     "Per-token KL estimator between the policy and a reference (k1, k2, k3 / low_var_kl).",
     inputs=(_tok("log_probs"), _tok("ref_log_probs"), LOSS_MASK),
     outputs=(_tok("kl"),),
-    config={"kl_type": "k1"},
+    options=(Option("kl_type", "k1", "choice", KL_TYPES, hunt=("k1", "k2", "k3", "low_var_kl"),
+                    doc="k1 = log r, k2 = (log r)^2 / 2, k3 = r - 1 - log r (low_var_kl: k3 clamped); kl / mse are k1 / k2"),),
     grad_inputs=("log_probs",),
 ))
 
@@ -141,10 +250,24 @@ _register(Boundary(
             Port("group", "row", "int", False, None, "group id per sequence (GRPO)")),
     outputs=(_tok("advantages"), _tok("returns"), _tok("logged_kl"), _tok("token_rewards"),
              _tok("kl_rewards")),
-    config={"estimator": "gae", "kl_coef": 0.0, "kl_type": "k1", "gamma": 1.0, "lam": 1.0,
-            "reward_norm": None, "mask_no_eos_with_zero": False, "reward_clip": None,
-            "reward_bias": 0.0, "reward_scaling": 1.0, "adv_norm": None,
-            "group_size": None, "normalize_advantages": False},
+    options=(Option("estimator", "gae", "choice", ESTIMATORS,
+                    hunt=("gae", "grpo", "reinforce_plus_plus", "reinforce_plus_plus_baseline"),
+                    doc="the advantage estimator (canonical names first, then target-specific ones)"),
+             Option("kl_coef", 0.0, hunt=(0.0, 0.05, 0.1, 1.0), doc="KL penalty folded into the token rewards"),
+             Option("kl_type", "k1", "choice", KL_TYPES, hunt=("k1", "k2", "k3")),
+             Option("gamma", 1.0, hunt=(1.0, 0.9)), Option("lam", 1.0, hunt=(1.0, 0.95)),
+             Option("reward_norm", None, "mapping", nullable=True, keys_of="reward_norm", hunt=(
+                 None, {"mean_level": "batch", "std_level": None}, {"mean_level": "batch", "std_level": "batch"},
+                 {"mean_level": "group", "std_level": "group"}, {"mean_level": "group", "std_level": None}),
+                    doc="scalar reward normalisation before the estimator (the reward_norm boundary's options)"),
+             Option("mask_no_eos_with_zero", False, "bool", hunt=(False, True),
+                    doc="rows that never emitted EOS get reward 0"),
+             Option("reward_clip", None, nullable=True, hunt=(None, 1.5)),
+             Option("reward_bias", 0.0), Option("reward_scaling", 1.0),
+             Option("adv_norm", None, "mapping", nullable=True, doc="a target's own advantage normalisation options"),
+             Option("group_size", None, nullable=True, doc="fixed group size where a target needs one"),
+             Option("normalize_advantages", False, "bool", hunt=(False, True),
+                    doc="whiten advantages over valid tokens after the estimator")),
 ))
 
 _register(Boundary(
@@ -155,8 +278,12 @@ _register(Boundary(
             Port("group", "row", "int", False)),
     outputs=(Port("rewards", "row"),),
     # eps None / mean_leave1out None / std_unbiased None: the target's own default
-    config={"mean_level": "batch", "std_level": "batch", "eps": None, "group_size": None,
-            "mean_leave1out": None, "std_unbiased": None},
+    options=(Option("mean_level", "batch", "choice", LEVELS, nullable=True, hunt=("batch", "group", None)),
+             Option("std_level", "batch", "choice", LEVELS, nullable=True, hunt=("batch", "group", None)),
+             Option("eps", None, nullable=True, hunt=(1e-5, 1e-6), doc="added to the std; null: the target's default"),
+             Option("group_size", None, nullable=True),
+             Option("mean_leave1out", None, "bool", nullable=True, doc="leave-one-out group mean; null: the target's default"),
+             Option("std_unbiased", None, "bool", nullable=True, doc="unbiased std; null: the target's default")),
 ))
 
 _register(Boundary(
@@ -164,7 +291,7 @@ _register(Boundary(
     "Generalised advantage estimation over valid tokens (Schulman et al. 2016, eq. 16).",
     inputs=(_tok("token_rewards"), _tok("values"), LOSS_MASK),
     outputs=(_tok("advantages"), _tok("returns")),
-    config={"gamma": 1.0, "lam": 1.0},
+    options=(Option("gamma", 1.0, hunt=(1.0, 0.99, 0.9)), Option("lam", 1.0, hunt=(1.0, 0.95, 0.9))),
 ))
 
 _register(Boundary(
@@ -177,8 +304,11 @@ _register(Boundary(
     inputs=(_tok("log_probs"), _tok("old_log_probs"), _tok("rollout_log_probs"),
             _tok("advantages"), LOSS_MASK),
     outputs=(_tok("weights"), _tok("pg_loss"), Port("loss", "scalar")),
-    config={"method": "off_policy_is", "eps_clip": 0.2, "eps_clip_high": 0.2,
-            "tis_clip_low": 0.0, "tis_clip": 2.0, "loss_agg": "token-mean"},
+    options=(Option("method", "off_policy_is", "choice", ("off_policy_is", "vanilla_tis", "icepop"),
+                    hunt=("off_policy_is", "vanilla_tis", "icepop")),
+             *_clip(0.2, 0.2, (0.2, 0.1), (0.2, 0.28)),
+             Option("tis_clip_low", 0.0, hunt=(0.0, 0.5, 0.8)), Option("tis_clip", 2.0, hunt=(2.0, 1.2, 5.0)),
+             _agg()),
     grad_inputs=("log_probs",),
 ))
 
@@ -187,7 +317,7 @@ _register(Boundary(
     "Loss aggregation over valid tokens: token-mean, seq-mean-token-mean, seq-mean-token-sum.",
     inputs=(_tok("values"), LOSS_MASK),
     outputs=(Port("loss", "scalar"),),
-    config={"mode": "token-mean"},
+    options=(Option("mode", "token-mean", "choice", LOSS_AGG, hunt=LOSS_AGG),),
     grad_inputs=("values",),
 ))
 

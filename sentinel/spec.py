@@ -201,15 +201,11 @@ def _parse(doc: Any, ctx: _Ctx) -> Scenario | None:
         ctx.add(("boundary",), f"unknown boundary {m.boundary!r} (known: {', '.join(sorted(boundaries.BOUNDARIES))})")
         return None
     spec = boundaries.get(m.boundary)
-    for key in m.config:
-        if key not in spec.config:
-            ctx.add(("config", key), f"unknown config key for boundary {spec.name!r} (known: {', '.join(spec.config) or 'none'})")
+    _check_config(m.config, spec, ctx, ("config",))
     inputs = _parse_inputs(m.inputs, spec, ctx, ("inputs",), base=None)
     variants = {}
     for name, v in m.variants.items():
-        for key in v.config:
-            if key not in spec.config:
-                ctx.add(("variants", name, "config", key), f"unknown config key for boundary {spec.name!r}")
+        _check_config(v.config, spec, ctx, ("variants", name, "config"))
         # a variant overlays the base: with broken base inputs, check it on its own (base={}),
         # never as a base of its own (which would report the base's inputs as missing)
         vin = _parse_inputs(v.inputs, spec, ctx, ("variants", name, "inputs"), base=inputs if inputs is not None else {})
@@ -223,6 +219,9 @@ def _parse(doc: Any, ctx: _Ctx) -> Scenario | None:
         inv = _parse_invariant(item, ctx, ("invariants", i))
         if inv is not None:
             invs.append(inv)
+    if inputs is not None:
+        for name, (vin, vcfg) in {"": (inputs, {}), **variants}.items():
+            _check_requires({**m.config, **vcfg}, vin, spec, ctx, ("variants", name, "config") if name else ("config",))
     if ctx.problems or inputs is None:
         return None
     sc = Scenario(m.id, m.title, m.description, m.boundary, m.targets, m.config, inputs, variants, grads,
@@ -232,6 +231,22 @@ def _parse(doc: Any, ctx: _Ctx) -> Scenario | None:
         for fld, msg in inv.check(sc):
             ctx.add(("invariants", i, key) + ((fld,) if fld else ()), msg)
     return None if ctx.problems else sc
+
+
+def _check_config(config: dict[str, Any], spec: boundaries.Boundary, ctx: _Ctx, path: tuple) -> None:
+    """Every key known to the boundary, every value one its option allows (the allowed ones listed)."""
+    for key, value in config.items():
+        if (why := spec.problem({key: value})) is not None:
+            ctx.add(path + (key,), why)
+
+
+def _check_requires(config: dict[str, Any], inputs: dict[str, Any], spec: boundaries.Boundary, ctx: _Ctx,
+                    path: tuple) -> None:
+    for key, value in config.items():
+        opt = spec.option(key)
+        missing = [n for n in (opt.requires if opt is not None and value else ()) if n not in inputs]
+        if missing:
+            ctx.add(path + (key,), f"{key}: {value!r} needs the input(s) {', '.join(missing)}")
 
 
 def _check_grad(of: str, wrt: str, spec: boundaries.Boundary, ctx: _Ctx, path: tuple) -> None:

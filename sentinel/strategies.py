@@ -29,37 +29,17 @@ from typing import Any
 import numpy as np
 from hypothesis import strategies as st
 
-from .boundaries import LOSS_AGG, get as get_boundary
+from .boundaries import BOUNDARIES, get as get_boundary
 
 F32 = np.float32
 MAX_BATCH = 4
 MAX_LEN = 6
 
-# --- config choices per boundary (the first choice is what a shrunk example keeps) ----------
-
-_NORMS = [None, {"mean_level": "batch", "std_level": None}, {"mean_level": "batch", "std_level": "batch"},
-          {"mean_level": "group", "std_level": "group"}, {"mean_level": "group", "std_level": None}]
+# --- config choices per boundary: the `hunt` values each option declares -------------------
 
 CONFIG_CHOICES: dict[str, dict[str, list[Any]]] = {
-    "opsm_mask": {"opsm_delta": [0.1, 0.0, 0.05, 0.5], "eps_clip": [0.2, 0.1, 0.3], "eps_clip_high": [0.2, 0.28, None]},
-    "policy_loss": {"eps_clip": [0.2, 0.1, 0.3], "eps_clip_high": [None, 0.28, 0.2], "eps_clip_c": [None, 3.0],
-                    "importance_sampling_level": ["token", "sequence"],
-                    "loss_agg": list(LOSS_AGG)},
-    "cispo_loss": {"eps_clip": [1.0, 0.2], "eps_clip_high": [0.28, 0.2], "loss_agg": list(LOSS_AGG)},
-    "gspo_kl": {},
-    "kl": {"kl_type": ["k1", "k2", "k3", "low_var_kl"]},
-    "advantages": {"estimator": ["gae", "grpo", "reinforce_plus_plus", "reinforce_plus_plus_baseline"],
-                   "kl_coef": [0.0, 0.05, 0.1, 1.0], "kl_type": ["k1", "k2", "k3"], "gamma": [1.0, 0.9],
-                   "lam": [1.0, 0.95], "reward_norm": _NORMS, "mask_no_eos_with_zero": [False, True],
-                   "reward_clip": [None, 1.5], "normalize_advantages": [False, True]},
-    "reward_norm": {"mean_level": ["batch", "group", None], "std_level": ["batch", "group", None],
-                    "eps": [1e-5, 1e-6]},
-    "gae": {"gamma": [1.0, 0.99, 0.9], "lam": [1.0, 0.95, 0.9]},
-    "is_correction": {"method": ["off_policy_is", "vanilla_tis", "icepop"], "eps_clip": [0.2, 0.1],
-                      "eps_clip_high": [0.2, 0.28], "tis_clip_low": [0.0, 0.5, 0.8], "tis_clip": [2.0, 1.2, 5.0],
-                      "loss_agg": list(LOSS_AGG)},
-    "loss_agg": {"mode": list(LOSS_AGG)},
-}
+    name: {o.name: list(o.hunt) for o in b.options if o.hunt is not None} for name, b in BOUNDARIES.items()}
+_NORMS = CONFIG_CHOICES["advantages"]["reward_norm"]  # None first, then the normalisations
 
 # --- value grids ------------------------------------------------------------------------
 
