@@ -74,7 +74,7 @@ class Option:
     def problem(self, value: Any) -> str | None:
         """Why `value` is not allowed here (None: it is)."""
         if value is None:
-            return None if self.nullable else f"{self.name} may not be null (allowed: {self.allowed()})"
+            return None if self.nullable else f"may not be null (allowed: {self.allowed()})"
         if self.kind == "choice":
             ok = any(value == v and type(value) is type(v) for v in self.values)
         elif self.kind == "bool":
@@ -85,10 +85,10 @@ class Option:
             if not isinstance(value, dict):
                 ok = False
             elif self.keys_of:
-                return get(self.keys_of).problem(value, f"{self.name}.")
+                return get(self.keys_of).problem(value)
             else:
                 ok = True
-        return None if ok else f"{self.name}: {value!r} is not allowed (allowed: {self.allowed()})"
+        return None if ok else f"{value!r} is not allowed (allowed: {self.allowed()})"
 
 
 @dataclass(frozen=True)
@@ -108,14 +108,14 @@ class Boundary:
     def option(self, name: str) -> Option | None:
         return next((o for o in self.options if o.name == name), None)
 
-    def problem(self, config: dict[str, Any], prefix: str = "") -> str | None:
+    def problem(self, config: dict[str, Any]) -> str | None:
         """The first unknown key or disallowed value of `config` (None: all fine)."""
         for key, value in config.items():
             opt = self.option(key)
             if opt is None:
-                return f"unknown config key {prefix}{key} for boundary {self.name!r} (known: {', '.join(self.config) or 'none'})"
+                return f"unknown config key {key!r} for boundary {self.name!r} (known: {', '.join(self.config) or 'none'})"
             if (why := opt.problem(value)) is not None:
-                return prefix + why
+                return f"{key}: {why}"
         return None
 
     def normalise(self, config: dict[str, Any]) -> dict[str, Any]:

@@ -236,7 +236,9 @@ def _parse(doc: Any, ctx: _Ctx) -> Scenario | None:
 def _check_config(config: dict[str, Any], spec: boundaries.Boundary, ctx: _Ctx, path: tuple) -> None:
     """Every key known to the boundary, every value one its option allows (the allowed ones listed)."""
     for key, value in config.items():
-        if (why := spec.problem({key: value})) is not None:
+        opt = spec.option(key)
+        why = spec.problem({key: value}) if opt is None else opt.problem(value)
+        if why is not None:
             ctx.add(path + (key,), why)
 
 

@@ -510,3 +510,41 @@ def test_masked_family_perturbing_an_absent_input_is_a_spec_error(tmp_path, fami
     none crashed the run (KeyError) instead of failing validation."""
     text = replace(GRPO, "  - group_isolation: {perturb: rewards}", f"  - {family}: {{perturb: [values]}}")
     assert_problem(tmp_path, text, 10, f"invariants.0.{family}.perturb", "values")
+
+
+# --- declared option values (issue 9) -------------------------------------------------------
+
+def test_config_value_typo_names_line_and_allowed_values():
+    text = _scenario_text_with_config("loss_agg", "  mode: seq-mean-tokn-mean\n")
+    with pytest.raises(SpecError) as e:
+        load_text(text, "typo.yaml")
+    line = e.value.lines()[0]
+    assert line.startswith("typo.yaml:5:") and "seq-mean-tokn-mean" in line and "seq-mean-token-sum" in line
+
+
+def test_nested_reward_norm_value_checked():
+    text = ("id: t\ntitle: t\nboundary: advantages\nconfig:\n  reward_norm: {mean_level: grp}\n"
+            "inputs:\n  rewards: [1.0]\n  loss_mask: [[1]]\ninvariants:\n  - finite: {}\n")
+    with pytest.raises(SpecError) as e:
+        load_text(text, "n.yaml")
+    assert "n.yaml:5:" in e.value.lines()[0] and "'grp'" in e.value.lines()[0] and "batch, group" in e.value.lines()[0]
+
+
+def test_option_requires_its_input():
+    text = ("id: t\ntitle: t\nboundary: policy_loss\nconfig:\n  use_decoupled_loss: true\ninputs:\n"
+            "  log_probs: [[0.0]]\n  old_log_probs: [[0.0]]\n  advantages: [[1.0]]\n  loss_mask: [[1]]\n"
+            "invariants:\n  - finite: {}\n")
+    with pytest.raises(SpecError) as e:
+        load_text(text, "d.yaml")
+    assert "d.yaml:5:" in e.value.lines()[0] and "rollout_log_probs" in e.value.lines()[0]
+
+
+def test_derived_default_resolved_once():
+    from sentinel.boundaries import get
+    assert get("policy_loss").normalise({"eps_clip": 0.3})["eps_clip_high"] == 0.3
+    assert get("policy_loss").normalise({"eps_clip": 0.3, "eps_clip_high": 0.28})["eps_clip_high"] == 0.28
+
+
+def _scenario_text_with_config(boundary: str, config: str) -> str:
+    return (f"id: t\ntitle: t\nboundary: {boundary}\nconfig:\n{config}inputs:\n  values: [[1.0, 2.0]]\n"
+            "  loss_mask: [[1, 1]]\ninvariants:\n  - finite: {}\n")
