@@ -17,14 +17,7 @@ from typing import Any, Callable, ClassVar
 import torch
 
 from sentinel import boundaries
-
-
-class Unsupported(Exception):
-    """The boundary (or this config of it) does not exist at this target version."""
-
-
-class TargetLoadError(Exception):
-    """The target could not be located or imported; the message names what is missing."""
+from sentinel.errors import TargetLoadError, Unsupported  # noqa: F401 - adapters import them from here
 
 
 @dataclass

@@ -1,4 +1,46 @@
-"""RL-Sentinel: declare a training-signal invariant once, check it against any RL trainer."""
+"""RL-Sentinel: declare a training-signal invariant once, check it against any RL trainer.
+
+The public Python API (everything else is internal and may move):
+
+    from sentinel import load_scenarios, run, TargetSpec, Report        # run scenarios
+    from sentinel import Adapter, BoundaryResult, FunctionRef, Unsupported  # write an adapter
+    from sentinel import SentinelError                                    # every error's root
+
+Names are imported on first use, so `import sentinel` stays cheap (no torch until an
+adapter name is asked for).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
 REPORT_SCHEMA_VERSION = "1.0"
+
+# public name -> module that defines it
+_API = {
+    "load_scenarios": "sentinel.spec:load_paths",
+    "Scenario": "sentinel.spec:Scenario",
+    "run": "sentinel.runner:run",
+    "TargetSpec": "sentinel.runner:TargetSpec",
+    "Report": "sentinel.report:Report",
+    "load_report": "sentinel.report:load",
+    "SentinelError": "sentinel.errors:SentinelError",
+    "SpecError": "sentinel.spec:SpecError",
+    "TargetLoadError": "sentinel.errors:TargetLoadError",
+    "Unsupported": "sentinel.errors:Unsupported",
+    "Adapter": "sentinel_adapters.base:Adapter",
+    "BoundaryResult": "sentinel_adapters.base:BoundaryResult",
+    "FunctionRef": "sentinel_adapters.base:FunctionRef",
+}
+__all__ = ["__version__", *_API]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _API:
+        raise AttributeError(f"module 'sentinel' has no attribute {name!r}")
+    module, attr = _API[name].split(":")
+    value = getattr(importlib.import_module(module), attr)
+    globals()[name] = value
+    return value

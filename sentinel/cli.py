@@ -17,15 +17,19 @@ from typing import List, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from . import __version__, boundaries, render
+from . import __version__, boundaries, render, verdicts
 from .catalog import catalog_path
 from .invariants import REGISTRY
 from .report import Report, dump, load, schema_text, write_atomic
 from .spec import ScenarioModel, SpecError, load_paths
-from .worker import TARGETS
+from . import targets as target_registry
+from .errors import UsageError
+
+TARGETS = target_registry.names()  # for help texts; sentinel/targets.py is the one list
 
 app = typer.Typer(
     name="sentinel", no_args_is_help=True, rich_markup_mode="rich", add_completion=False,
@@ -34,7 +38,7 @@ app = typer.Typer(
         "Hunt quiet training-signal bugs in LLM RL trainers.\n\n"
         "A [bold]scenario[/] (YAML) names a [bold]boundary[/] (one loss-path function, e.g. opsm_mask), "
         "canonical inputs and the [bold]invariants[/] that must hold. [bold]sentinel run[/] calls a "
-        "[bold]target[/]'s real code (reference, slime, areal) in an isolated worker and writes a JSON "
+        "[bold]target[/]'s real code (`sentinel list targets`) in an isolated worker and writes a JSON "
         "[bold]report[/].\n\n"
         "Start: [cyan]sentinel gate[/] (the catalog on the bundled reference), "
         "[cyan]sentinel run scenarios/seeds/opsm-mixed-advantage.yaml --target slime --repo ~/src/slime[/], "
@@ -84,8 +88,10 @@ def _load(paths: list[Path]):
 
 
 def _check_target(target: str, plant: str | None) -> None:
-    if target not in TARGETS and ":" not in target:
-        raise usage_error(f"unknown target {target!r} (known: {', '.join(TARGETS)}; or module:Class for your own adapter)")
+    try:
+        target_registry.get(target)
+    except UsageError as e:
+        raise usage_error(str(e)) from None
     if plant:
         if target != "reference":
             raise usage_error("--plant applies to the reference target only")
@@ -116,8 +122,8 @@ def _check_location(target: str, plant: str | None, repo: Path | None, commit: s
         raise usage_error("--commit needs --repo")
     if repo is not None and not repo.exists():
         raise usage_error(f"--repo {repo} does not exist")
-    if target == "slime" and repo is None:
-        raise usage_error("slime is not a package: give its checkout with --repo PATH")
+    if repo is None and target_registry.get(target).needs_repo:
+        raise usage_error(f"{target} is not a package: give its checkout with --repo PATH")
     if commit:
         from . import git
         try:
@@ -194,7 +200,7 @@ def run(
 @app.command()
 def gate(
     target: str = typer.Option("reference", "--target", "-t", help="Target to gate (default: the bundled reference)."),
-    repo: Optional[Path] = typer.Option(None, "--repo", help="The target's checkout, for slime or areal."),
+    repo: Optional[Path] = typer.Option(None, "--repo", help="The target's checkout (needed where `sentinel list targets` says --repo)."),
     plant: Optional[str] = typer.Option(None, "--plant", help="Reference only: run the gate against a planted bug, to see it fail."),
     device: Device = typer.Option(Device.cpu, "--device", help="cpu, cuda or auto."),
     output: Optional[str] = typer.Option(None, "--output", "-o", help=OUTPUT_HELP),
@@ -211,16 +217,14 @@ def gate(
     scenarios = _load([catalog_path()])
     spec = TargetSpec(target, str(repo.resolve()) if repo else None, None, device.value, plant)
     report = _execute(scenarios, [spec], output=_output(output), junit=junit, as_json=as_json, timeout=60.0)
-    code = report.exit_code()
-    if code == 0 and report.statistics.unsupported and target == "reference":
-        err.print("[bold red]gate:[/] the reference must support every catalog scenario")
-        code = 3
-    raise typer.Exit(code)
+    code, why = verdicts.gate_exit_code((r.verdict for r in report.results), target)
+    if why:
+        err.print(f"[bold red]gate:[/] {why}")
+    raise typer.Exit(int(code))
 
 
 def _repo_target(target: str, repo: Path) -> str:
-    if target not in TARGETS and ":" not in target:
-        raise usage_error(f"unknown target {target!r} (known: {', '.join(TARGETS)})")
+    _check_target(target, None)
     if not repo.exists():
         raise usage_error(f"--repo {repo} does not exist")
     return str(repo.resolve())
@@ -568,18 +572,21 @@ def list_(
         for sc in _load(paths or [catalog_path()]):
             t.add_row(sc.id, sc.boundary, ", ".join(i.family for i in sc.invariants), _rel(sc.file))
     elif what == What.boundaries:
-        t.title = "boundaries"
-        for c in ("boundary", "inputs", "outputs", "config"):
+        t.title = "boundaries (input? = optional; option = default: allowed values)"
+        for c in ("boundary", "inputs", "outputs", "options"):
             t.add_column(c, overflow="fold")
         for b in boundaries.BOUNDARIES.values():
+            opts = "\n".join(f"{o.name} = {json.dumps(o.default)}: {o.allowed()}" for o in b.options)
             t.add_row(b.name, ", ".join(p.name + ("" if p.required else "?") for p in b.inputs),
-                      ", ".join(p.name for p in b.outputs), ", ".join(f"{k}={v}" for k, v in b.config.items()))
+                      ", ".join(p.name for p in b.outputs), escape(opts))
     elif what == What.targets:
         t.title = "targets"
-        t.add_column("target")
-        t.add_column("adapter")
-        for k, v in TARGETS.items():
-            t.add_row(k, v)
+        for c in ("target", "located by", "install", "what"):
+            t.add_column(c, overflow="fold")
+        for info in target_registry.registry().values():
+            extra = f"pip install 'rl-sentinel[{info.extra}]'" if info.extra else ""
+            install = "; ".join(x for x in (extra, info.install) if x)
+            t.add_row(info.name, escape(info.located_by), escape(install), escape(f"{info.description} ({info.adapter})"))
     elif what == What.invariants:
         t.title = "invariant families"
         t.add_column("family")

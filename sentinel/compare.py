@@ -12,18 +12,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-from . import git
+from . import git, verdicts
 from .report import Comparison, Report, ScenarioResult
 from .runner import TargetSpec, run, run_group
 from .spec import Scenario
-
-
-def compare_verdict(base: str, head: str) -> str:
-    """fixed | regressed | still-violated | holds-both | inconclusive."""
-    if base not in ("holds", "violated") or head not in ("holds", "violated"):
-        return "inconclusive"
-    return {("violated", "holds"): "fixed", ("holds", "violated"): "regressed",
-            ("violated", "violated"): "still-violated", ("holds", "holds"): "holds-both"}[(base, head)]
+from .verdicts import compare_verdict
 
 
 def compare(scenarios: list[Scenario], target: str, repo: str, base: str, head: str, *, device: str = "cpu",
@@ -37,18 +30,13 @@ def compare(scenarios: list[Scenario], target: str, repo: str, base: str, head: 
     comparisons = [Comparison(id=sc.id, base=by[("base", sc.id)].verdict, head=by[("head", sc.id)].verdict,
                               verdict=compare_verdict(by[("base", sc.id)].verdict, by[("head", sc.id)].verdict))
                    for sc in scenarios]
-    success = all(c.verdict in ("fixed", "holds-both") for c in comparisons)
+    success = verdicts.compare_success(c.verdict for c in comparisons)
     return report.model_copy(update={"kind": "compare", "comparisons": comparisons, "success": success})
 
 
 def compare_exit_code(report: Report) -> int:
     """0 nothing regressed or still violated, 1 otherwise, 3 inconclusive only."""
-    verdicts = {c.verdict for c in report.comparisons}
-    if verdicts & {"regressed", "still-violated"}:
-        return 1
-    if "inconclusive" in verdicts:
-        return 3
-    return 0
+    return int(verdicts.compare_exit_code(c.verdict for c in report.comparisons))
 
 
 # --- bisect -------------------------------------------------------------------------------
@@ -97,7 +85,7 @@ def bisect(scenario: Scenario, target: str, repo: str, good: str, bad: str, *, d
         if sha not in cache:
             g = run_group([scenario], TargetSpec(target, repo, sha, device), timeout)
             r = g.results[0]
-            verdict = r.verdict if r.verdict in ("holds", "violated") else "skip"
+            verdict = verdicts.bisect_verdict(r.verdict)
             cache[sha] = Probe(sha, subject, verdict, r.reason)
             probes.append(cache[sha])
             if on_probe:

@@ -15,11 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from .errors import GitError  # noqa: F401 - a repository or revision that cannot be used
+
 WORKTREE = "WORKTREE"  # names the working tree itself, uncommitted changes included
-
-
-class GitError(Exception):
-    """A repository or revision that cannot be used; the message says which and why."""
 
 
 @dataclass

@@ -11,13 +11,11 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from . import targets, verdicts
 from .report import Report
 from .runner import TargetSpec
 from .spec import Scenario
 
-# target -> (installed package to look for, env var naming a checkout)
-KNOWN = {"reference": (None, None), "areal": ("areal", "SENTINEL_AREAL_REPO"),
-         "verl": ("verl", "SENTINEL_VERL_REPO"), "slime": (None, "SENTINEL_SLIME_REPO")}
 
 
 @dataclass
@@ -38,8 +36,9 @@ def parse_target(entry: str) -> TargetSpec:
 def default_columns(names: list[str] | None = None) -> list[Column]:
     """reference, each installed package, and each checkout named by its env variable."""
     cols = []
-    for name in names or list(KNOWN):
-        package, env = KNOWN.get(name, (None, None))
+    for name in names or targets.names():
+        info = targets.get(name)
+        package, env = info.package, info.repo_env
         if name == "reference":
             cols.append(Column("reference", TargetSpec("reference")))
             continue
@@ -47,11 +46,11 @@ def default_columns(names: list[str] | None = None) -> list[Column]:
             if importlib.util.find_spec(package) is not None:
                 cols.append(Column(f"{name}@installed", TargetSpec(name, label=f"{name}@installed")))
             else:
-                cols.append(Column(f"{name}@installed", None, f"not installed (pip install --no-deps {package})"))
+                cols.append(Column(f"{name}@installed", None, f"not installed ({info.install or 'pip install ' + package})"))
         if env:
             if os.environ.get(env):
                 cols.append(Column(f"{name}@HEAD", TargetSpec(name, os.environ[env], None, label=f"{name}@HEAD")))
-            elif not package:
+            elif info.needs_repo:
                 cols.append(Column(f"{name}@HEAD", None, f"no checkout (set {env})"))
     return cols
 
@@ -76,10 +75,8 @@ def table(report: Report, scenarios: list[Scenario], columns: list[Column]) -> d
                 r = by.get((c.key, sc.id))
                 if r is None:
                     cells[c.key] = "not run"
-                elif r.verdict in ("unsupported", "error") or i >= len(r.invariants):
-                    cells[c.key] = r.verdict
                 else:
-                    cells[c.key] = r.invariants[i].verdict
+                    cells[c.key] = verdicts.matrix_cell(r.verdict, r.invariants[i].verdict if i < len(r.invariants) else None)
             rows.append({"scenario": sc.id, "invariant": inv.family, "cells": cells})
     return {"columns": [c.key for c in columns], "rows": rows}
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from .errors import SentinelError
 from .spec import SpecError, load_file
 
 _RESULTS = pytest.StashKey[dict]()
@@ -91,7 +92,7 @@ class ScenarioItem(pytest.Item):
         return self.path, self.scenario.line - 1, f"scenario {self.scenario.id}"
 
 
-class ScenarioFailure(Exception):
+class ScenarioFailure(SentinelError):
     def __init__(self, result):
         super().__init__(result.reason)
         self.result = result

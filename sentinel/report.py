@@ -10,16 +10,17 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import traceback
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from . import REPORT_SCHEMA_VERSION, __version__
+from . import REPORT_SCHEMA_VERSION, __version__, verdicts
+from .verdicts import CompareVerdict, InvariantVerdict, ScenarioVerdict
 
-InvariantVerdict = Literal["held", "violated", "error", "skipped"]
-ScenarioVerdict = Literal["holds", "violated", "error", "unsupported"]
-CompareVerdict = Literal["fixed", "regressed", "still-violated", "holds-both", "inconclusive"]
+if TYPE_CHECKING:
+    from .spec import Scenario
 
 
 class _Model(BaseModel):
@@ -30,6 +31,12 @@ class ExceptionInfo(_Model):
     type: str
     message: str
     traceback: str = ""
+
+    @classmethod
+    def from_exception(cls, exc: BaseException, limit: int = 4000) -> "ExceptionInfo":
+        """The exception's type, message (its repr when empty) and the tail of its traceback."""
+        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        return cls(type=type(exc).__name__, message=str(exc) or repr(exc), traceback=tb[-limit:])
 
 
 class InvariantResult(_Model):
@@ -89,6 +96,13 @@ class ScenarioResult(_Model):
     exception_info: ExceptionInfo | None = None
     provenance: list[str] = Field(default_factory=list)
     duration_s: float = 0.0
+
+    @classmethod
+    def for_scenario(cls, sc: "Scenario", target: str, verdict: ScenarioVerdict, reason: str = "",
+                     **fields: Any) -> "ScenarioResult":
+        """A result for scenario `sc` on `target`, naming the scenario as every result does."""
+        base = dict(id=sc.id, title=sc.title, boundary=sc.boundary, file=sc.file, provenance=sc.provenance)
+        return cls(**{**base, **fields}, target=target, verdict=verdict, reason=reason)
 
 
 class Comparison(_Model):
@@ -193,13 +207,8 @@ class Report(_Model):
     hunt: HuntSummary | None = Field(None, description="kind hunt: examples, time and findings of `sentinel hunt`")
 
     def exit_code(self) -> int:
-        """0 all hold, 1 a violation, 3 a target error (a violation outranks an error)."""
-        verdicts = {r.verdict for r in self.results}
-        if "violated" in verdicts:
-            return 1
-        if "error" in verdicts:
-            return 3
-        return 0
+        """0 all hold, 1 a violation, 3 a target error (sentinel/verdicts.py decides)."""
+        return int(verdicts.exit_code(r.verdict for r in self.results))
 
 
 def statistics(results: list[ScenarioResult]) -> Statistics:

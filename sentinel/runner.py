@@ -22,7 +22,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from . import git, launch
+from . import git, launch, verdicts
+from .errors import WorkerDied  # noqa: F401 - the worker ended or went silent
 from .invariants import RunObservation
 from .report import (Environment, ExceptionInfo, FunctionInfo, InvariantResult, Report, ScenarioResult, Target,
                      statistics)
@@ -84,10 +85,6 @@ def job(sc: Scenario, runs: list[Run]) -> dict[str, Any]:
 
 
 # --- the worker process -------------------------------------------------------------------
-
-class WorkerDied(Exception):
-    pass
-
 
 class WorkerHandle:
     """A `python -m sentinel.worker` child speaking JSON lines."""
@@ -172,11 +169,10 @@ def _exc(d: dict[str, Any] | None) -> ExceptionInfo | None:
 
 def evaluate(sc: Scenario, runs: list[Run], res: dict[str, Any], target_key: str) -> ScenarioResult:
     """Turn a worker result into verdicts. Pure: no torch, no target."""
-    base = ScenarioResult(id=sc.id, title=sc.title, boundary=sc.boundary, file=sc.file, target=target_key,
-                          verdict="holds", inputs={n: to_clean_list(a) for n, a in sc.inputs.items()},
-                          config=sc.full_config(), provenance=sc.provenance,
-                          function=FunctionInfo(**res["function"]) if res.get("function") else None,
-                          duration_s=round(res.get("duration_s", 0.0), 6))
+    base = ScenarioResult.for_scenario(sc, target_key, "holds", inputs={n: to_clean_list(a) for n, a in sc.inputs.items()},
+                                       config=sc.full_config(),
+                                       function=FunctionInfo(**res["function"]) if res.get("function") else None,
+                                       duration_s=round(res.get("duration_s", 0.0), 6))
     if res["status"] == "unsupported":
         return base.model_copy(update={"verdict": "unsupported", "reason": res["reason"]})
     if res["status"] == "error":
@@ -199,19 +195,9 @@ def evaluate(sc: Scenario, runs: list[Run], res: dict[str, Any], target_key: str
                                            observed=out.observed, expected=out.expected, difference=out.difference,
                                            positions=out.positions, details=out.details))
         except Exception as e:  # noqa: BLE001 - an invariant bug is an error verdict, never a pass
-            import traceback
             results.append(InvariantResult(family=inv.family, config=cfg, verdict="error", message=str(e),
-                                           exception_info=ExceptionInfo(type=type(e).__name__, message=str(e),
-                                                                        traceback=traceback.format_exc()[-4000:])))
-    verdicts = {r.verdict for r in results}
-    verdict, reason = "holds", ""
-    if "violated" in verdicts:
-        verdict = "violated"
-        reason = "; ".join(f"{r.family}: {r.message}" for r in results if r.verdict == "violated")
-    elif "error" in verdicts:
-        verdict, reason = "error", "an invariant could not be evaluated"
-    elif verdicts == {"skipped"}:
-        verdict, reason = "unsupported", "; ".join(r.message for r in results)
+                                           exception_info=ExceptionInfo.from_exception(e)))
+    verdict, reason = verdicts.scenario_verdict((r.family, r.verdict, r.message) for r in results)
     observations = {n: to_list(a) for n, a in obs["base"].outputs.items()}
     return base.model_copy(update={"verdict": verdict, "reason": reason, "invariants": results,
                                    "observations": observations})
@@ -248,8 +234,8 @@ def run_group(scenarios: list[Scenario], spec: TargetSpec, timeout: float = 60.0
         if sc.applies_to(spec.name):
             todo.append(sc)
         else:
-            emit(ScenarioResult(id=sc.id, title=sc.title, boundary=sc.boundary, file=sc.file, target=spec.key,
-                                verdict="unsupported", reason=f"scenario applies to {sc.targets}, not {spec.name!r}"))
+            emit(ScenarioResult.for_scenario(sc, spec.key, "unsupported",
+                                             f"scenario applies to {sc.targets}, not {spec.name!r}"))
     env: dict[str, Any] = {}
     with ExitStack() as stack:
         root = checkout_root(stack, spec, target)
@@ -264,11 +250,10 @@ def run_group(scenarios: list[Scenario], spec: TargetSpec, timeout: float = 60.0
             try:
                 planned.append((sc, plan(sc)))
             except Exception as e:  # noqa: BLE001 - a planning bug costs its scenario, never the whole run
-                import traceback
-                info = ExceptionInfo(type=type(e).__name__, message=str(e), traceback=traceback.format_exc()[-4000:])
-                emit(ScenarioResult(id=sc.id, title=sc.title, boundary=sc.boundary, file=sc.file, target=spec.key,
-                                    verdict="error", reason=f"could not plan the scenario's runs: {info.type}: {info.message}",
-                                    exception_info=info, provenance=sc.provenance))
+                info = ExceptionInfo.from_exception(e)
+                emit(ScenarioResult.for_scenario(sc, spec.key, "error",
+                                                 f"could not plan the scenario's runs: {info.type}: {info.message}",
+                                                 exception_info=info))
         worker, retried = None, set()
         while planned:
             if worker is None:
@@ -307,9 +292,9 @@ def run_group(scenarios: list[Scenario], spec: TargetSpec, timeout: float = 60.0
 
 
 def _load_failed(sc: Scenario, spec: TargetSpec, err: ExceptionInfo) -> ScenarioResult:
-    return ScenarioResult(id=sc.id, title=sc.title, boundary=sc.boundary, file=sc.file, target=spec.key,
-                          verdict="error", reason=f"target {spec.key!r} could not be loaded: {err.type}: {err.message}",
-                          exception_info=err, provenance=sc.provenance)
+    return ScenarioResult.for_scenario(sc, spec.key, "error",
+                                       f"target {spec.key!r} could not be loaded: {err.type}: {err.message}",
+                                       exception_info=err)
 
 
 def run(scenarios: list[Scenario], targets: list[TargetSpec], *, timeout: float = 60.0,
@@ -331,7 +316,7 @@ def run(scenarios: list[Scenario], targets: list[TargetSpec], *, timeout: float 
     env = next((g.environment for g in groups if g.environment), {})
     results = [r for g in groups for r in g.results]
     stats = statistics(results)
-    report = Report(success=stats.violated == 0 and stats.errors == 0, created_at=created,
+    report = Report(success=verdicts.run_success(stats.violated, stats.errors), created_at=created,
                     duration_s=round(time.perf_counter() - t0, 3), command=command or [],
                     environment=Environment(**env), targets={t.key: g.target for t, g in zip(targets, groups)},
                     results=results, statistics=stats)

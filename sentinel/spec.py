@@ -17,10 +17,11 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from . import boundaries
+from .errors import SentinelError
 from .invariants import REGISTRY, Invariant
 
 
-class SpecError(Exception):
+class SpecError(SentinelError):
     """A bad scenario file. `problems` holds (line, field, message) triples."""
 
     def __init__(self, file: str | Path, problems: list[tuple[int | None, str, str]]):

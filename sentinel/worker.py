@@ -26,12 +26,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-TARGETS = {
-    "reference": "sentinel_adapters.reference:ReferenceAdapter",
-    "slime": "sentinel_adapters.slime:SlimeAdapter",
-    "areal": "sentinel_adapters.areal:ArealAdapter",
-    "verl": "sentinel_adapters.verl:VerlAdapter",
-}
+from . import targets
+from .errors import UsageError
+
 
 
 def _error(exc: BaseException) -> dict[str, Any]:
@@ -99,9 +96,10 @@ class Worker:
         if dev.startswith("cuda") and not torch.cuda.is_available():
             raise TargetLoadError("--device cuda was asked for but torch sees no CUDA device")
         self.torch, self.device = torch, torch.device(dev)
-        spec = TARGETS.get(h["target"]) or (h["target"] if ":" in h["target"] else None)
-        if spec is None:
-            raise TargetLoadError(f"unknown target {h['target']!r} (known: {', '.join(TARGETS)}, or module:Class)")
+        try:
+            spec = targets.adapter_spec(h["target"])
+        except UsageError as e:
+            raise TargetLoadError(str(e)) from None
         mod, cls = spec.split(":")
         adapter_cls = getattr(importlib.import_module(mod), cls)
         root = Path(h["root"]) if h.get("root") else None

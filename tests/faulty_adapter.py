@@ -1,8 +1,9 @@
 """A deliberately misbehaving target for the isolation tests (imported by the worker as
 `faulty_adapter:FaultyAdapter`; the tests put this folder on PYTHONPATH).
 
-It speaks only the `loss_agg` boundary. Its config key `mode` (a real config key of that
-boundary, so scenarios validate) picks how the call misbehaves:
+It speaks only the `loss_agg` boundary. The value at the last position of `values` (a
+masked position, so the correct answer does not depend on it) picks how the call
+misbehaves, by its code in `CODES` (scenarios validate, since config values are checked):
 
   ok            token-mean of `values` over `loss_mask` (the correct answer)
   raise         raise ValueError("planted failure: ...")
@@ -30,6 +31,8 @@ import torch
 from sentinel_adapters.base import Adapter, BoundaryResult, FunctionRef, Unsupported
 
 COUNTER = 0  # module-level state a misbehaving call mutates
+MODES = ("ok", "raise", "exit", "segv", "hang", "kill-parent", "mutate", "read-state", "print", "unsupported")
+CODES = {m: 100.0 + i for i, m in enumerate(MODES)}  # mode -> the value that selects it
 
 
 def _token_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -46,8 +49,9 @@ class FaultyAdapter(Adapter):
 
     def b_loss_agg(self, inputs, config):
         global COUNTER
-        mode = config.get("mode", "ok")
         values, mask = inputs["values"], inputs["loss_mask"]
+        code = float(values[0, -1])
+        mode = MODES[int(code) - 100] if code in CODES.values() else "ok"
         if mode == "raise":
             raise ValueError("planted failure: the target raised")
         if mode == "exit":

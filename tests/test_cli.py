@@ -42,10 +42,9 @@ FAULTY_SCENARIO = """\
 id: faulty-raise
 title: the target raises
 boundary: loss_agg
-config: {mode: raise}
 inputs:
-  values:    [[1.0, 2.0]]
-  loss_mask: [[1, 1]]
+  values:    [[1.0, 2.0, 101.0]]   # 101 at the masked position: faulty_adapter's code for "raise"
+  loss_mask: [[1, 1, 0]]
 invariants:
   - close: {output: loss, expected: 1.5}
 """

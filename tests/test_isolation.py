@@ -12,6 +12,8 @@ import pytest
 from sentinel.runner import TargetSpec, run
 from sentinel.spec import load_text
 
+from faulty_adapter import CODES
+
 TESTS = Path(__file__).resolve().parent
 FAULTY = "faulty_adapter:FaultyAdapter"
 BROKEN = "faulty_adapter:BrokenLoadAdapter"
@@ -21,9 +23,8 @@ def scenario(sid: str, mode: str) -> str:
     return f"""id: {sid}
 title: loss_agg in mode {mode}
 boundary: loss_agg
-config: {{mode: {mode}}}
 inputs:
-  values:    [[1.0, 2.0, 3.0, 9.0]]
+  values:    [[1.0, 2.0, 3.0, {CODES[mode]}]]
   loss_mask: [[1, 1, 1, 0]]
 invariants:
   - close: {{output: loss, expected: {0.0 if mode == 'read-state' else 2.0}}}

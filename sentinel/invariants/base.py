@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
+from ..errors import SentinelError
+
 if TYPE_CHECKING:
     from ..spec import Scenario
 
@@ -33,7 +35,7 @@ class RunObservation:
     inputs_after: dict[str, np.ndarray] = field(default_factory=dict)
 
 
-class Missing(Exception):
+class Missing(SentinelError):
     """An observable the target did not produce: the invariant is skipped, not failed."""
 
 
@@ -91,7 +93,7 @@ def compare(observed: np.ndarray, expected: np.ndarray, atol: float = 0.0, rtol:
     return bool(ok.all()), diff, bad[:MAX_POSITIONS].tolist()
 
 
-class ShapeMismatch(Exception):
+class ShapeMismatch(SentinelError):
     pass
 
 

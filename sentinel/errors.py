@@ -1,0 +1,37 @@
+"""Every error RL-Sentinel raises on purpose, under one root.
+
+Catch `SentinelError` to handle any of them; the CLI maps each to its exit code (a bad
+scenario or usage: 2; a target that cannot be loaded or run: 3). Errors that describe a
+*target* (Unsupported, TargetLoadError) are raised by adapters inside the worker and
+travel back to the runner as an `ExceptionInfo` record.
+"""
+
+from __future__ import annotations
+
+
+class SentinelError(Exception):
+    """The root of every error this project raises on purpose."""
+
+
+class UsageError(SentinelError):
+    """A bad command line: an unknown target, a missing --repo, conflicting options."""
+
+
+class GitError(SentinelError):
+    """A revision that cannot be resolved or checked out."""
+
+
+class WorkerDied(SentinelError):
+    """The worker process ended or went silent before answering."""
+
+
+class TargetError(SentinelError):
+    """Something about a target: it cannot be loaded, or lacks a boundary."""
+
+
+class TargetLoadError(TargetError):
+    """The target could not be located or imported; the message names what is missing."""
+
+
+class Unsupported(TargetError):
+    """The boundary (or this config of it) does not exist at this target version."""

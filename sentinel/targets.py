@@ -1,0 +1,88 @@
+"""The target registry: every trainer RL-Sentinel can call, and how each is located.
+
+One entry per target: its adapter (`module:Class`, imported only in the worker), how it is
+found (an installed package and/or a checkout given with --repo), the pip extra with the
+light packages its import path needs, and the environment variable that names a checkout
+for `sentinel matrix` and the tests. The CLI's help and checks, `matrix`, the worker and
+`sentinel list targets` all read this table; nothing else lists targets.
+
+Third-party adapters register through the entry-point group `rl_sentinel.targets`
+(name = target name, value = `module:Class`), the way pytest finds plugins:
+
+    [project.entry-points."rl_sentinel.targets"]
+    mytrainer = "mytrainer_sentinel.adapter:MyAdapter"
+
+`--target module:Class` runs an adapter that is not registered at all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import metadata
+
+from .errors import UsageError
+
+ENTRY_POINT_GROUP = "rl_sentinel.targets"
+
+
+@dataclass(frozen=True)
+class TargetInfo:
+    name: str
+    adapter: str  # "module:Class", imported in the worker
+    description: str
+    package: str | None = None  # an installed package the adapter uses when there is no --repo
+    needs_repo: bool = False  # no package to fall back on: --repo is required
+    extra: str | None = None  # `pip install 'rl-sentinel[EXTRA]'`: the light packages its import path needs
+    repo_env: str | None = None  # environment variable naming a checkout (matrix, tests)
+    install: str = ""  # what else to install (a package pip must take with --no-deps)
+
+    @property
+    def located_by(self) -> str:
+        if self.needs_repo:
+            return "--repo PATH (+ --commit REV)"
+        if self.package:
+            return f"installed `{self.package}` package, or --repo PATH (+ --commit REV)"
+        return "bundled"
+
+
+BUILTIN = (
+    TargetInfo("reference", "sentinel_adapters.reference:ReferenceAdapter",
+               "the correct math, written here and cited (adapters/reference.py)"),
+    TargetInfo("areal", "sentinel_adapters.areal:ArealAdapter", "areal-project/AReaL (PPOActor and its functional ops)",
+               package="areal", extra="areal", repo_env="SENTINEL_AREAL_REPO",
+               install="pip install --no-deps areal==1.0.4"),
+    TargetInfo("verl", "sentinel_adapters.verl:VerlAdapter", "volcengine/verl (core_algos and the PPO trainer's helpers)",
+               package="verl", extra="verl", repo_env="SENTINEL_VERL_REPO",
+               install="pip install --no-deps verl==0.9.1"),
+    TargetInfo("slime", "sentinel_adapters.slime:SlimeAdapter", "THUDM/slime (Megatron loss path, shimmed)",
+               needs_repo=True, repo_env="SENTINEL_SLIME_REPO"),
+)
+
+
+@lru_cache(maxsize=1)
+def registry() -> dict[str, TargetInfo]:
+    """Built-in targets, then those registered through entry points (a built-in name wins)."""
+    table = {t.name: t for t in BUILTIN}
+    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        table.setdefault(ep.name, TargetInfo(ep.name, ep.value, f"registered by {ep.dist.name if ep.dist else '?'}",
+                                             needs_repo=False))
+    return table
+
+
+def names() -> list[str]:
+    return list(registry())
+
+
+def get(name: str) -> TargetInfo:
+    """The registered target `name`, or an ad-hoc one for `module:Class`."""
+    table = registry()
+    if name in table:
+        return table[name]
+    if ":" in name:
+        return TargetInfo(name, name, "your own adapter (module:Class)")
+    raise UsageError(f"unknown target {name!r} (known: {', '.join(table)}; or module:Class for your own adapter)")
+
+
+def adapter_spec(name: str) -> str:
+    return get(name).adapter

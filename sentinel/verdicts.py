@@ -1,0 +1,100 @@
+"""The verdict rules, in one place: what the words mean and how they combine.
+
+- invariant: held | violated | error | skipped
+- scenario on a target: holds | violated | error | unsupported
+- compare base -> head: fixed | regressed | still-violated | holds-both | inconclusive
+- exit codes: 0 all hold, 1 a violation, 2 bad usage or spec, 3 a target error and no violation
+
+Pure functions over verdict words: the runner, compare, matrix, the hunt, gate and the
+renderers ask here instead of deciding for themselves.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+from typing import Iterable, Literal
+
+InvariantVerdict = Literal["held", "violated", "error", "skipped"]
+ScenarioVerdict = Literal["holds", "violated", "error", "unsupported"]
+CompareVerdict = Literal["fixed", "regressed", "still-violated", "holds-both", "inconclusive"]
+
+# a scenario verdict that settles the question either way (error / unsupported do not)
+DECIDED = ("holds", "violated")
+
+
+class ExitCode(IntEnum):
+    OK = 0
+    VIOLATED = 1
+    USAGE = 2  # bad usage or a bad scenario file (no report is written)
+    TARGET_ERROR = 3  # a target could not be loaded or run, and nothing was violated
+
+
+def scenario_verdict(invariants: Iterable[tuple[str, str, str]]) -> tuple[ScenarioVerdict, str]:
+    """A scenario's verdict and reason from its invariants' (family, verdict, message).
+
+    Any violation makes it violated; else any invariant error makes it an error; only
+    skipped invariants (nothing could be checked at this version) make it unsupported."""
+    invariants = list(invariants)
+    verdicts = {v for _, v, _ in invariants}
+    if "violated" in verdicts:
+        return "violated", "; ".join(f"{f}: {m}" for f, v, m in invariants if v == "violated")
+    if "error" in verdicts:
+        return "error", "an invariant could not be evaluated"
+    if verdicts == {"skipped"}:
+        return "unsupported", "; ".join(m for _, _, m in invariants)
+    return "holds", ""
+
+
+def exit_code(scenario_verdicts: Iterable[str]) -> ExitCode:
+    """0 all hold, 1 a violation, 3 a target error (a violation outranks an error)."""
+    verdicts = set(scenario_verdicts)
+    if "violated" in verdicts:
+        return ExitCode.VIOLATED
+    if "error" in verdicts:
+        return ExitCode.TARGET_ERROR
+    return ExitCode.OK
+
+
+def gate_exit_code(scenario_verdicts: Iterable[str], target: str) -> tuple[ExitCode, str]:
+    """`sentinel gate`: as exit_code, and the reference must support every catalog scenario."""
+    verdicts = list(scenario_verdicts)
+    code = exit_code(verdicts)
+    if code == ExitCode.OK and target == "reference" and "unsupported" in verdicts:
+        return ExitCode.TARGET_ERROR, "the reference must support every catalog scenario"
+    return code, ""
+
+
+def compare_verdict(base: str, head: str) -> CompareVerdict:
+    """fixed | regressed | still-violated | holds-both | inconclusive (an error or unsupported side)."""
+    if base not in DECIDED or head not in DECIDED:
+        return "inconclusive"
+    return {("violated", "holds"): "fixed", ("holds", "violated"): "regressed",
+            ("violated", "violated"): "still-violated", ("holds", "holds"): "holds-both"}[(base, head)]
+
+
+def compare_success(compare_verdicts: Iterable[str]) -> bool:
+    return all(v in ("fixed", "holds-both") for v in compare_verdicts)
+
+
+def compare_exit_code(compare_verdicts: Iterable[str]) -> ExitCode:
+    """0 nothing regressed or still violated, 1 otherwise, 3 inconclusive only."""
+    verdicts = set(compare_verdicts)
+    if verdicts & {"regressed", "still-violated"}:
+        return ExitCode.VIOLATED
+    if "inconclusive" in verdicts:
+        return ExitCode.TARGET_ERROR
+    return ExitCode.OK
+
+
+def bisect_verdict(scenario: str) -> str:
+    """A bisect probe: the scenario verdict, or `skip` where the target cannot decide."""
+    return scenario if scenario in DECIDED else "skip"
+
+
+def matrix_cell(scenario: str, invariant: str | None) -> str:
+    """A matrix cell: the invariant's verdict, or the scenario's where it did not run."""
+    return scenario if scenario in ("unsupported", "error") or invariant is None else invariant
+
+
+def run_success(statistics_violated: int, statistics_errors: int) -> bool:
+    return statistics_violated == 0 and statistics_errors == 0
