@@ -176,8 +176,8 @@ _register(Boundary(
     "policy exceeds opsm_delta and whose mean advantage is negative; the PPO loss is then "
     "multiplied by the mask and reduced over valid tokens.",
     inputs=(_tok("log_probs"), _tok("old_log_probs"), _tok("advantages"), LOSS_MASK),
-    outputs=(_tok("opsm_mask"), Port("opsm_clipfrac", "scalar"), _tok("pg_loss"),
-             Port("reduced_policy_loss", "scalar")),
+    outputs=(_tok("opsm_mask"), Port("opsm_clipfrac", "scalar", required=False), _tok("pg_loss", required=False),
+             Port("reduced_policy_loss", "scalar", required=False)),
     options=(Option("opsm_delta", 0.1, hunt=(0.1, 0.0, 0.05, 0.5), doc="KL threshold above which a sequence is rejected"),
              *_clip(0.2, 0.2, (0.2, 0.1, 0.3), (0.2, 0.28, None)), _agg(hunt=False)),
     grad_inputs=("log_probs",),
@@ -191,7 +191,8 @@ _DECOUPLED = (Option("use_decoupled_loss", False, "bool", requires=("rollout_log
                      doc="a target's own rejection-sampling options, passed through as given"))
 _POLICY_INPUTS = (_tok("log_probs"), _tok("old_log_probs"), _tok("advantages"), LOSS_MASK,
                   _tok("rollout_log_probs", required=False))
-_POLICY_OUTPUTS = (_tok("pg_loss"), _tok("clipfrac"), Port("loss", "scalar"), _tok("weights"))
+_POLICY_OUTPUTS = (_tok("pg_loss"), _tok("clipfrac", required=False), Port("loss", "scalar"),
+                   _tok("weights", required=False))
 
 _register(Boundary(
     "policy_loss",
@@ -248,8 +249,8 @@ _register(Boundary(
             _tok("values", required=False), LOSS_MASK,
             _tok("attention_mask", required=False, dtype="mask"),
             Port("group", "row", "int", False, None, "group id per sequence (GRPO)")),
-    outputs=(_tok("advantages"), _tok("returns"), _tok("logged_kl"), _tok("token_rewards"),
-             _tok("kl_rewards")),
+    outputs=(_tok("advantages"), _tok("returns"), _tok("logged_kl", required=False),
+             _tok("token_rewards", required=False), _tok("kl_rewards", required=False)),
     options=(Option("estimator", "gae", "choice", ESTIMATORS,
                     hunt=("gae", "grpo", "reinforce_plus_plus", "reinforce_plus_plus_baseline"),
                     doc="the advantage estimator (canonical names first, then target-specific ones)"),

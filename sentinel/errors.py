@@ -35,3 +35,7 @@ class TargetLoadError(TargetError):
 
 class Unsupported(TargetError):
     """The boundary (or this config of it) does not exist at this target version."""
+
+
+class ContractError(TargetError):
+    """A boundary call returned something its output contract forbids (sentinel/contracts.py)."""

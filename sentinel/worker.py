@@ -26,8 +26,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from . import targets
-from .errors import UsageError
+from . import contracts, targets
+from .errors import ContractError, UsageError
 
 
 
@@ -53,6 +53,10 @@ def observe(adapter, device, boundary: str, inputs: dict[str, np.ndarray], confi
         if w in tensors:
             tensors[w].requires_grad_(True)
     res = adapter.call(boundary, tensors, config)
+    returned = {n: _returned(v, torch) for n, v in res.outputs.items()}
+    bad = contracts.problems(boundary, returned, contracts.batch_shape(boundary, {n: a.shape for n, a in inputs.items()}))
+    if bad:
+        raise ContractError("; ".join(bad))
     outputs, rg, gr = {}, {}, {}
     for name, v in res.outputs.items():
         t = v if isinstance(v, torch.Tensor) else torch.as_tensor(v)
@@ -70,6 +74,15 @@ def observe(adapter, device, boundary: str, inputs: dict[str, np.ndarray], confi
     after = {n: res.inputs_after.get(n, t).detach().float().cpu().numpy() for n, t in tensors.items()}
     obs = {"outputs": outputs, "requires_grad": rg, "grads": gr, "inputs_after": after}
     return obs, (res.function.as_dict() if res.function else None)
+
+
+def _returned(v: Any, torch) -> contracts.Returned:
+    if isinstance(v, torch.Tensor):
+        kind = "c" if v.is_complex() else "b" if v.dtype == torch.bool else "f" if v.is_floating_point() else "i"
+        return contracts.Returned("tensor", kind, tuple(v.shape))
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return contracts.Returned("number", "f", ())
+    return contracts.Returned(type(v).__name__, "", ())
 
 
 class Worker:

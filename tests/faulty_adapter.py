@@ -15,6 +15,9 @@ misbehaves, by its code in `CODES` (scenarios validate, since config values are 
   read-state    answer with the counter as the loss (0 unless a mutation leaked)
   print         write junk to stdout (print and the raw fd 1), then answer as `ok`
   unsupported   raise Unsupported
+  shape-7, shape-2x4, list, complex, no-outputs, extra-output, string
+                the loss broken against the boundary's output contract (an error verdict)
+  int-loss      the right loss as an int64 0-d tensor (keeps the contract)
 
 `BrokenLoadAdapter.load()` raises, so the target cannot be loaded at all.
 """
@@ -31,7 +34,8 @@ import torch
 from sentinel_adapters.base import Adapter, BoundaryResult, FunctionRef, Unsupported
 
 COUNTER = 0  # module-level state a misbehaving call mutates
-MODES = ("ok", "raise", "exit", "segv", "hang", "kill-parent", "mutate", "read-state", "print", "unsupported")
+MODES = ("ok", "raise", "exit", "segv", "hang", "kill-parent", "mutate", "read-state", "print", "unsupported",
+         "shape-7", "shape-2x4", "list", "complex", "no-outputs", "extra-output", "int-loss", "string")
 CODES = {m: 100.0 + i for i, m in enumerate(MODES)}  # mode -> the value that selects it
 
 
@@ -71,6 +75,14 @@ class FaultyAdapter(Adapter):
             COUNTER += 1000
         if mode == "read-state":
             return BoundaryResult({"loss": torch.tensor(float(COUNTER))}, function=FunctionRef.of(_token_mean))
+        wrong = {"shape-7": torch.full((7,), 2.0), "shape-2x4": torch.full((2, 4), 2.0), "list": [2.0],
+                 "complex": torch.tensor(2.0 + 0j), "string": "2.0", "int-loss": torch.tensor(2)}
+        if mode in wrong:
+            return BoundaryResult({"loss": wrong[mode]}, function=FunctionRef.of(_token_mean))
+        if mode == "no-outputs":
+            return BoundaryResult({}, function=FunctionRef.of(_token_mean))
+        if mode == "extra-output":
+            return BoundaryResult({"loss": _token_mean(values, mask), "lossy": values}, function=FunctionRef.of(_token_mean))
         if mode == "print":
             print('{"event": "result", "status": "ok", "junk": true}')
             print("not json at all {{{", flush=True)

@@ -209,3 +209,31 @@ def test_console_script_path_runs_and_leaves_no_worker_behind(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "sentinel", "run", str(tmp_path / "missing.yaml")],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "missing.yaml" in bad.stderr
+
+
+# --- output contracts (issue 10): a wrong-shaped or missing output is an error, never a pass ----
+
+CONTRACT_BREAKS = {
+    "shape-7": "shape [7], expected []", "shape-2x4": "shape [2, 4], expected []",
+    "list": "is a list, not a tensor", "complex": "complex dtype", "string": "is a str",
+    "no-outputs": "'loss' is missing", "extra-output": "'lossy' is not an output",
+}
+
+
+@pytest.fixture(scope="module")
+def contract_report(module_env):
+    pairs = [(f"contract-{m}", m) for m in [*CONTRACT_BREAKS, "int-loss"]]
+    return run(scenarios(*pairs), [TargetSpec(FAULTY)], timeout=20)
+
+
+@pytest.mark.parametrize("mode", list(CONTRACT_BREAKS))
+def test_output_contract_breaks_are_errors(contract_report, mode):
+    r = next(r for r in contract_report.results if r.id == f"contract-{mode}")
+    assert r.verdict == "error", (mode, r.verdict, r.reason)
+    assert "ContractError" in r.reason and CONTRACT_BREAKS[mode] in r.reason, r.reason
+
+
+def test_output_contract_accepts_an_integer_scalar(contract_report):
+    r = next(r for r in contract_report.results if r.id == "contract-int-loss")
+    assert r.verdict == "holds", r.reason
+    assert contract_report.exit_code() == 3
