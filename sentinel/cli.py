@@ -16,13 +16,14 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
+import typer.core
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from . import __version__, boundaries, render, verdicts
-from .catalog import catalog_path
+from .catalog import catalog_path, display_path, local_catalog
 from .invariants import REGISTRY
 from .report import Report, dump, load, schema_text, write_atomic
 from .spec import ScenarioModel, SpecError, load_paths
@@ -30,6 +31,11 @@ from . import targets as target_registry
 from .errors import UsageError
 
 TARGETS = target_registry.names()  # for help texts; sentinel/targets.py is the one list
+
+# Typer's rich help shows a flag as taking `<bool>`; a flag takes no value, so show none.
+_display_type = getattr(typer.core.TyperOption, "display_type_rich", None)
+if _display_type is not None:
+    typer.core.TyperOption.display_type_rich = lambda self, ctx: None if self.is_flag else _display_type(self, ctx)
 
 app = typer.Typer(
     name="sentinel", no_args_is_help=True, rich_markup_mode="rich", add_completion=False,
@@ -53,6 +59,12 @@ class Device(str, Enum):
     cpu = "cpu"
     cuda = "cuda"
     auto = "auto"
+
+
+class MatrixFormat(str, Enum):
+    text = "text"
+    markdown = "markdown"
+    json = "json"
 
 
 class Format(str, Enum):
@@ -153,7 +165,7 @@ def _emit(report: Report, output: Path | None, junit: Path | None, as_json: bool
         render.console_report(report, out, verbose)
         for t in report.targets.values():
             if t.load_error:
-                err.print(f"[bold magenta]target {t.name} could not be loaded:[/] {t.load_error.message}")
+                err.print(f"[bold magenta]target {escape(t.name)} could not be loaded:[/] {escape(t.load_error.message)}")
         if output:
             err.print(f"report written to {output}", highlight=False)
 
@@ -199,24 +211,37 @@ def run(
 
 @app.command()
 def gate(
+    paths: Optional[List[Path]] = typer.Option(None, "--path", "-p", help="Scenario files or folders (default: ./scenarios when it exists, else the bundled catalog)."),
     target: str = typer.Option("reference", "--target", "-t", help="Target to gate (default: the bundled reference)."),
     repo: Optional[Path] = typer.Option(None, "--repo", help="The target's checkout (needed where `sentinel list targets` says --repo)."),
+    commit: Optional[str] = typer.Option(None, "--commit", help="Revision of --repo to gate (checked out in a temporary worktree)."),
     plant: Optional[str] = typer.Option(None, "--plant", help="Reference only: run the gate against a planted bug, to see it fail."),
     device: Device = typer.Option(Device.cpu, "--device", help="cpu, cuda or auto."),
     output: Optional[str] = typer.Option(None, "--output", "-o", help=OUTPUT_HELP),
     junit: Optional[Path] = typer.Option(None, "--junit", help="Also write JUnit XML here (for CI)."),
     as_json: bool = typer.Option(False, "--json", help="Print the JSON report on stdout."),
+    timeout: float = typer.Option(60.0, "--timeout", help="Seconds one scenario's target code may run before it is an error."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Show every scenario's invariants, and tracebacks."),
 ) -> None:
-    """Run the whole bundled catalog; exit non-zero on any violation or error.
+    """Run a whole catalog; exit non-zero on any violation or error.
 
-    On the reference every scenario must hold: [cyan]sentinel gate[/]. To watch it catch a
-    real bug: [cyan]sentinel gate --plant opsm-token-level[/].
+    The catalog is ./scenarios when the current folder has one (a repository gating its own
+    scenarios), else the bundled one; the first line says which. On the reference every
+    scenario must hold: [cyan]sentinel gate[/]. To watch it catch a real bug:
+    [cyan]sentinel gate --plant opsm-token-level[/].
     """
     from .runner import TargetSpec
-    _check_target(target, plant)
-    scenarios = _load([catalog_path()])
-    spec = TargetSpec(target, str(repo.resolve()) if repo else None, None, device.value, plant)
-    report = _execute(scenarios, [spec], output=_output(output), junit=junit, as_json=as_json, timeout=60.0)
+    _check_location(target, plant, repo, commit)
+    if not paths:
+        local = local_catalog()
+        paths = [local or catalog_path()]
+        if not as_json:
+            err.print(f"catalog: {escape(display_path(paths[0]))} "
+                      f"({'this folder' + chr(39) + 's scenarios' if local else 'bundled with rl-sentinel'})", highlight=False)
+    scenarios = _load(paths)
+    spec = TargetSpec(target, str(repo.resolve()) if repo else None, commit, device.value, plant)
+    report = _execute(scenarios, [spec], output=_output(output), junit=junit, as_json=as_json, timeout=timeout,
+                      verbose=verbose)
     code, why = verdicts.gate_exit_code((r.verdict for r in report.results), target)
     if why:
         err.print(f"[bold red]gate:[/] {why}")
@@ -322,7 +347,7 @@ def bisect(
 def matrix(
     targets: Optional[List[str]] = typer.Option(None, "--targets", "-t", help="Columns: NAME, NAME=REPO or NAME=REPO@REV (repeatable). Default: reference, the installed areal/verl packages, and checkouts named by SENTINEL_SLIME_REPO / SENTINEL_AREAL_REPO / SENTINEL_VERL_REPO."),
     paths: Optional[List[Path]] = typer.Option(None, "--path", "-p", help="Scenario files or folders (default: the bundled catalog)."),
-    format: Format = typer.Option(Format.text, "--format", "-f", help="text, markdown or json."),
+    format: MatrixFormat = typer.Option(MatrixFormat.text, "--format", "-f", help="text, markdown or json."),
     output: Optional[str] = typer.Option(None, "--output", "-o", help=OUTPUT_HELP),
 ) -> None:
     """Which invariants hold in which framework and version: invariants down, target@version across.
@@ -344,7 +369,7 @@ def matrix(
         cols = mx.default_columns()
     scenarios = mx.shared(_load(paths or [catalog_path()]), cols)
     runnable = [c.spec for c in cols if c.spec is not None]
-    with _progress(format != Format.text, len(scenarios) * len(runnable)) as tick:
+    with _progress(format != MatrixFormat.text, len(scenarios) * len(runnable)) as tick:
         rep = run_all(scenarios, runnable, on_result=lambda r: tick(f"{r.target}: {r.id}: {r.verdict}"),
                       command=["sentinel", *sys.argv[1:]])
     table = mx.table(rep, scenarios, cols)
@@ -352,9 +377,9 @@ def matrix(
     dest = _output(output)
     if dest:
         write_atomic(dest, dump(rep))
-    if format == Format.json:
+    if format == MatrixFormat.json:
         sys.stdout.write(json.dumps(table, indent=2) + "\n")
-    elif format == Format.markdown:
+    elif format == MatrixFormat.markdown:
         sys.stdout.write(mx.markdown(table))
     else:
         t = Table(title=f"conformance matrix · {len(scenarios)} scenarios", title_justify="left")
@@ -392,12 +417,18 @@ def report(
                 render.console_report(rep, Console(file=f, width=120), verbose)
         else:
             render.console_report(rep, out, verbose)
-        raise typer.Exit(0)
-    text = {Format.markdown: render.markdown, Format.junit: render.junit, Format.json: dump}[format](rep)
-    if output:
-        write_atomic(output, text)
     else:
-        sys.stdout.write(text)
+        text = {Format.markdown: render.markdown, Format.junit: render.junit, Format.json: dump}[format](rep)
+        if output:
+            write_atomic(output, text)
+        else:
+            sys.stdout.write(text)
+    # the report's own exit code, so `sentinel report X` can gate a CI step too
+    code = rep.exit_code() if rep.kind != "compare" else int(verdicts.compare_exit_code(c.verdict for c in rep.comparisons))
+    if code:
+        s = rep.statistics
+        err.print(f"{escape(str(file))}: {s.violated} violated, {s.errors} error(s) (exit {code})", highlight=False)
+    raise typer.Exit(code)
 
 
 @app.command()

@@ -6,7 +6,8 @@ hundred scenarios cost one import of the target. A violation fails its item with
 invariant's difference and offending positions; `unsupported` skips it.
 
 Options: --sentinel-target, --sentinel-repo, --sentinel-commit, --sentinel-device,
---sentinel-plant.
+--sentinel-plant. A scenario's `tags` are pytest markers (`pytest scenarios/ -m seed`); the
+tags of the collected files are registered, so `--strict-markers` accepts them.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from .errors import SentinelError
 from .spec import SpecError, load_file
 
 _RESULTS = pytest.StashKey[dict]()
+_MARKERS = pytest.StashKey[set]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -53,7 +55,17 @@ class ScenarioFile(pytest.File):
         except SpecError as e:
             raise self.CollectError("\n".join(e.lines())) from None
         for sc in scenarios:
-            yield ScenarioItem.from_parent(self, name=sc.id, scenario=sc)
+            item = ScenarioItem.from_parent(self, name=sc.id, scenario=sc)
+            for tag in sc.tags:
+                _register_marker(self.config, tag)
+                item.add_marker(tag)
+            yield item
+
+
+def _register_marker(config: pytest.Config, tag: str) -> None:
+    if tag not in config.stash.setdefault(_MARKERS, set()):
+        config.stash[_MARKERS].add(tag)
+        config.addinivalue_line("markers", f"{tag}: scenarios tagged {tag!r} (RL-Sentinel)")
 
 
 class ScenarioItem(pytest.Item):

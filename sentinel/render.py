@@ -73,12 +73,24 @@ def invariant_detail(inv: InvariantResult) -> Group:
 
 def console_report(report: Report, console: Console, verbose: bool = False) -> None:
     table = Table(title=f"RL-Sentinel · {len(report.results)} scenario(s)", title_justify="left")
-    for col in ("scenario", "target", "boundary", "verdict", "why"):
+    table.add_column("scenario", no_wrap=True)  # an id is copied into commands: never folded mid-word
+    for col in ("target", "boundary", "verdict", "why"):
         table.add_column(col, overflow="fold")
     for r in report.results:
         table.add_row(r.id, r.target, r.boundary, Text(r.verdict, STYLE[r.verdict]), r.reason.split("; ")[0][:100])
     console.print(table)
+    unloadable = {k: t for k, t in report.targets.items() if t.load_error is not None}
+    for key, t in unloadable.items():  # one panel per target that did not load, not one per scenario
+        n = sum(r.target == key for r in report.results)
+        body = [Text(f"{t.load_error.type}: {t.load_error.message}", style="magenta"),
+                Text(f"{n} scenario(s) could not run", style="dim")]
+        if verbose and t.load_error.traceback:
+            body.append(Text(t.load_error.traceback, style="dim"))
+        console.print(Panel(Group(*body), title=f"target {key} could not be loaded", border_style=STYLE["error"],
+                            title_align="left"))
     for r in report.results:
+        if r.target in unloadable and r.verdict == "error" and not r.invariants:
+            continue
         if r.verdict in ("violated", "error") or verbose:
             body: list[Any] = [Text(f"{r.file}  ·  {r.title}", style="dim")]
             if r.function:

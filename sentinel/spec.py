@@ -17,6 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from . import boundaries
+from .catalog import display_path
 from .errors import SentinelError
 from .invariants import REGISTRY, Invariant
 
@@ -144,7 +145,7 @@ def load_file(path: str | Path) -> list[Scenario]:
         raise SpecError(path, [(None, "", "no such file")]) from None
     except (OSError, UnicodeDecodeError) as e:
         raise SpecError(path, [(None, "", f"cannot read: {e}")]) from None
-    return load_text(text, str(path))
+    return load_text(text, display_path(path))
 
 
 def load_text(text: str, file: str = "<string>") -> list[Scenario]:

@@ -114,7 +114,15 @@ class Worker:
         except UsageError as e:
             raise TargetLoadError(str(e)) from None
         mod, cls = spec.split(":")
-        adapter_cls = getattr(importlib.import_module(mod), cls)
+        try:
+            adapter_cls = getattr(importlib.import_module(mod), cls)
+        except (ImportError, AttributeError) as e:
+            if ":" not in h["target"]:
+                raise
+            raise TargetLoadError(
+                f"cannot load the adapter {spec}: {e}. The worker imports {mod!r} as Python would from the "
+                f"current folder: run sentinel from the folder that holds it, or put that folder on "
+                f"PYTHONPATH (PYTHONPATH=path/to/folder sentinel run ...)") from None
         root = Path(h["root"]) if h.get("root") else None
         self.adapter = adapter_cls(root, self.device, h.get("options") or {})
         t0 = time.perf_counter()

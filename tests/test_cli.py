@@ -138,7 +138,7 @@ def test_gate_with_a_plant_exits_1(runs):
 def test_bad_scenario_exits_2_naming_file_and_line_without_a_report(runs):
     d, done = runs
     assert done["bad"].returncode == 2
-    assert f"{d / 'bad.yaml'}:3:" in done["bad"].stderr
+    assert "error: bad.yaml:3:" in done["bad"].stderr  # relative to the working folder
     assert "opsm_masks" in done["bad"].stderr
     assert not (d / "bad.json").exists()
     assert not (d / "reports").exists()
@@ -169,7 +169,7 @@ def test_long_paths_in_spec_errors_are_not_wrapped(tmp_path):
     p = subprocess.run([SENTINEL, "run", str(d / "bad.yaml"), "-o", "-"], cwd=tmp_path, env=env(),
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 2
-    assert f"{d / 'bad.yaml'}:3: boundary:" in p.stderr, p.stderr
+    assert f"{d.name}/bad.yaml:3: boundary:" in p.stderr, p.stderr  # relative to the working folder
 
 
 # --- usage errors (exit 2, nothing run) -----------------------------------------------------
@@ -203,7 +203,7 @@ def test_missing_scenario_file_exits_2(tmp_path, monkeypatch):
 def test_report_markdown_shows_the_observed_mask_and_provenance(runs):
     d, _ = runs
     r = cli("report", str(d / "plant.json"), "--format", "markdown")
-    assert r.exit_code == 0
+    assert r.exit_code == 1  # the report holds a violation: its own exit code
     md = r.stdout
     assert md.startswith("## RL-Sentinel report")
     assert "**FAIL**" in md
@@ -216,7 +216,7 @@ def test_report_markdown_shows_the_observed_mask_and_provenance(runs):
 def test_report_junit_has_one_failure(runs, tmp_path):
     d, _ = runs
     r = cli("report", str(d / "plant.json"), "--format", "junit")
-    assert r.exit_code == 0
+    assert r.exit_code == 1  # the report holds a violation: its own exit code
     suite = ET.fromstring(r.stdout.encode())
     failures = suite.findall("testcase/failure")
     assert len(failures) == 1 and suite.get("failures") == "1"
@@ -224,17 +224,17 @@ def test_report_junit_has_one_failure(runs, tmp_path):
     assert case.get("name") == "opsm-mixed-advantage"
     assert "[[0, 1]]" in failures[0].text and "difference" in failures[0].text
     out = tmp_path / "r.xml"
-    assert cli("report", str(d / "plant.json"), "-f", "junit", "-o", str(out)).exit_code == 0
+    assert cli("report", str(d / "plant.json"), "-f", "junit", "-o", str(out)).exit_code == 1
     assert ET.parse(out).getroot().get("failures") == "1"
 
 
 def test_report_text_and_json(runs):
     d, _ = runs
     r = cli("report", str(d / "plant.json"), "--format", "text")
-    assert r.exit_code == 0
+    assert r.exit_code == 1  # the report holds a violation: its own exit code
     assert "opsm-mixed-advantage" in r.stdout and "violated" in r.stdout and "FAIL" in r.stdout
     r = cli("report", str(d / "plant.json"), "--format", "json")
-    assert r.exit_code == 0
+    assert r.exit_code == 1  # the report holds a violation: its own exit code
     assert json.loads(r.stdout) == json.loads((d / "plant.json").read_text())
 
 
@@ -311,3 +311,20 @@ def test_help_of_every_command(command):
 def test_version():
     r = cli("--version")
     assert r.exit_code == 0 and __version__ in r.stdout
+
+
+# --- gate on the repository's own catalog (issue 14) ------------------------------------------
+
+def test_gate_uses_the_folders_scenarios_and_says_so(tmp_path):
+    (tmp_path / "scenarios").mkdir()
+    (tmp_path / "scenarios" / "ok.yaml").write_text((catalog_path() / "kl" / "kl-estimators.yaml").read_text())
+    p = subprocess.run([SENTINEL, "gate", "-o", "r.json", "--junit", "j.xml"], cwd=tmp_path, env=env(),
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "catalog: scenarios (this folder's scenarios)" in p.stderr
+    assert (tmp_path / "r.json").stat().st_mode & 0o044 == 0o044  # readable by a CI artifact uploader
+    assert 'file="scenarios/ok.yaml"' in (tmp_path / "j.xml").read_text()  # relative: CI annotations link
+    (tmp_path / "scenarios" / "bad.yaml").write_text(BAD_SCENARIO)
+    p = subprocess.run([SENTINEL, "gate", "-o", "-"], cwd=tmp_path, env=env(), capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 2 and "scenarios/bad.yaml:3:" in p.stderr

@@ -177,7 +177,8 @@ def test_load_failure_makes_every_scenario_an_error(unloadable):
 def test_unknown_adapter_module_is_a_load_error(unloadable):
     results = [r for r in unloadable.results if r.target == "no_such_module_xyz:Adapter"]
     assert [r.verdict for r in results] == ["error"] * 3
-    assert all(r.exception_info.type == "ModuleNotFoundError" for r in results)
+    assert all(r.exception_info.type == "TargetLoadError" for r in results)
+    assert all("No module named 'no_such_module_xyz'" in r.reason and "PYTHONPATH" in r.reason for r in results)
     assert unloadable.exit_code() == 3
 
 

@@ -65,3 +65,10 @@ def test_malformed_scenario_file_is_a_collection_error_naming_the_line(pytester)
     out = result.stdout.str()
     assert "ERROR collecting test_bad.yaml" in out
     assert "test_bad.yaml:8: inputs.loss_mask: a mask holds only 0 and 1" in out
+
+
+def test_tags_are_markers(scenario_dir):
+    # opsm-mixed-advantage is tagged `seed`; the KL estimators are not
+    result = scenario_dir.runpytest_subprocess(*PLUGIN, "-m", "seed", "--strict-markers")
+    result.assert_outcomes(passed=1, deselected=3)
+    assert result.ret == 0
