@@ -26,6 +26,7 @@ from . import __version__, boundaries, render, verdicts
 from .catalog import catalog_path, display_path, local_catalog
 from .invariants import REGISTRY
 from .report import Report, dump, load, schema_text, write_atomic
+from .schema import scenario_schema_text
 from .spec import ScenarioModel, SpecError, load_paths
 from . import targets as target_registry
 from .errors import UsageError
@@ -581,6 +582,38 @@ def _hunt_console(rep: Report, verbose: bool) -> None:
             out.print(f"  {b}: {', '.join(fams)}", highlight=False)
 
 
+@app.command()
+def check(
+    paths: List[Path] = typer.Argument(..., help="Scenario files or folders (searched for *.yaml)."),
+) -> None:
+    """Validate scenario files without running anything: exit 0, or 2 naming file and line.
+
+    What the pre-commit hook runs (.pre-commit-hooks.yaml): [cyan]sentinel check scenarios/[/]
+    """
+    scenarios = _load(paths)
+    files = {sc.file for sc in scenarios}
+    err.print(f"{len(scenarios)} scenario(s) in {len(files)} file(s): valid", highlight=False)
+
+
+init_app = typer.Typer(help="Write a project file: [cyan]sentinel init ci[/] (a GitHub Actions workflow).",
+                       no_args_is_help=True, rich_markup_mode="rich")
+app.add_typer(init_app, name="init")
+
+
+@init_app.command("ci")
+def init_ci(
+    force: bool = typer.Option(False, "--force", help="Overwrite an existing workflow file."),
+) -> None:
+    """Write .github/workflows/rl-sentinel.yml: install, `gate --junit`, the markdown report in
+    the job summary, the JSON report and JUnit XML uploaded as an artifact."""
+    from . import scaffold
+    try:
+        path = scaffold.write(Path(scaffold.GITHUB_WORKFLOW), scaffold.WORKFLOW, force)
+    except UsageError as e:
+        raise usage_error(str(e)) from None
+    err.print(f"wrote {path}: commit it, then every push and pull request runs the gate", highlight=False)
+
+
 class What(str, Enum):
     scenarios = "scenarios"
     boundaries = "boundaries"
@@ -655,12 +688,7 @@ def schema(
     if kind == SchemaKind.report:
         text = schema_text()
     else:
-        s = ScenarioModel.model_json_schema()
-        s["properties"]["invariants"]["items"] = {"type": "object", "minProperties": 1, "maxProperties": 1,
-                                                  "properties": {k: c.model_json_schema() for k, c in REGISTRY.items()},
-                                                  "additionalProperties": False}
-        s["properties"]["boundary"]["enum"] = sorted(boundaries.BOUNDARIES)
-        text = json.dumps(s, indent=2, sort_keys=True) + "\n"
+        text = scenario_schema_text(ScenarioModel.model_json_schema())
     if output:
         write_atomic(output, text)
     else:

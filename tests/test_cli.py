@@ -281,6 +281,26 @@ def test_schema_prints_the_scenario_schema():
     s = json.loads(r.stdout)
     assert "opsm_mask" in s["properties"]["boundary"]["enum"]
     assert "sequence_uniform" in json.dumps(s["properties"]["invariants"])
+    assert s["$id"].endswith(".json")
+
+
+def test_scenario_schema_checks_config_values_and_inputs_per_boundary():
+    import jsonschema
+    import yaml
+
+    s = json.loads(cli("schema").stdout)
+    validator = jsonschema.Draft7Validator(s)
+    for f in catalog_path().rglob("*.yaml"):  # every catalog scenario is valid under it
+        for doc in yaml.safe_load_all(f.read_text()):
+            assert not list(validator.iter_errors(doc)), f
+    doc = {"id": "t", "title": "t", "boundary": "loss_agg", "config": {"mode": "seq-mean-tokn-mean"},
+           "inputs": {"values": [[1.0]], "loss_mask": [[1]], "log_probs": [[0.0]]}, "invariants": [{"finite": {}}]}
+    messages = " ".join(e.message for e in validator.iter_errors(doc))
+    assert "'seq-mean-tokn-mean' is not one of" in messages and "'log_probs' was unexpected" in messages
+
+
+def test_checked_in_scenario_schema_is_current():
+    assert (Path(__file__).parents[1] / "reports" / "scenario.schema.json").read_text() == cli("schema").stdout
 
 
 def test_schema_report_prints_the_report_schema(tmp_path):
