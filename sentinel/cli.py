@@ -393,7 +393,10 @@ def report(
         else:
             render.console_report(rep, out, verbose)
         raise typer.Exit(0)
-    text = {Format.markdown: render.markdown, Format.junit: render.junit, Format.json: dump}[format](rep)
+    if format == Format.markdown:
+        text = render.markdown(rep, source=str(file))
+    else:
+        text = {Format.junit: render.junit, Format.json: dump}[format](rep)
     if output:
         write_atomic(output, text)
     else:
