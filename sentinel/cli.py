@@ -73,6 +73,7 @@ class Format(str, Enum):
     markdown = "markdown"
     junit = "junit"
     json = "json"
+    html = "html"
 
 
 def _version(value: bool) -> None:
@@ -398,13 +399,15 @@ def matrix(
 @app.command()
 def report(
     file: Path = typer.Argument(..., help="A JSON report written by run, gate or compare."),
-    format: Format = typer.Option(Format.text, "--format", "-f", help="text (tables and per-token grids), markdown (a pull-request section), junit, json."),
+    format: Format = typer.Option(Format.text, "--format", "-f", help="text (tables and per-token grids), markdown (a pull-request section), junit, json, html (one self-contained page)."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write here instead of stdout."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="text: show passing scenarios too."),
 ) -> None:
-    """Render a report: terminal view, PR-ready markdown, or JUnit XML.
+    """Render a report: terminal view, PR-ready markdown, JUnit XML, or an HTML page.
 
     [cyan]sentinel report reports/latest.json --format markdown >> pr.md[/]
+
+    [cyan]sentinel report reports/latest.json --format html -o report.html[/]
     """
     if not file.exists():
         raise usage_error(f"no such report: {file}")
@@ -419,7 +422,13 @@ def report(
         else:
             render.console_report(rep, out, verbose)
     else:
-        text = {Format.markdown: render.markdown, Format.junit: render.junit, Format.json: dump}[format](rep)
+        if format == Format.html:
+            from .html_report import page
+            text = page(rep)
+        elif format == Format.markdown:
+            text = render.markdown(rep, source=str(file))
+        else:
+            text = {Format.junit: render.junit, Format.json: dump}[format](rep)
         if output:
             write_atomic(output, text)
         else:

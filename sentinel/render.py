@@ -13,7 +13,9 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from .report import InvariantResult, Report, ScenarioResult
+from .present import (COMPARE_ORDER, Grid, Locations, cell_pair, headline, invariant_grid, is_scalar, number, offending,
+                      ordered, output_name)
+from .report import FunctionInfo, InvariantResult, Report, ScenarioResult
 
 STYLE = {"holds": "green", "held": "green", "violated": "bold red", "error": "bold magenta", "skipped": "yellow",
          "unsupported": "yellow", "fixed": "green", "regressed": "bold red", "still-violated": "red",
@@ -117,72 +119,192 @@ def console_report(report: Report, console: Console, verbose: bool = False) -> N
 
 
 # --- markdown ----------------------------------------------------------------------------
+# A pull-request comment or job summary: the verdict in one line, violations and errors first
+# with their per-token grids as tables, holds collapsed, the target described once, source
+# locations linked to the exact commit, no local paths, and a size cap.
 
-def _md_value(x: Any) -> str:
-    return "`" + fmt(x) + "`"
-
-
-def _target_line(report: Report, key: str) -> str:
-    t = report.targets.get(key)
-    if t is None:
-        return key
-    bits = [t.name]
-    if t.commit:
-        bits.append(f"`{t.commit[:10]}`" + (f" ({t.subject})" if t.subject else ""))
-    if t.version:
-        bits.append(f"version {t.version}")
-    if t.plant:
-        bits.append(f"planted bug `{t.plant}`")
-    return " ".join(bits)
+MARKDOWN_LIMIT = 60_000  # bytes; GitHub PR comments take 65,536 characters, job summaries 1 MiB
+MASKED = "·"
+TRIGGER_LIMIT = 4_000  # characters of trigger JSON shown in a scenario section
 
 
-def markdown(report: Report) -> str:
-    out = ["## RL-Sentinel report", ""]
-    s = report.statistics
-    if report.comparisons:
-        counts = {}
-        for c in report.comparisons:
-            counts[c.verdict] = counts.get(c.verdict, 0) + 1
-        out.append("**" + ", ".join(f"{n} {v}" for v, n in counts.items()) + "** between base and head.")
-        out.append("")
-    out.append(f"**{'PASS' if report.success else 'FAIL'}**: {s.holds} hold, {s.violated} violated, "
-               f"{s.errors} error, {s.unsupported} unsupported ({report.environment.device or 'cpu'}, "
-               f"torch {report.environment.torch}, rl-sentinel {report.environment.tool_version}).")
-    out.append("")
-    if report.comparisons:
-        out += ["| scenario | base | head | verdict |", "|---|---|---|---|"]
-        out += [f"| {c.id} | {c.base} | {c.head} | **{c.verdict}** |" for c in report.comparisons]
-        out.append("")
-    out += ["| scenario | target | verdict |", "|---|---|---|"]
-    out += [f"| {r.id} | {_target_line(report, r.target)} | **{r.verdict}** |" for r in report.results]
-    by_id: dict[str, list[ScenarioResult]] = {}
-    for r in report.results:
-        by_id.setdefault(r.id, []).append(r)
-    for sid, rs in by_id.items():
-        if all(r.verdict in ("holds", "unsupported") for r in rs) and not report.comparisons:
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _md_targets(report: Report, loc: Locations) -> list[str]:
+    def one(key: str) -> str:
+        text = loc.describe(key)
+        t = report.targets[key]
+        url = loc.commit_url(key)
+        if url and t.commit:
+            text = text.replace(t.commit[:10], f"[`{t.commit[:10]}`]({url})", 1)
+        return _cell(loc.scrub(text))
+
+    env = report.environment
+    facts = f"{env.device or 'cpu'}, torch {env.torch}, rl-sentinel {env.tool_version}, {report.duration_s:.2f} s"
+    if len(report.targets) == 1:
+        return [f"**Target**: {one(next(iter(report.targets)))} · {facts}"]
+    return [f"**Targets** ({facts}):", ""] + [f"- **{key}**: {one(key)}" for key in report.targets]
+
+
+def _md_grid(g: Grid) -> list[str]:
+    """The grid as a markdown table: rows are sequences, columns tokens; an offending cell in
+    bold with the expected value, a masked cell as `·`; a large grid shows the rows and
+    columns around its offending cells (… for the others)."""
+    rows, cols = g.window()
+    head = "| " + ("" if g.row_vector else "row") + " | " + " | ".join(
+        "…" if j is None else (f"r{j}" if g.row_vector else f"t{j}") for j in cols) + " |"
+    lines = [head, "|" + "---:|" * (len(cols) + 1)]
+    for i in rows:
+        if i is None:
+            lines.append("| … |" + " |" * len(cols))
             continue
-        r0 = rs[0]
-        out += ["", f"### `{sid}`: {r0.title}", ""]
-        if r0.provenance:
-            out.append("Provenance: " + ", ".join(r0.provenance))
-            out.append("")
-        out += ["Trigger (canonical inputs):", "", "```json", json.dumps({"config": r0.config, "inputs": r0.inputs}), "```", ""]
-        for r in rs:
-            out.append(f"**{_target_line(report, r.target)}**: {r.verdict}" + (f" ({r.reason})" if r.reason else ""))
-            if r.function:
-                out.append(f"  called {r.function.text('`')}")
-            out.append("")
-            rows = [i for i in r.invariants if i.verdict != "held"] or r.invariants
-            if rows:
-                out += ["| invariant | verdict | observed | expected | positions |", "|---|---|---|---|---|"]
-                for i in rows:
-                    cfg = json.dumps(i.config).replace("|", "\\|")
-                    out.append(f"| `{cfg}` | {i.verdict} | {_md_value(i.observed)} | {_md_value(i.expected)} | "
-                               f"{_md_value(i.positions) if i.positions else ''} |")
-                out.append("")
-    if report.command:
-        out += ["Reproduce:", "", "```bash", shlex.join(report.command), "```", ""]
-    return "\n".join(out) + "\n"
+        cells = []
+        for j in cols:
+            row = g.observed[i]
+            if j is None or j >= len(row):
+                cells.append("…" if j is None else "")
+            elif (i, j) in g.bad:
+                a, b = cell_pair(row[j], g.expected_at(i, j))
+                cells.append(f"**{a}**" + (f" ≠ {b}" if g.expected is not None else "") + (" (masked)" if g.masked(i, j) else ""))
+            else:
+                cells.append(MASKED if g.masked(i, j) else number(row[j]))
+        lines.append(f"| {'' if g.row_vector else i} | " + " | ".join(_cell(c) for c in cells) + " |")
+    return lines
+
+
+def _legend(g: Grid) -> str:
+    bits = ["**bold**: offending" + (" ≠ expected" if g.expected is not None else "")]
+    if any(g.masked(i, j) for i, row in enumerate(g.observed) for j in range(len(row))):
+        bits.append(f"`{MASKED}`: masked, {g.mask_name} 0")
+    return "; ".join(bits)
+
+
+def _md_invariant(r: ScenarioResult, inv: InvariantResult, loc: Locations, shown: set) -> list[str]:
+    name = output_name(inv)
+    what = f"**{inv.verdict}** `{inv.family}`" + (f" {name}" if name else "")
+    g = invariant_grid(r, inv) if inv.verdict == "violated" else None
+    if g is not None:
+        line = f"{what}: {_cell(loc.scrub(inv.message))}"
+        if g.key() in shown:
+            return [line + " (the grid above)", ""]
+        shown.add(g.key())
+        return [line, "", f"{g.name} per token ({_legend(g)}):", ""] + _md_grid(g) + [""]
+    if inv.verdict == "violated" and is_scalar(inv.observed) and is_scalar(inv.expected):
+        facts = [f"observed `{fmt(inv.observed)}`", f"expected `{fmt(inv.expected)}`"]
+        if is_scalar(inv.difference) and inv.difference is not None:
+            facts.append(f"difference `{fmt(inv.difference)}`")
+        if offending(inv):
+            facts.append(f"at {inv.positions[:8]}")
+        return [f"{what}: " + ", ".join(facts), ""]
+    out = [f"{what}: {_cell(loc.scrub(inv.message))}" if inv.message else what]
+    if inv.verdict == "violated":
+        out[0] += f"; observed `{_cell(fmt(inv.observed))[:300]}`, expected `{_cell(fmt(inv.expected))[:300]}`"
+    if inv.exception_info:
+        out[0] += f" ({inv.exception_info.type}: {_cell(loc.scrub(inv.exception_info.message))[:500]})"
+    return out + [""]
+
+
+def _md_scenario(report: Report, rs: list[ScenarioResult], loc: Locations) -> list[str]:
+    r0 = rs[0]
+    c = next((c for c in report.comparisons if c.id == r0.id), None)
+    verdict = f"{c.verdict} (base {c.base}, head {c.head})" if c else ", ".join(dict.fromkeys(r.verdict for r in rs))
+    out = [f"### `{r0.id}` {verdict}: {_cell(r0.title)}", ""]
+    facts = [f"boundary `{r0.boundary}`"]
+    if (f := loc.relative(r0.file)) is not None:
+        facts.append(f"`{f}`")
+    if r0.provenance:
+        facts.append("provenance: " + ", ".join(_cell(loc.scrub(p)) for p in r0.provenance))
+    out += [" · ".join(facts), ""]
+    many = len(report.targets) > 1
+    for r in rs:
+        if many:
+            out += [f"#### on **{r.target}**: {r.verdict}", ""]
+        if r.function:
+            out += [_md_function(r, loc), ""]
+        if r.exception_info:
+            e = r.exception_info
+            out += [f"> **{e.type}**: {_cell(loc.scrub(e.message))[:1000]}", ""]
+            if e.traceback:
+                tb = "\n".join(loc.scrub(e.traceback).splitlines()[-30:])
+                out += ["<details><summary>traceback</summary>", "", "```", tb, "```", "", "</details>", ""]
+        shown: set = set()
+        for inv in r.invariants:
+            if inv.verdict != "held":
+                out += _md_invariant(r, inv, loc, shown)
+        held = sum(i.verdict == "held" for i in r.invariants)
+        if held and r.verdict != "holds":
+            out += [f"{held} other invariant(s) held.", ""]
+    if not (r0.config or r0.inputs):
+        return out
+    trigger = json.dumps({"config": r0.config, "inputs": r0.inputs})
+    if len(trigger) > TRIGGER_LIMIT:
+        return out + [f"The trigger ({len(trigger) // 1000} KB of config and inputs) is in the JSON report.", ""]
+    return out + ["<details><summary>trigger (config and canonical inputs)</summary>", "", "```json", trigger, "```", "",
+                  "</details>", ""]
+
+
+def _md_function(r: ScenarioResult, loc: Locations) -> str:
+    def one(f: FunctionInfo) -> str:
+        text, url = loc.source(r.target, f.file, f.line)
+        where = f" ([{text}]({url}))" if url else (f" (`{text}`)" if text else "")
+        return f"`{f.module}.{f.qualname}`{where}"
+    f = r.function
+    return "called " + "; also ".join(one(x) for x in (f, *f.also))
+
+
+def _md_compare(report: Report) -> list[str]:
+    rows = sorted(report.comparisons, key=lambda c: COMPARE_ORDER[c.verdict])
+    line = lambda c: f"| `{c.id}` | {c.base} | {c.head} | **{c.verdict}** |"  # noqa: E731
+    head = ["| scenario | base | head | compare |", "|---|---|---|---|"]
+    moved = [c for c in rows if c.verdict != "holds-both"]
+    same = [c for c in rows if c.verdict == "holds-both"]
+    out = (head + [line(c) for c in moved] + [""]) if moved else []
+    if same:
+        out += [f"<details><summary>{len(same)} hold on both</summary>", "", *head, *[line(c) for c in same], "",
+                "</details>", ""]
+    return out
+
+
+def _md_rest(report: Report, groups: list[list[ScenarioResult]], verdict: str, loc: Locations) -> list[str]:
+    rows = [r for rs in groups for r in rs if r.verdict == verdict]
+    if not rows:
+        return []
+    many = len(report.targets) > 1
+    label = {"holds": "hold", "unsupported": "unsupported"}[verdict]
+    head = "| scenario |" + (" target |" if many else "") + " boundary | " + (
+        "invariants held |" if verdict == "holds" else "why |")
+    out = [f"<details><summary>{len(rows)} {label}</summary>", "", head, "|---" * head.count(" |") + "|"]
+    for r in rows:
+        last = str(len(r.invariants)) if verdict == "holds" else _cell(loc.scrub(r.reason))[:200]
+        out.append(f"| `{r.id}` |" + (f" {r.target} |" if many else "") + f" {r.boundary} | {last} |")
+    return out + ["", "</details>", ""]
+
+
+def markdown(report: Report, source: str | None = None, limit: int = MARKDOWN_LIMIT) -> str:
+    """The report as a pull-request section, at most `limit` bytes: cut at a section, with a
+    pointer to the full report (`source`, the JSON file) when it does not fit."""
+    loc = Locations(report)
+    failing, rest = ordered(report)
+    head = [f"## RL-Sentinel {headline(report, '`')}", "", *_md_targets(report, loc), ""]
+    sections = [_md_compare(report)] if report.comparisons else []
+    sections += [_md_scenario(report, rs, loc) for rs in failing]
+    # in a compare report the compare table already lists what holds on both sides
+    sections += [_md_rest(report, rest, v, loc) for v in ("unsupported", "holds") if not (v == "holds" and report.comparisons)]
+    sections = [s for s in sections if s]
+    tail = ["Reproduce:", "", "```bash", shlex.join(loc.command(report.command)), "```"] if report.command else []
+    budget = limit - len("\n".join(head + tail).encode()) - 400
+    body: list[str] = []
+    for i, sec in enumerate(sections):
+        size = len("\n".join(sec).encode()) + 1
+        if size > budget:
+            where = f"`sentinel report {loc.scrub(source, elide='')}`" if source else "the JSON report"
+            body += [f"**Cut to {limit // 1000} KB**: {len(sections) - i} more section(s) are in the full report ({where}).", ""]
+            break
+        body += sec
+        budget -= size
+    return "\n".join(head + body + tail).rstrip("\n") + "\n"
 
 
 # --- JUnit -------------------------------------------------------------------------------

@@ -38,7 +38,7 @@ def test_workflow_commands_run_locally(tmp_path):
         assert p.returncode == 0, (name, p.stderr)
     uploaded = steps["Upload the report"]["with"]["path"].split()
     assert all((tmp_path / f).exists() for f in uploaded), uploaded
-    assert summary.read_text().startswith("## RL-Sentinel report")
+    assert summary.read_text().startswith("## RL-Sentinel PASS")
     # a second init refuses to overwrite
     p = subprocess.run([str(BIN / "sentinel"), "init", "ci"], cwd=tmp_path, env=_env(), capture_output=True, text=True)
     assert p.returncode == 2 and "--force" in p.stderr

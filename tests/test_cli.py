@@ -205,9 +205,8 @@ def test_report_markdown_shows_the_observed_mask_and_provenance(runs):
     r = cli("report", str(d / "plant.json"), "--format", "markdown")
     assert r.exit_code == 1  # the report holds a violation: its own exit code
     md = r.stdout
-    assert md.startswith("## RL-Sentinel report")
-    assert "**FAIL**" in md
-    assert "`[[0.0, 1.0, 0.0]]`" in md
+    assert md.startswith("## RL-Sentinel FAIL: `opsm-mixed-advantage` violated")
+    assert "| 0 | 0 | **1** ≠ 0 | 0 |" in md  # the observed mask, per token
     assert "https://github.com/THUDM/slime/pull/1917" in md
     assert "opsm-token-level" in md
     assert "sentinel gate --plant opsm-token-level" in md  # how to reproduce

@@ -1,0 +1,88 @@
+"""Small hand-made reports for the renderer tests (markdown, HTML): no target runs."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from sentinel.report import (Comparison, Environment, ExceptionInfo, FunctionInfo, HuntFinding, HuntProperty,
+                             HuntSummary, InvariantResult, Report, ScenarioResult, Target, statistics)
+
+MASKED_GRID = [[0.0, 1.0, 0.5], [1.0, -1.0, 0.25]]
+LOSS_MASK = [[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]]
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout.strip()
+
+
+def checkout(tmp_path: Path, remote: str = "git@github.com:THUDM/slime.git") -> tuple[Path, str]:
+    """A git checkout under tmp_path with one commit and `remote` as origin (never contacted)."""
+    repo = tmp_path / "src" / "slime"
+    (repo / "slime" / "utils").mkdir(parents=True)
+    (repo / "slime" / "utils" / "ppo_utils.py").write_text("def compute_opsm_mask():\n    pass\n")
+    git(repo.parent, "init", "-q", "slime")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "add", ".")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "opsm")
+    git(repo, "remote", "add", "origin", remote)
+    return repo, git(repo, "rev-parse", "HEAD")
+
+
+def violated(sid: str = "opsm-masked", *, target: str = "slime", file: str = "scenarios/x.yaml",
+             function: FunctionInfo | None = None, title: str = "OPSM rejects whole sequences") -> ScenarioResult:
+    """An opsm_mask violation on a [2, 3] batch whose last token of row 0 is masked."""
+    grid = InvariantResult(family="equals", config={"equals": {"output": "opsm_mask", "expected": [[0, 0, 0], [1, 1, 1]]}},
+                           verdict="violated", message="opsm_mask differs from expected at 2 position(s)",
+                           observed=MASKED_GRID, expected=[[0.0, 0.0, 0.5], [1.0, 1.0, 0.25]],
+                           positions=[[0, 1], [1, 1]])
+    scalar = InvariantResult(family="close", config={"close": {"output": "reduced_policy_loss", "expected": 0.0}},
+                             verdict="violated", message="reduced_policy_loss differs from expected at 1 position(s)",
+                             observed=-0.0306, expected=0.0, difference=-0.0306, positions=[[]])
+    held = InvariantResult(family="finite", config={"finite": {}}, verdict="held")
+    return ScenarioResult(id=sid, title=title, boundary="opsm_mask", file=file, target=target, verdict="violated",
+                          reason="equals: opsm_mask differs", invariants=[grid, scalar, held],
+                          inputs={"log_probs": [[0.0, 0.0, 0.0], [0.0, 0.0, 0.0]], "loss_mask": LOSS_MASK},
+                          config={"opsm_delta": 0.1}, observations={"opsm_mask": MASKED_GRID, "reduced_policy_loss": -0.0306},
+                          function=function, provenance=["https://github.com/THUDM/slime/pull/1917"])
+
+
+def holds(sid: str, target: str = "slime") -> ScenarioResult:
+    return ScenarioResult(id=sid, title=f"{sid} holds", boundary="kl", file="scenarios/kl.yaml", target=target,
+                          verdict="holds", invariants=[InvariantResult(family="finite", config={"finite": {}}, verdict="held")])
+
+
+def errored(sid: str, message: str, target: str = "slime") -> ScenarioResult:
+    return ScenarioResult(id=sid, title="the target raises", boundary="loss_agg", file="scenarios/e.yaml", target=target,
+                          verdict="error", reason=message, exception_info=ExceptionInfo(type="RuntimeError", message=message,
+                                                                                        traceback=f"File \"{message}\""))
+
+
+def report(results: list[ScenarioResult], targets: dict[str, Target] | None = None, **fields) -> Report:
+    targets = targets or {"slime": Target(name="slime")}
+    return Report(success=not any(r.verdict in ("violated", "error") for r in results), created_at="2026-01-01T00:00:00Z",
+                  duration_s=1.0, environment=Environment(torch="2.13.0"), targets=targets, results=results,
+                  statistics=statistics(results), **fields)
+
+
+def compare_report() -> Report:
+    results = [violated("opsm-masked", target="base"), holds("opsm-masked", "head"), holds("kl-k1", "base"),
+               holds("kl-k1", "head"), holds("kl-k2", "base"), violated("kl-k2", target="head")]
+    comparisons = [Comparison(id="opsm-masked", verdict="fixed", base="violated", head="holds"),
+                   Comparison(id="kl-k1", verdict="holds-both", base="holds", head="holds"),
+                   Comparison(id="kl-k2", verdict="regressed", base="holds", head="violated")]
+    targets = {"base": Target(name="slime", commit="a" * 40, subject="buggy"),
+               "head": Target(name="slime", commit="b" * 40, subject="fixed")}
+    return report(results, targets, kind="compare", comparisons=comparisons)
+
+
+def hunt_report() -> Report:
+    props = [HuntProperty(property="opsm_mask.sequence_uniform", boundary="opsm_mask", family="sequence_uniform",
+                          status="violated", examples=18, duration_s=0.9, rounds=2),
+             HuntProperty(property="kl.finite", boundary="kl", family="finite", status="holds", examples=300,
+                          duration_s=2.5, rounds=4)]
+    finding = HuntFinding(property="opsm_mask.sequence_uniform", boundary="opsm_mask", family="sequence_uniform",
+                          scenario_id="hunt-opsm", rows=1, tokens=2, examples_to_first=18, time_to_first_s=3.2,
+                          message="opsm_mask differs within a sequence at 1 valid token(s)")
+    summary = HuntSummary(seed=0, max_examples=300, time_budget_s=10, examples=318, search_s=3.4, examples_per_s=93.5,
+                          properties=props, findings=[finding])
+    return report([violated("opsm_mask.sequence_uniform")], kind="hunt", hunt=summary)
