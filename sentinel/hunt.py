@@ -48,7 +48,7 @@ from . import strategies as S
 from .boundaries import get as get_boundary
 from .invariants import REGISTRY, Invariant, RunObservation
 from .invariants.base import Outcome
-from .worker import observe
+from .observe import observe
 
 DEFAULT_DB = Path(".sentinel") / "hunt-db"
 DEFAULT_OUT = Path("reports") / "hunt"

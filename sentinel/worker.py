@@ -22,9 +22,11 @@ import signal
 import sys
 import time
 import traceback
+from pathlib import Path
 from typing import Any, Callable
 
-import numpy as np
+from .observe import observe
+from .tensors import decode, encode
 
 TARGETS = {
     "reference": "sentinel_adapters.reference:ReferenceAdapter",
@@ -37,42 +39,6 @@ TARGETS = {
 def _error(exc: BaseException) -> dict[str, Any]:
     return {"type": type(exc).__name__, "message": str(exc) or repr(exc),
             "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-8000:]}
-
-
-def observe(adapter, device, boundary: str, inputs: dict[str, np.ndarray], config: dict[str, Any],
-            grads) -> tuple[dict[str, dict[str, Any]], dict | None]:
-    """One boundary call, observed: the torch side of both `sentinel run` (Worker._run, which
-    encodes the result for the protocol) and `sentinel hunt` (hunt.check, in-process).
-
-    Integer inputs become int64 tensors, float inputs keep their dtype; each `wrt` of
-    `grads` ((of, wrt) pairs) requires grad. Returns ({"outputs", "requires_grad", "grads",
-    "inputs_after"} as float32 numpy; a grad is None where the output has no gradient path
-    to the input), the function ref as a dict or None)."""
-    import torch
-
-    tensors = {n: torch.tensor(a, dtype=torch.int64 if a.dtype.kind in "iu" else None, device=device)
-               for n, a in inputs.items()}
-    for _, w in grads:
-        if w in tensors:
-            tensors[w].requires_grad_(True)
-    res = adapter.call(boundary, tensors, config)
-    outputs, rg, gr = {}, {}, {}
-    for name, v in res.outputs.items():
-        t = v if isinstance(v, torch.Tensor) else torch.as_tensor(v)
-        rg[name] = bool(t.requires_grad)
-        outputs[name] = t.detach().float().cpu().numpy()
-    for of, w in grads:
-        out = res.outputs.get(of)
-        if out is None or w not in tensors:
-            continue
-        if not isinstance(out, torch.Tensor) or not out.requires_grad:
-            gr[f"{of}/{w}"] = None
-            continue
-        g = torch.autograd.grad(out.sum() if out.dim() else out, tensors[w], retain_graph=True, allow_unused=True)[0]
-        gr[f"{of}/{w}"] = None if g is None else g.detach().float().cpu().numpy()
-    after = {n: res.inputs_after.get(n, t).detach().float().cpu().numpy() for n, t in tensors.items()}
-    obs = {"outputs": outputs, "requires_grad": rg, "grads": gr, "inputs_after": after}
-    return obs, (res.function.as_dict() if res.function else None)
 
 
 class Worker:
@@ -90,7 +56,6 @@ class Worker:
             os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")  # slime's torch.compile costs ~20 s/function on CPU
         import torch
         torch.set_num_threads(1)  # tiny tensors; and no OpenMP team exists before fork()
-        from pathlib import Path
 
         from sentinel_adapters.base import TargetLoadError
         dev = h.get("device", "cpu")
@@ -137,7 +102,6 @@ class Worker:
         return {"status": "ok", "runs": runs, "function": function, "duration_s": time.perf_counter() - t0}
 
     def _run(self, boundary: str, run: dict[str, Any]) -> tuple[dict[str, Any], dict | None]:
-        from sentinel.tensors import decode, encode
         inputs = {n: decode(enc) for n, enc in run["inputs"].items()}
         obs, function = observe(self.adapter, self.device, boundary, inputs, run["config"], run["grads"])
         return {"outputs": {n: encode(a) for n, a in obs["outputs"].items()},
