@@ -29,7 +29,7 @@ from .observe import observe
 from .tensors import decode, encode
 
 TARGETS = {
-    "reference": "sentinel_adapters.reference:ReferenceAdapter",
+    "reference": "sentinel_adapters.reference_adapter:ReferenceAdapter",
     "slime": "sentinel_adapters.slime:SlimeAdapter",
     "areal": "sentinel_adapters.areal:ArealAdapter",
     "verl": "sentinel_adapters.verl:VerlAdapter",

@@ -26,7 +26,7 @@ from hypothesis import given, settings
 from sentinel import hunt as H
 from sentinel.runner import TargetSpec, run
 from sentinel.spec import load_file, load_text
-from sentinel_adapters.planted import PLANTS
+from sentinel_adapters.plants import PLANTS
 
 HERE = Path(__file__).parent
 SEED = 0
