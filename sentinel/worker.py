@@ -6,7 +6,7 @@ then one job per scenario; the worker answers {"event": "ready" | "load_error"} 
 so a crash, `sys.exit` or hang costs one scenario, and module-level state a target mutates
 dies with the child instead of leaking into the next scenario.
 
-A job with {"type": "hunt"} (see sentinel/hunt.py) is one round of `sentinel hunt`: the
+A job with {"type": "hunt"} (see sentinel/hunt/round.py) is one round of `sentinel hunt`: the
 forked child runs Hypothesis on one property with the adapter in-process (many examples
 per round trip), streaming {"event": "progress"} lines before its one result.
 """
@@ -119,11 +119,11 @@ class Worker:
     # --- one hunt round (sentinel hunt) ------------------------------------------------
     def hunt(self, job: dict[str, Any]) -> dict[str, Any]:
         """A hunt round in a forked child; its progress lines are forwarded as they come."""
-        from sentinel import hunt as H  # hypothesis, strategies, runner: imported once, before fork
-        H.warm(job.get("property"), job.get("exclude"))
-        limit = float(job.get("time_limit", 10.0)) + float(job.get("shrink_time", H.SHRINK_TIME)) + \
+        from .hunt.round import SHRINK_TIME, run_round, warm  # hypothesis, strategies: once, before fork
+        warm(job.get("property"), job.get("exclude"))
+        limit = float(job.get("time_limit", 10.0)) + float(job.get("shrink_time", SHRINK_TIME)) + \
             float(self.header.get("timeout", 60))
-        return self._forked(lambda emit: H.run_round(self.adapter, self.device, job, emit), limit,
+        return self._forked(lambda emit: run_round(self.adapter, self.device, job, emit), limit,
                             f"hunt round ran past {limit:g} s", "during a hunt round")
 
     def _forked(self, fn: Callable[[Callable[[dict[str, Any]], None]], dict[str, Any]], timeout: float,
