@@ -1,26 +1,26 @@
-"""Planted bugs ("teeth"): known-wrong variants of single reference functions.
+"""Planted bugs ("teeth"), the code: known-wrong variants of single reference functions.
 
-Run the reference target with options {"plant": NAME} and the adapter swaps exactly one
-entry of its function table (`reference.REFERENCE_OPS[plant.replaces]`) for `plant.fn`;
-everything else stays the reference math. A scenario suite that does not turn `violated`
-on a plant has no teeth for that bug class. `trips` names the invariant families
-(sentinel/invariants) that should catch it.
+`BUGS[NAME]` replaces `reference.REFERENCE_OPS[PLANTS[NAME].replaces]` when the
+reference target runs with options {"plant": NAME} (`sentinel gate --plant NAME`); the
+catalogue (descriptions, the invariant families each should trip) is the torch-free
+`plants.py`. Each function has the signature of the table entry it replaces and builds on
+the correct math of `reference.py`, which imports nothing from here.
+
+A new plant is two entries: its `Plant` in plants.py and its function in `BUGS` below.
+Then tests/test_teeth.py requires the scenario catalog to turn `violated` on it in one of
+the families of its `trips`, and tests/test_hunt.py and benchmarks/bench_hunt.py require
+`sentinel hunt` to find it with no trigger given (each names the boundary to hunt it on).
+
+`sentinel list plants` lists the catalogue.
 """
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from typing import Callable
 
 import torch
 
 from . import reference as R
-
-
-class Plant(NamedTuple):
-    description: str
-    trips: tuple[str, ...]  # invariant families that should report `violated`
-    fn: Callable
-    replaces: str  # key in reference.REFERENCE_OPS
 
 
 def opsm_token_level(log_probs, old_log_probs, advantages, loss_mask, opsm_delta=0.1):
@@ -86,41 +86,16 @@ def gspo_token_ratio(log_probs, old_log_probs, loss_mask):
     return log_probs - old_log_probs
 
 
-PLANTS: dict[str, Plant] = {
-    "opsm-token-level": Plant(
-        "OPSM rejection decided per token from the token's advantage sign (slime PR 1917's bug): "
-        "on the seed trigger mask [[0,1,0]], clipfrac 2/3, reduced loss -0.0306566.",
-        ("sequence_uniform", "equals", "close"), opsm_token_level, "opsm_mask"),
-    "reward-norm-before-no-eos": Plant(
-        "Rewards normalised over all rows before the no-EOS rows are zeroed (AReaL PR 1351's bug): "
-        "a no-EOS outlier shifts a valid row's advantage.",
-        ("unchanged_under",), norm_before_no_eos, "task_rewards"),
-    "kl-inplace-shaping": Plant(
-        "PPO reward shaping done in place on the KL tensor (slime PR 2114's bug): logged_kl becomes "
-        "the shaped token reward.",
-        ("agree", "close"), shape_kl_in_place, "shape_token_rewards"),
-    "is-weight-attached": Plant(
-        "Off-policy IS weight clip(pi_theta/pi_rollout) not detached (slime PR 2084's requirement): "
-        "gradient flows through the weight.",
-        ("detached", "gradient"), off_policy_is_attached, "off_policy_is"),
-    "masked-kl-leak": Plant(
-        "GSPO sequence KL averaged over all positions, masked ones included: padding values and "
-        "NaN there leak into every token.",
-        ("masked_invariance", "finite"), gspo_kl_over_padding, "gspo_seq_kl"),
-    "loss-agg-counts-padding": Plant(
-        "token-mean divides by B*T instead of the valid-token count: adding padding changes the loss.",
-        ("padding_invariant",), token_mean_over_padding, "aggregate"),
-    "grpo-cross-group": Plant(
-        "Group reward statistics computed over the whole batch: one group's rewards move another's.",
-        ("group_isolation",), reward_norm_across_groups, "reward_norm"),
-    "input-mutation": Plant(
-        "KL estimator writes log pi - log ref into ref_log_probs' storage: the caller's tensor changes.",
-        ("unmutated",), kl_in_ref_storage, "kl_estimator"),
-    "gspo-token-ratio": Plant(
-        "importance_sampling_level sequence ignored (each token clipped on its own ratio): GSPO's "
-        "sequence-level clip decision splits within a sequence.",
-        ("sequence_uniform", "close", "gradient"), gspo_token_ratio, "gspo_token_log_ratio"),
-    "row-order": Plant(
-        "GRPO groups taken as contiguous chunks, ignoring the group ids: permuting rows regroups them.",
-        ("permutation_equivariant", "group_isolation"), contiguous_groups, "group_index"),
+# plant name (plants.PLANTS) -> the function that replaces its table entry
+BUGS: dict[str, Callable] = {
+    "opsm-token-level": opsm_token_level,
+    "reward-norm-before-no-eos": norm_before_no_eos,
+    "kl-inplace-shaping": shape_kl_in_place,
+    "is-weight-attached": off_policy_is_attached,
+    "masked-kl-leak": gspo_kl_over_padding,
+    "loss-agg-counts-padding": token_mean_over_padding,
+    "grpo-cross-group": reward_norm_across_groups,
+    "input-mutation": kl_in_ref_storage,
+    "gspo-token-ratio": gspo_token_ratio,
+    "row-order": contiguous_groups,
 }

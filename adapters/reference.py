@@ -10,18 +10,18 @@ Two rules hold everywhere:
   gradient into NaN too);
 - no input tensor is ever written to.
 
-`ReferenceAdapter` at the bottom composes these functions through a small table (`REFERENCE_OPS`),
-which `planted.py` overrides one entry at a time to plant a known bug.
+`REFERENCE_OPS` at the bottom is the table of these functions through which the reference
+target's adapter (`reference_adapter.ReferenceAdapter`) calls them. A plant replaces one
+entry of it with a known-wrong variant (`planted.py`; the torch-free catalogue of plants,
+with the invariant families each should trip, is `plants.py`).
+
+Layers: this module imports neither of those; the bugs build on this math, and the
+adapter on both.
 """
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-from typing import Any
-
 import torch
-
-from .base import Adapter, BoundaryResult, FunctionRef, TargetLoadError, Unsupported
 
 
 # --- masked helpers ---------------------------------------------------------------------
@@ -247,7 +247,7 @@ def aggregate(x, loss_mask, mode="token-mean"):
     return keep(per_seq, has).sum() / has.sum().clamp_min(1)
 
 
-# --- the table the adapter calls through (planted.py overrides entries) -----------------
+# --- the table the adapter calls through (a plant replaces one entry) -------------------
 
 REFERENCE_OPS = dict(
     ppo_policy_loss=ppo_policy_loss, cispo_loss=cispo_loss, opsm_mask=opsm_mask,
@@ -257,175 +257,3 @@ REFERENCE_OPS = dict(
     whiten=whiten, vanilla_tis=vanilla_tis, icepop=icepop, off_policy_is=off_policy_is,
     aggregate=aggregate,
 )
-
-
-def ops_for(plant: str | None) -> SimpleNamespace:
-    """The reference table, with one entry replaced when a plant is named."""
-    if not plant:
-        return SimpleNamespace(**REFERENCE_OPS)
-    from .planted import PLANTS
-
-    if plant not in PLANTS:
-        raise TargetLoadError(f"unknown plant {plant!r} (known: {', '.join(sorted(PLANTS))})")
-    p = PLANTS[plant]
-    return SimpleNamespace(**{**REFERENCE_OPS, p.replaces: p.fn})
-
-
-# --- the adapter ------------------------------------------------------------------------
-
-def _version() -> str:
-    try:
-        from sentinel import __version__
-        return __version__
-    except Exception:
-        return "bundled"
-
-
-class ReferenceAdapter(Adapter):
-    """The bundled correct implementation; options {"plant": NAME} swap in one planted bug."""
-
-    name = "reference"
-    description = "Bundled reference implementation of the loss-path math (optionally with a planted bug)."
-
-    def __init__(self, root=None, device=torch.device("cpu"), options=None):
-        super().__init__(root, device, options)
-        self.plant = self.options.get("plant")
-        self.ops = ops_for(self.plant)
-
-    def load(self) -> dict[str, Any]:
-        facts = {"version": _version()}
-        if self.plant:
-            facts["plant"] = self.plant
-        return facts
-
-    def _result(self, outputs: dict[str, Any], fn_name: str) -> BoundaryResult:
-        return BoundaryResult(outputs, function=FunctionRef.of(getattr(self.ops, fn_name)))
-
-    def _policy(self, fn_name, inputs, config, *clip):
-        m = inputs["loss_mask"]
-        lp, old, adv = (keep(inputs[k], m) for k in ("log_probs", "old_log_probs", "advantages"))
-        if config.get("rejection_sampling") is not None:
-            raise Unsupported("rejection_sampling maps a target's own option (AReaL's behav_imp_weight_cap, ...); "
-                              "the reference has none")
-        weights = None
-        if config.get("use_decoupled_loss"):
-            if "rollout_log_probs" not in inputs:
-                raise ValueError("use_decoupled_loss needs input rollout_log_probs (the behaviour policy)")
-            weights = keep(self.ops.decoupled_weight(old, keep(inputs["rollout_log_probs"], m)), m)
-        level = config.get("importance_sampling_level") or "token"
-        if level == "sequence":  # the ratio against old is the sequence ratio
-            lp, old = self.ops.gspo_token_log_ratio(lp, old, m), torch.zeros_like(old)
-        elif level != "token":
-            raise Unsupported(f"importance_sampling_level {level!r}: the reference has token and sequence")
-        loss, clipfrac = getattr(self.ops, fn_name)(lp, old, adv, *clip)
-        loss, clipfrac = keep(loss, m), keep(clipfrac, m)
-        outputs = {"pg_loss": loss, "clipfrac": clipfrac}
-        if weights is not None:
-            loss = outputs["pg_loss"] = loss * weights
-            outputs["weights"] = weights
-        outputs["loss"] = self.ops.aggregate(loss, m, config.get("loss_agg", "token-mean"))
-        return self._result(outputs, fn_name)
-
-    def b_policy_loss(self, inputs, config):
-        clip = (config.get("eps_clip", 0.2), config.get("eps_clip_high"), config.get("eps_clip_c"))
-        return self._policy("ppo_policy_loss", inputs, config, *clip)
-
-    def b_cispo_loss(self, inputs, config):
-        clip = (config.get("eps_clip", 1.0), config.get("eps_clip_high", 0.28))
-        return self._policy("cispo_loss", inputs, config, *clip)
-
-    def b_opsm_mask(self, inputs, config):
-        m = inputs["loss_mask"]
-        lp, old, adv = inputs["log_probs"], inputs["old_log_probs"], inputs["advantages"]
-        mask, clipfrac = self.ops.opsm_mask(lp, old, adv, m, config.get("opsm_delta", 0.1))
-        clip = (config.get("eps_clip", 0.2), config.get("eps_clip_high"), config.get("eps_clip_c"))
-        token_loss, _ = self.ops.ppo_policy_loss(keep(lp, m), keep(old, m), keep(adv, m), *clip)
-        pg_loss = keep(token_loss, m) * mask
-        reduced = self.ops.aggregate(pg_loss, m, "token-mean")
-        return self._result({"opsm_mask": mask, "opsm_clipfrac": clipfrac, "pg_loss": pg_loss,
-                             "reduced_policy_loss": reduced}, "opsm_mask")
-
-    def b_gspo_kl(self, inputs, config):
-        seq_kl = self.ops.gspo_seq_kl(inputs["log_probs"], inputs["old_log_probs"], inputs["loss_mask"])
-        return self._result({"seq_kl": seq_kl}, "gspo_seq_kl")
-
-    def b_kl(self, inputs, config):
-        kl = self.ops.kl_estimator(inputs["log_probs"], inputs["ref_log_probs"], inputs["loss_mask"],
-                                   config.get("kl_type", "k1"))
-        return self._result({"kl": kl}, "kl_estimator")
-
-    def b_gae(self, inputs, config):
-        adv, ret = self.ops.gae(inputs["token_rewards"], inputs["values"], inputs["loss_mask"],
-                                config.get("gamma", 1.0), config.get("lam", 1.0))
-        return self._result({"advantages": adv, "returns": ret}, "gae")
-
-    def b_reward_norm(self, inputs, config):
-        if config.get("mean_leave1out") or config.get("std_unbiased") is False:
-            raise Unsupported("the reference normalises with the plain group mean and the unbiased std")
-        r = inputs["rewards"]
-        rows = inputs["mask"].bool() if "mask" in inputs else torch.ones_like(r, dtype=torch.bool)
-        index = self.ops.group_index(inputs.get("group"), config.get("group_size"), r.shape[0]).to(r.device)
-        out = self.ops.reward_norm(r, rows, index, config.get("mean_level", "batch"),
-                                   config.get("std_level", "batch"),
-                                   1e-5 if config.get("eps") is None else config["eps"])
-        return self._result({"rewards": out}, "reward_norm")
-
-    def b_advantages(self, inputs, config):
-        """Scalar rewards -> (advantages, returns, logged_kl, token_rewards) for one estimator."""
-        m, r = inputs["loss_mask"], inputs["rewards"]
-        estimator, kl_coef = config.get("estimator", "gae"), config.get("kl_coef", 0.0)
-        if config.get("reward_bias", 0.0) != 0.0 or config.get("reward_scaling", 1.0) != 1.0 or config.get("adv_norm"):
-            raise Unsupported("the reference has no reward_bias / reward_scaling / adv_norm (AReaL options)")
-        if "log_probs" in inputs and "ref_log_probs" in inputs:
-            kl = self.ops.kl_estimator(inputs["log_probs"], inputs["ref_log_probs"], m, config.get("kl_type", "k1"))
-        else:
-            kl = torch.zeros_like(m)
-        rows = torch.ones_like(r, dtype=torch.bool)
-        if config.get("mask_no_eos_with_zero") and "attention_mask" in inputs:
-            rows = ~inputs["attention_mask"].bool().all(-1)  # a row with no padding never emitted EOS
-        index = self.ops.group_index(inputs.get("group"), config.get("group_size"), r.shape[0]).to(r.device)
-        norm = config.get("reward_norm")
-        if estimator == "grpo" and not norm:
-            norm = {"mean_level": "group", "std_level": "group", "eps": 1e-6}
-        if estimator == "reinforce_plus_plus_baseline":  # reward minus its group mean
-            norm = {**(norm or {}), "mean_level": "group", "std_level": (norm or {}).get("std_level")}
-        r = self.ops.task_rewards(r, rows, index, norm, config.get("reward_clip"), self.ops.reward_norm)
-        token_rewards = self.ops.shape_token_rewards(kl, r, m, kl_coef)
-
-        if estimator == "gae":
-            values = inputs.get("values", torch.zeros_like(m))
-            adv, ret = self.ops.gae(token_rewards, values, m, config.get("gamma", 1.0), config.get("lam", 1.0))
-        elif estimator == "reinforce_plus_plus":  # discounted return of the shaped rewards
-            adv, ret = self.ops.gae(token_rewards, torch.zeros_like(m), m, config.get("gamma", 1.0), 1.0)
-        elif estimator == "grpo":
-            adv = keep(r[:, None].expand_as(m), m)
-            ret = adv
-        elif estimator == "reinforce_plus_plus_baseline":
-            adv = keep(r[:, None] - kl_coef * kl, m)
-            ret = adv
-        else:
-            raise Unsupported(f"the reference has no estimator {estimator!r} "
-                              "(gae, grpo, reinforce_plus_plus, reinforce_plus_plus_baseline)")
-        if config.get("normalize_advantages"):
-            adv = self.ops.whiten(adv, m)
-        outputs = {"advantages": adv, "returns": ret, "logged_kl": kl, "token_rewards": token_rewards}
-        return self._result(outputs, "gae" if estimator == "gae" else "task_rewards")
-
-    def b_is_correction(self, inputs, config):
-        m = inputs["loss_mask"]
-        names = ("log_probs", "old_log_probs", "rollout_log_probs", "advantages")
-        lp, old, roll, adv = (keep(inputs[k], m) for k in names)
-        method = config.get("method", "off_policy_is")
-        if method not in ("off_policy_is", "vanilla_tis", "icepop"):
-            raise ValueError(f"unknown is_correction method {method!r}")
-        cfg = {"eps_clip": 0.2, "eps_clip_high": 0.2, "tis_clip_low": 0.0, "tis_clip": 2.0, **config}
-        if cfg["eps_clip_high"] is None:
-            cfg["eps_clip_high"] = cfg["eps_clip"]
-        w, pg_loss = getattr(self.ops, method)(lp, old, roll, adv, cfg)
-        w, pg_loss = keep(w, m), keep(pg_loss, m)
-        loss = self.ops.aggregate(pg_loss, m, config.get("loss_agg", "token-mean"))
-        return self._result({"weights": w, "pg_loss": pg_loss, "loss": loss}, method)
-
-    def b_loss_agg(self, inputs, config):
-        loss = self.ops.aggregate(inputs["values"], inputs["loss_mask"], config.get("mode", "token-mean"))
-        return self._result({"loss": loss}, "aggregate")

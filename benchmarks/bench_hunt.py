@@ -55,7 +55,7 @@ PLANTED = [
 
 
 def seed_bugs(args) -> list[tuple[str, TargetSpec, str, str]]:
-    from sentinel_adapters.planted import PLANTS
+    from sentinel_adapters.plants import PLANTS
     missing = set(PLANTS) - {p for p, _, _ in PLANTED}
     if missing:
         sys.exit(f"bench_hunt: no hunt listed for plant(s) {sorted(missing)}")

@@ -109,7 +109,7 @@ def _check_target(target: str, plant: str | None) -> None:
     if plant:
         if target != "reference":
             raise usage_error("--plant applies to the reference target only")
-        from sentinel_adapters.planted import PLANTS
+        from sentinel_adapters.plants import PLANTS
         if plant not in PLANTS:
             raise usage_error(f"unknown plant {plant!r} (known: {', '.join(sorted(PLANTS))})")
 
@@ -667,7 +667,7 @@ def list_(
         for k, cls in sorted(REGISTRY.items()):
             t.add_row(k, " ".join((cls.__doc__ or "").split()))
     else:
-        from sentinel_adapters.planted import PLANTS
+        from sentinel_adapters.plants import PLANTS
         t.title = "planted bugs (sentinel gate --plant NAME)"
         for c in ("plant", "trips", "what"):
             t.add_column(c, overflow="fold")

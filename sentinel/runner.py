@@ -7,10 +7,7 @@ parent, which never imports torch or a trainer.
 
 from __future__ import annotations
 
-import collections
-import json
 import os
-import queue
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -22,9 +19,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from . import git, launch, verdicts
-from .errors import WorkerDied  # noqa: F401 - the worker ended or went silent
+from . import git, verdicts
 from .invariants import RunObservation
+from .process import WorkerDied, WorkerHandle
 from .report import (Environment, ExceptionInfo, FunctionInfo, InvariantResult, Report, ScenarioResult, Target,
                      statistics)
 from .spec import Scenario
@@ -82,76 +79,6 @@ def job(sc: Scenario, runs: list[Run]) -> dict[str, Any]:
     return {"scenario": sc.id, "boundary": sc.boundary, "runs": [
         {"name": r.name, "inputs": {n: encode(a) for n, a in r.inputs.items()}, "config": r.config,
          "grads": [list(g) for g in r.grads]} for r in runs]}
-
-
-# --- the worker process -------------------------------------------------------------------
-
-class WorkerHandle:
-    """A `python -m sentinel.worker` child speaking JSON lines."""
-
-    def __init__(self, header: dict[str, Any]):
-        self.header = header
-        self.proc = launch.take() or launch.spawn_worker()  # the console script may have started one
-        self.lines: queue.Queue[str | None] = queue.Queue()
-        self.stderr: collections.deque[str] = collections.deque(maxlen=200)
-        threading.Thread(target=self._pump, args=(self.proc.stdout, self.lines.put), daemon=True).start()
-        threading.Thread(target=self._pump, args=(self.proc.stderr, self.stderr.append), daemon=True).start()
-        self.send(header)
-
-    @staticmethod
-    def _pump(stream, sink: Callable) -> None:
-        for line in stream:
-            sink(line)
-        if sink.__name__ == "put":
-            sink(None)
-
-    def send(self, msg: dict[str, Any]) -> None:
-        try:
-            self.proc.stdin.write(json.dumps(msg) + "\n")
-            self.proc.stdin.flush()
-        except (BrokenPipeError, OSError):
-            raise WorkerDied(self._why()) from None
-
-    def send_all(self, msgs: list[dict[str, Any]]) -> None:
-        """Queue many jobs from a thread (a full pipe must not stall the reader); a dead
-        worker is noticed by `receive`."""
-        def write() -> None:
-            try:
-                for m in msgs:
-                    self.send(m)
-            except WorkerDied:
-                pass
-        threading.Thread(target=write, daemon=True).start()
-
-    def receive(self, timeout: float) -> dict[str, Any]:
-        try:
-            line = self.lines.get(timeout=timeout)
-        except queue.Empty:
-            self.kill()
-            raise WorkerDied(f"the worker gave no answer within {timeout:g} s") from None
-        if line is None:
-            self.proc.wait(timeout=5)
-            raise WorkerDied(self._why())
-        return json.loads(line)
-
-    def _why(self) -> str:
-        rc = self.proc.poll()
-        tail = "".join(self.stderr).strip().splitlines()[-5:]
-        return f"the worker process exited (status {rc})" + (": " + " | ".join(tail) if tail else "")
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-
-    def close(self) -> None:
-        """Every answer is in: end the worker now rather than wait for torch's interpreter
-        shutdown (up to a second of a run's wall time)."""
-        try:
-            self.proc.stdin.close()
-        except OSError:
-            pass
-        self.kill()
 
 
 # --- one group ----------------------------------------------------------------------------

@@ -47,7 +47,7 @@ class TargetInfo:
 
 
 BUILTIN = (
-    TargetInfo("reference", "sentinel_adapters.reference:ReferenceAdapter",
+    TargetInfo("reference", "sentinel_adapters.reference_adapter:ReferenceAdapter",
                "the correct math, written here and cited (adapters/reference.py)"),
     TargetInfo("areal", "sentinel_adapters.areal:ArealAdapter", "areal-project/AReaL (PPOActor and its functional ops)",
                package="areal", extra="areal", repo_env="SENTINEL_AREAL_REPO",

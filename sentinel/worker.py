@@ -6,7 +6,7 @@ then one job per scenario; the worker answers {"event": "ready" | "load_error"} 
 so a crash, `sys.exit` or hang costs one scenario, and module-level state a target mutates
 dies with the child instead of leaking into the next scenario.
 
-A job with {"type": "hunt"} (see sentinel/hunt.py) is one round of `sentinel hunt`: the
+A job with {"type": "hunt"} (see sentinel/hunt/round.py) is one round of `sentinel hunt`: the
 forked child runs Hypothesis on one property with the adapter in-process (many examples
 per round trip), streaming {"event": "progress"} lines before its one result.
 """
@@ -22,67 +22,20 @@ import signal
 import sys
 import time
 import traceback
+from pathlib import Path
 from typing import Any, Callable
 
-import numpy as np
+from .observe import observe
+from .tensors import decode, encode
 
-from . import contracts, targets
-from .errors import ContractError, UsageError
+from . import targets
+from .errors import UsageError
 
 
 
 def _error(exc: BaseException) -> dict[str, Any]:
     return {"type": type(exc).__name__, "message": str(exc) or repr(exc),
             "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-8000:]}
-
-
-def observe(adapter, device, boundary: str, inputs: dict[str, np.ndarray], config: dict[str, Any],
-            grads) -> tuple[dict[str, dict[str, Any]], dict | None]:
-    """One boundary call, observed: the torch side of both `sentinel run` (Worker._run, which
-    encodes the result for the protocol) and `sentinel hunt` (hunt.check, in-process).
-
-    Integer inputs become int64 tensors, float inputs keep their dtype; each `wrt` of
-    `grads` ((of, wrt) pairs) requires grad. Returns ({"outputs", "requires_grad", "grads",
-    "inputs_after"} as float32 numpy; a grad is None where the output has no gradient path
-    to the input), the function ref as a dict or None)."""
-    import torch
-
-    tensors = {n: torch.tensor(a, dtype=torch.int64 if a.dtype.kind in "iu" else None, device=device)
-               for n, a in inputs.items()}
-    for _, w in grads:
-        if w in tensors:
-            tensors[w].requires_grad_(True)
-    res = adapter.call(boundary, tensors, config)
-    returned = {n: _returned(v, torch) for n, v in res.outputs.items()}
-    bad = contracts.problems(boundary, returned, contracts.batch_shape(boundary, {n: a.shape for n, a in inputs.items()}))
-    if bad:
-        raise ContractError("; ".join(bad))
-    outputs, rg, gr = {}, {}, {}
-    for name, v in res.outputs.items():
-        t = v if isinstance(v, torch.Tensor) else torch.as_tensor(v)
-        rg[name] = bool(t.requires_grad)
-        outputs[name] = t.detach().float().cpu().numpy()
-    for of, w in grads:
-        out = res.outputs.get(of)
-        if out is None or w not in tensors:
-            continue
-        if not isinstance(out, torch.Tensor) or not out.requires_grad:
-            gr[f"{of}/{w}"] = None
-            continue
-        g = torch.autograd.grad(out.sum() if out.dim() else out, tensors[w], retain_graph=True, allow_unused=True)[0]
-        gr[f"{of}/{w}"] = None if g is None else g.detach().float().cpu().numpy()
-    after = {n: res.inputs_after.get(n, t).detach().float().cpu().numpy() for n, t in tensors.items()}
-    obs = {"outputs": outputs, "requires_grad": rg, "grads": gr, "inputs_after": after}
-    return obs, (res.function.as_dict() if res.function else None)
-
-
-def _returned(v: Any, torch) -> contracts.Returned:
-    if isinstance(v, torch.Tensor):
-        kind = "c" if v.is_complex() else "b" if v.dtype == torch.bool else "f" if v.is_floating_point() else "i"
-        return contracts.Returned("tensor", kind, tuple(v.shape))
-    if isinstance(v, (int, float)) and not isinstance(v, bool):
-        return contracts.Returned("number", "f", ())
-    return contracts.Returned(type(v).__name__, "", ())
 
 
 class Worker:
@@ -100,7 +53,6 @@ class Worker:
             os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")  # slime's torch.compile costs ~20 s/function on CPU
         import torch
         torch.set_num_threads(1)  # tiny tensors; and no OpenMP team exists before fork()
-        from pathlib import Path
 
         from sentinel_adapters.base import TargetLoadError
         dev = h.get("device", "cpu")
@@ -156,7 +108,6 @@ class Worker:
         return {"status": "ok", "runs": runs, "function": function, "duration_s": time.perf_counter() - t0}
 
     def _run(self, boundary: str, run: dict[str, Any]) -> tuple[dict[str, Any], dict | None]:
-        from sentinel.tensors import decode, encode
         inputs = {n: decode(enc) for n, enc in run["inputs"].items()}
         obs, function = observe(self.adapter, self.device, boundary, inputs, run["config"], run["grads"])
         return {"outputs": {n: encode(a) for n, a in obs["outputs"].items()},
@@ -174,11 +125,11 @@ class Worker:
     # --- one hunt round (sentinel hunt) ------------------------------------------------
     def hunt(self, job: dict[str, Any]) -> dict[str, Any]:
         """A hunt round in a forked child; its progress lines are forwarded as they come."""
-        from sentinel import hunt as H  # hypothesis, strategies, runner: imported once, before fork
-        H.warm(job.get("property"), job.get("exclude"))
-        limit = float(job.get("time_limit", 10.0)) + float(job.get("shrink_time", H.SHRINK_TIME)) + \
+        from .hunt.round import SHRINK_TIME, run_round, warm  # hypothesis, strategies: once, before fork
+        warm(job.get("property"), job.get("exclude"))
+        limit = float(job.get("time_limit", 10.0)) + float(job.get("shrink_time", SHRINK_TIME)) + \
             float(self.header.get("timeout", 60))
-        return self._forked(lambda emit: H.run_round(self.adapter, self.device, job, emit), limit,
+        return self._forked(lambda emit: run_round(self.adapter, self.device, job, emit), limit,
                             f"hunt round ran past {limit:g} s", "during a hunt round")
 
     def _forked(self, fn: Callable[[Callable[[dict[str, Any]], None]], dict[str, Any]], timeout: float,

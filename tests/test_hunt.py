@@ -16,6 +16,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -26,7 +27,7 @@ from hypothesis import given, settings
 from sentinel import hunt as H
 from sentinel.runner import TargetSpec, run
 from sentinel.spec import load_file, load_text
-from sentinel_adapters.planted import PLANTS
+from sentinel_adapters.plants import PLANTS
 
 HERE = Path(__file__).parent
 SEED = 0
@@ -205,6 +206,27 @@ def test_policy_gradient_property_can_fail(tmp_path):
     rep = hunt(TargetSpec("reference", plant="loss-agg-counts-padding"), tmp_path, names=["policy_loss.gradient"])
     f, = rep.hunt.findings
     assert f.property == "policy_loss.gradient" and f.reproduced is True
+
+
+def test_exit_reasons(tmp_path):
+    """Why a hunt stopped: a target that does not load, the time budget, the first finding,
+    the properties it waits for, every property decided (no worker needed but for the first)."""
+    ExitReason, HuntSettings, Hunter = H.ExitReason, H.HuntSettings, H.Hunter
+    h = Hunter(TargetSpec("reference", str(tmp_path / "not-a-repo")), HuntSettings(names=["kl.unmutated"]))
+    assert h.run().exit_code() == 3 and h.exit_reason is ExitReason.target_error
+    h = Hunter(TargetSpec("reference"), HuntSettings(boundaries=["kl"], first=True, until=["kl.finite"]))
+    h.t_search = time.perf_counter()
+    assert h._stop() is None
+    by_name = {s.prop.name: s for s in h.states}
+    by_name["kl.finite"].status = "holds"
+    assert h._stop() is ExitReason.until
+    by_name["kl.unmutated"].status = "violated"
+    assert h._stop() is ExitReason.first_finding
+    h.t_search -= h.settings.time_budget
+    assert h._stop() is ExitReason.time_budget
+    h = Hunter(TargetSpec("reference"), HuntSettings(names=["kl.finite"]))
+    h.t_search, h.states[0].status = time.perf_counter(), "holds"
+    assert h._stop() is ExitReason.finished
 
 
 def test_every_property_uses_a_registered_family_and_boundary():

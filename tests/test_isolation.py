@@ -182,18 +182,18 @@ def test_unknown_adapter_module_is_a_load_error(unloadable):
     assert unloadable.exit_code() == 3
 
 
-# --- the pre-started worker (sentinel/launch.py) ----------------------------------------
+# --- the pre-started worker (sentinel/process.py) ---------------------------------------
 
 def test_a_pre_started_worker_is_adopted_once(monkeypatch):
-    from sentinel import launch
-    from sentinel.runner import WorkerHandle
-    spare = launch.spawn_worker()
-    monkeypatch.setattr(launch, "_spares", [spare])
+    from sentinel import process
+    from sentinel.process import WorkerHandle
+    spare = process.spawn_worker()
+    monkeypatch.setattr(process, "_spares", [spare])
     handle = WorkerHandle({"target": "reference", "root": None, "device": "cpu", "timeout": 10, "options": {}})
     try:
         assert handle.proc is spare
         assert handle.receive(60)["event"] == "ready"
-        assert launch.take() is None  # taken: the next handle spawns its own
+        assert process.take() is None  # taken: the next handle spawns its own
     finally:
         handle.close()
 

@@ -20,8 +20,9 @@ except ImportError:  # not installed: map the adapters/ folder to its import nam
 
 from sentinel.boundaries import BOUNDARIES
 from sentinel_adapters import reference as R
-from sentinel_adapters.planted import PLANTS
-from sentinel_adapters.reference import ReferenceAdapter
+from sentinel_adapters.planted import BUGS
+from sentinel_adapters.plants import PLANTS
+from sentinel_adapters.reference_adapter import ReferenceAdapter
 
 t = torch.tensor
 
@@ -34,6 +35,7 @@ def call(boundary, inputs, config=None, plant=None):
 def test_adapter_speaks_every_boundary_and_every_plant_replaces_a_table_entry():
     assert set(ReferenceAdapter().supported()) == set(BOUNDARIES)
     assert all(p.replaces in R.REFERENCE_OPS for p in PLANTS.values())
+    assert set(BUGS) == set(PLANTS)
     assert ReferenceAdapter().load()["version"]
 
 

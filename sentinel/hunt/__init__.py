@@ -1,0 +1,41 @@
+"""Hunt: find invariant violations with no hand-made trigger, shrink them to minimal scenarios.
+
+A *property* is one generic invariant family instantiated on a boundary, over inputs and
+configs drawn from `sentinel.strategies` (plus the perturbed copies the family needs: a
+row permutation, a variant that changes only the no-EOS rows' rewards, ...). No property
+knows a trigger; each says what must hold for every input.
+
+How a hunt runs
+- The parent (`driver.Hunter`, in the CLI's process) checks the target out, starts one
+  worker (`sentinel.worker`, the only process that imports torch and the target) and
+  schedules *rounds*: one property, up to N examples or S seconds. Properties take turns
+  (round robin, each round twice as long as that property's last), so a cheap bug anywhere
+  is found early and a long hunt spreads evenly.
+- A round is one `{"type": "hunt"}` job (`round.run_round`): the worker forks (on CPU), and
+  the child runs Hypothesis itself (`hypothesis.find`) with the adapter in-process, so each
+  round trip carries many examples; a crash, exit or hang costs that round, not the hunt.
+  The child streams `{"event": "progress"}` lines and returns one result.
+- Hypothesis draws examples, evaluates the property (`round.check`: the same plan, boundary
+  calls and pure invariant code `sentinel run` uses) and, on a violation, shrinks it to a
+  minimal counterexample. Its example database (default `.sentinel/hunt-db`) is keyed by
+  (target, commit, plant, property): a known failure is replayed first.
+- Each finding becomes a ready-to-run scenario YAML (`findings`; `--out`, default
+  `reports/hunt/`); `sentinel run` on it reproduces the violation. The report (kind "hunt",
+  `summary`) has one result per property and a `hunt` section: examples, time, invariants
+  per boundary, findings.
+
+Not applicable is not a finding: a config the target raises `Unsupported` for, an output it
+does not produce, or an unmet precondition (no masked position to perturb) rejects the
+example; Hypothesis then draws another.
+
+Modules: `properties` (the property table), `state` (settings, per-property standing),
+`driver` (the parent's phases), `round` (the worker child's side: imports torch through the
+adapter base, so only the worker imports it), `findings` (scenario YAML), `summary` (report).
+"""
+
+from .driver import ExitReason, Hunter, hunt
+from .findings import finding_document
+from .properties import PROPERTIES, Property, select
+from .state import HuntSettings
+
+__all__ = ["ExitReason", "HuntSettings", "Hunter", "PROPERTIES", "Property", "finding_document", "hunt", "select"]

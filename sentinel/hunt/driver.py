@@ -1,0 +1,315 @@
+"""The hunt's driver, in the CLI's process: workers, the schedule of rounds, the findings.
+
+`Hunter.run` checks the target out, starts the workers (one per lane, `--jobs`), runs the
+search, writes each finding as a scenario (verified on the target), and returns the report.
+The search is a round robin over the properties: each lane takes the next property that no
+other lane holds and sends its worker one round of it (up to N examples or S seconds, each
+round twice as long as that property's last), so a cheap bug anywhere is found early and a
+long hunt spreads evenly. The hunt stops for one of the `ExitReason`s.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
+from datetime import datetime, timezone
+from enum import Enum
+from pathlib import Path
+from typing import Any, Callable
+
+from ..process import WorkerDied, WorkerHandle
+from ..report import ExceptionInfo, Report, Target, write_atomic
+from ..runner import LOAD_TIMEOUT, TargetSpec, checkout_root, evaluate, job, plan
+from ..spec import Scenario, load_text
+from .findings import finding_document, provenance_of
+from .properties import PROPERTIES, SHRINK_TIME, Property, select
+from .state import HuntSettings, PropertyState
+from .summary import hunt_report
+
+DEFAULT_DB = Path(".sentinel") / "hunt-db"
+DEFAULT_OUT = Path("reports") / "hunt"
+FIRST_ROUND = 20  # examples in a property's first round; each later round doubles
+
+
+class ExitReason(Enum):
+    """Why the search stopped."""
+
+    finished = "every property has a verdict"
+    time_budget = "the search time budget is spent"
+    first_finding = "a finding, and the hunt stops at the first"
+    until = "every property it was told to wait for has a verdict"
+    target_error = "the target could not be loaded or run"
+
+
+def db_key(target_key: str, commit: str | None, prop: Property) -> str:
+    return f"rl-sentinel-hunt/{target_key}/{commit or '-'}/{prop.boundary}/{prop.name}"
+
+
+class Hunter:
+    """One hunt of one target (a runner.TargetSpec) over the properties `settings` selects."""
+
+    def __init__(self, spec: TargetSpec, settings: HuntSettings, *, command: list[str] | None = None,
+                 on_event: Callable[[dict[str, Any]], None] | None = None):
+        props = select(settings.boundaries, settings.families, settings.names)
+        if not props:
+            raise ValueError("no hunt property matches the given --boundary / --invariant filters "
+                             f"(known: {', '.join(sorted(PROPERTIES))})")
+        self.spec, self.settings, self.command = spec, settings, command
+        self.emit = on_event or (lambda e: None)
+        self.t_start = time.perf_counter()
+        self.created = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        self.target = Target(name=spec.name, repo=spec.repo, device=spec.device, plant=spec.plant)
+        self.states = [PropertyState(p) for p in props]
+        self.env: dict[str, Any] = {}
+        self.search_s = self.startup_s = 0.0
+        self.exit_reason: ExitReason | None = None
+        self.lock = threading.RLock()
+        # One lane per worker process (--jobs). Lanes take rounds from one round robin over the
+        # properties; a property is in at most one lane at a time.
+        self.lanes = max(1, int(settings.jobs))
+        self.workers: list[WorkerHandle | None] = [None] * self.lanes
+        self.header: dict[str, Any] = {}
+        self.t_search = 0.0
+        self.queue: collections.deque[PropertyState] = collections.deque()
+        self.running: set[int] = set()
+
+    def run(self) -> Report:
+        """Hunt; the report of kind "hunt" (findings written as scenario YAML under out_dir)."""
+        with ExitStack() as stack:  # the checkout lives until every finding is verified on it
+            self._run(stack)
+        self.write_findings()
+        return hunt_report(self.states, self.settings, spec=self.spec, target=self.target, env=self.env,
+                           search_s=self.search_s, startup_s=self.startup_s, created=self.created,
+                           duration_s=round(time.perf_counter() - self.t_start, 3), command=self.command)
+
+    def _run(self, stack: ExitStack) -> None:
+        self.header = {"target": self.spec.name, "root": checkout_root(stack, self.spec, self.target),
+                       "device": self.spec.device, "timeout": self.settings.timeout,
+                       "options": {"plant": self.spec.plant, "compile": self.spec.compile}}
+        self.start_workers()
+        self.search()
+        self.document_findings()
+
+    # --- phases --------------------------------------------------------------------------
+
+    def start_workers(self) -> None:
+        """One worker per lane, started side by side; none at all is an error on every property."""
+        target = self.target
+        if target.load_error is None:
+            t0 = time.perf_counter()
+            with ThreadPoolExecutor(self.lanes) as pool:
+                self.workers = list(pool.map(lambda _: self._try_start(), range(self.lanes)))
+            self.startup_s = time.perf_counter() - t0
+        if target.load_error is not None or not any(self.workers):
+            if target.load_error is None:
+                target.load_error = ExceptionInfo(type="WorkerDied", message="no worker could be started")
+            why = f"target {self.spec.key!r} could not be loaded: {target.load_error.message}"
+            for s in self.states:
+                s.status, s.reason = "error", why
+        self.emit({"event": "start", "properties": len(self.states), "startup_s": self.startup_s,
+                   "target": self.spec.key, "jobs": self.lanes})
+
+    def search(self) -> None:
+        """Rounds in every lane until the hunt is over; then every property has a verdict."""
+        self.t_search = time.perf_counter()
+        self.queue = collections.deque(self.states)
+        if self.target.load_error is None:
+            with ThreadPoolExecutor(self.lanes) as pool:
+                for f in [pool.submit(self._lane, i) for i in range(self.lanes)]:
+                    f.result()
+        else:
+            self.exit_reason = ExitReason.target_error
+        self.search_s = time.perf_counter() - self.t_search
+        for s in self.states:
+            if s.status != "running":
+                continue
+            if self.target.load_error is not None:
+                s.status = "error"
+                s.reason = f"target {self.spec.key!r} could not be (re)loaded: {self.target.load_error.message}"
+            else:
+                s.status = "holds"
+
+    def document_findings(self) -> None:
+        """Each finding as a scenario YAML, loaded back (it must load as a scenario) and, with
+        verify, run through the scenario job path on one worker as `sentinel run` would."""
+        worker = next((w for w in self.workers if w is not None), None)
+        for w in self.workers:
+            if w is not None and w is not worker:
+                w.close()
+        provenance = provenance_of(self.spec, self.target.commit, self.settings.seed)
+        for s in self.states:
+            if not s.finding:
+                continue
+            s.document = finding_document(s.prop, s.finding, self.spec.key, provenance, {
+                "examples_to_first": s.examples_to_first, "time_to_first_s": s.time_to_first_s,
+                "shrink_calls": s.shrink_calls})
+            sid, text = s.document
+            sc, = load_text(text, f"<hunt finding {sid}>")
+            if self.settings.verify:
+                worker, s.verdict = self._verify(worker, sc)
+        if worker is not None:
+            worker.close()
+
+    def write_findings(self) -> None:
+        out = self.settings.out_dir
+        if out is None:
+            return
+        for s in self.states:
+            if s.document:
+                sid, text = s.document
+                s.file = str(out / f"{sid}.yaml")
+                write_atomic(s.file, text)
+
+    # --- workers -------------------------------------------------------------------------
+
+    def _start(self) -> WorkerHandle | None:
+        """A worker with the target loaded; None (and target.load_error set) when it cannot load.
+        Properties whose boundary the target lacks are unsupported from here on."""
+        spec, target = self.spec, self.target
+        w = WorkerHandle(self.header)
+        hello = w.receive(LOAD_TIMEOUT)
+        with self.lock:
+            if hello["event"] == "load_error":
+                target.load_error = ExceptionInfo(**hello["error"])
+                w.close()
+                return None
+            info, self.env = hello["target_info"], hello["environment"]
+            target.version, target.stubs = info.get("version"), info.get("stubs", [])
+            target.import_s, target.device = info.get("import_s"), self.env.get("device", spec.device)
+            supported = set(info.get("boundaries", []))
+            for s in self.states:
+                if not s.done and s.prop.boundary not in supported:
+                    s.status, s.reason = "unsupported", f"target {spec.key!r} has no {s.prop.boundary!r} boundary"
+        return w
+
+    def _try_start(self) -> WorkerHandle | None:
+        try:
+            return self._start()
+        except WorkerDied as e:
+            if self.target.load_error is None:
+                self.target.load_error = ExceptionInfo(type="WorkerDied", message=str(e))
+            return None
+
+    def _verify(self, worker: WorkerHandle | None, sc: Scenario) -> tuple[WorkerHandle | None, str | None]:
+        """(the worker, if still alive; the scenario's verdict, None where no worker started)."""
+        try:
+            if worker is None:
+                worker = self._start()
+            if worker is None:
+                return None, None
+            runs = plan(sc)
+            worker.send(job(sc, runs))
+            res = worker.receive(self.settings.timeout + 30)
+            return worker, evaluate(sc, runs, res, self.spec.key).verdict
+        except WorkerDied as e:
+            return None, f"error: {e}"
+
+    # --- the search ----------------------------------------------------------------------
+
+    def _stop(self) -> ExitReason | None:
+        st, states = self.settings, self.states
+        if self.target.load_error is not None:
+            return ExitReason.target_error
+        if time.perf_counter() - self.t_search >= st.time_budget:
+            return ExitReason.time_budget
+        if st.first and any(x.status == "violated" for x in states):
+            return ExitReason.first_finding
+        if st.until and all(x.done for x in states if x.prop.name in st.until):
+            return ExitReason.until
+        if all(x.done for x in states):
+            return ExitReason.finished
+        return None
+
+    def _pick(self) -> PropertyState | ExitReason | None:
+        """The next property to run a round of; None: wait; an ExitReason: the hunt is over."""
+        with self.lock:
+            reason = self._stop()
+            if reason is not None:
+                self.exit_reason = self.exit_reason or reason
+                return reason
+            for _ in range(len(self.queue)):
+                s = self.queue[0]
+                self.queue.rotate(-1)
+                if not s.done and id(s) not in self.running:
+                    self.running.add(id(s))
+                    return s
+            return None
+
+    def _lane(self, i: int) -> None:
+        while True:
+            s = self._pick()
+            if isinstance(s, ExitReason):
+                return
+            if s is None:
+                time.sleep(0.005)
+                continue
+            try:
+                if not self._round(i, s):  # no worker could be started: the target does not load
+                    with self.lock:
+                        self.exit_reason = self.exit_reason or ExitReason.target_error
+                    return
+            finally:
+                with self.lock:
+                    self.running.discard(id(s))
+
+    def _round(self, i: int, s: PropertyState) -> bool:
+        """One round of `s` on lane i's worker, merged into `s`; False: no worker could be started."""
+        st = self.settings
+        with self.lock:
+            left = st.time_budget - (time.perf_counter() - self.t_search)
+            n = min(st.max_examples - s.examples, FIRST_ROUND * 2 ** s.rounds)
+            share = left * self.lanes / max(1, sum(1 for x in self.states if not x.done))
+            time_limit = max(0.2, min(left, max(share, 0.5) * (1 + s.rounds)))
+            s.search_before = time.perf_counter() - self.t_search
+        msg = {"type": "hunt", "scenario": s.prop.name, "property": s.prop.name, "max_examples": n,
+               "time_limit": time_limit, "shrink_time": st.shrink_time, "db": st.database,
+               "db_key": db_key(self.spec.key, self.target.commit, s.prop),
+               "probe": s.exclude is None, "exclude": s.exclude or {},
+               "seed": None if st.seed is None else f"{st.seed}:{self.spec.key}:{s.prop.name}:{s.rounds}"}
+        try:
+            if self.workers[i] is None:
+                self.workers[i] = self._start()
+                if self.workers[i] is None:
+                    return False
+            res = self._exchange(self.workers[i], msg, time_limit + st.shrink_time + st.timeout)
+        except WorkerDied as e:
+            self.workers[i] = None
+            res = {"status": "error", "error": {"type": "WorkerDied", "message": str(e), "traceback": ""}}
+        with self.lock:
+            s.merge(res, st.max_examples)
+            self.emit({"event": "round", "property": s.prop.name, "status": s.status, "examples": s.examples,
+                       "hunt_elapsed_s": time.perf_counter() - self.t_search, "round": s.rounds})
+        return True
+
+    def _exchange(self, w: WorkerHandle, msg: dict[str, Any], timeout: float) -> dict[str, Any]:
+        """Send one round; forward its progress lines as they come; its result."""
+        w.send(msg)
+        while True:
+            answer = w.receive(timeout)
+            if answer.get("event") != "progress":
+                return answer
+            self.emit({**answer, "hunt_elapsed_s": time.perf_counter() - self.t_search})
+
+
+def hunt(spec: TargetSpec, *, boundaries: list[str] | None = None, families: list[str] | None = None,
+         names: list[str] | None = None, max_examples: int = 300, time_budget: float = 60.0,
+         seed: int | None = None, db: str | Path | None = DEFAULT_DB, out_dir: str | Path | None = DEFAULT_OUT,
+         timeout: float = 60.0, shrink_time: float = SHRINK_TIME, command: list[str] | None = None,
+         first: bool = False, verify: bool = True, jobs: int = 1, until: list[str] | None = None,
+         on_event: Callable[[dict[str, Any]], None] | None = None) -> Report:
+    """Hunt `spec` for violations of the selected properties; return a Report of kind "hunt"
+    (findings written as scenario YAML under `out_dir`).
+
+    first: stop at the first finding (after shrinking it).
+    jobs: worker processes hunting in parallel (each takes rounds of properties in turn).
+    until: stop as soon as these properties have a verdict (the others keep theirs so far).
+    verify: load each finding's YAML back and run it as `sentinel run` would (same worker,
+      the scenario job path); HuntFinding.reproduced records the verdict."""
+    settings = HuntSettings(boundaries=boundaries, families=families, names=names, max_examples=max_examples,
+                            time_budget=time_budget, seed=seed, database=str(Path(db).resolve()) if db else None,
+                            out_dir=Path(out_dir) if out_dir else None, timeout=timeout, shrink_time=shrink_time,
+                            first=first, verify=verify, jobs=jobs, until=until)
+    return Hunter(spec, settings, command=command, on_event=on_event).run()

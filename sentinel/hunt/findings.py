@@ -1,0 +1,107 @@
+"""Findings as scenario YAML: a minimal counterexample written as a ready-to-run scenario.
+
+`sentinel run` on the file reproduces the violation: the inputs are written so they load
+back bit for bit (the shortest decimal of each float32, masks as integers, non-finite
+values as strings), tensors inline, with the hunt's command line as provenance.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+import numpy as np
+import yaml
+
+from ..boundaries import get as get_boundary
+from ..runner import TargetSpec
+from .properties import Property
+
+
+class _Flow(list):
+    """A tensor: written inline, [[0.0, 1.0], ...]."""
+
+
+class _Dumper(yaml.SafeDumper):
+    """Writes a _Flow inline."""
+
+
+_Dumper.add_representer(_Flow, lambda d, v: d.represent_sequence("tag:yaml.org,2002:seq", v, flow_style=True))
+
+
+def _num(v: Any, mask: bool) -> Any:
+    if isinstance(v, list):
+        return [_num(x, mask) for x in v]
+    if isinstance(v, bool):
+        return int(v)
+    if isinstance(v, int):
+        return v
+    f = float(v)
+    if math.isnan(f):
+        return "nan"
+    if math.isinf(f):
+        return "inf" if f > 0 else "-inf"
+    if mask:
+        return int(f)
+    # the shortest decimal that parses back to the same float32 (the loader's dtype)
+    return float(np.format_float_positional(np.float32(f), unique=True, trim="0")) if f == float(np.float32(f)) else f
+
+
+def _tensor(name: str, values: list, boundary: str) -> Any:
+    port = get_boundary(boundary).input(name)
+    mask = port is not None and port.dtype == "mask"
+    v = _num(values, mask)
+    return _Flow(v) if isinstance(v, list) else v
+
+
+def slug(text: str) -> str:
+    return re.sub(r"-+", "-", re.sub(r"[^a-z0-9.]+", "-", text.lower())).strip("-.") or "x"
+
+
+def finding_document(prop: Property, finding: dict[str, Any], target_key: str, provenance: str,
+                     stats: dict[str, Any]) -> tuple[str, str]:
+    """(scenario id, YAML text) of a ready-to-run scenario reproducing the finding."""
+    sid = f"hunt-{slug(target_key)}-{slug(prop.name)}"
+    b = prop.boundary
+    (family, body), = finding["invariant"].items()
+    body = {k: (_Flow(v) if isinstance(v, list) else v) for k, v in body.items()}
+    doc: dict[str, Any] = {
+        "id": sid,
+        "title": f"hunt: {prop.doc}",
+        "description": (f"Minimal counterexample found by `sentinel hunt` on {target_key} and shrunk by Hypothesis "
+                        f"({stats['examples_to_first']} examples, {stats['time_to_first_s']:.2f} s to the first "
+                        f"violation; {stats['shrink_calls']} shrink calls). Property {prop.name}: "
+                        f"{finding['outcome']['message']}"),
+        "boundary": b,
+        "targets": ["*"],
+        "provenance": [provenance],
+        "tags": ["hunt", family],
+        "config": {k: v for k, v in finding["config"].items()},
+        "inputs": {n: _tensor(n, v, b) for n, v in finding["inputs"].items()},
+    }
+    if finding["variants"]:
+        doc["variants"] = {n: {"description": _variant_doc(n), "inputs": {k: _tensor(k, v, b) for k, v in ov.items()}}
+                           for n, ov in finding["variants"].items()}
+    doc["invariants"] = [{family: body}]
+    head = f"# Found by `sentinel hunt` on {target_key}: property {prop.name} ({family}).\n"
+    text = head + yaml.dump(doc, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=120,
+                            allow_unicode=True)
+    return sid, text
+
+
+def _variant_doc(name: str) -> str:
+    return {"no_eos_rewards": "only the rewards of rows without EOS change",
+            "masked_row_rewards": "only the rewards of rows with mask 0 change"}.get(name, name)
+
+
+def provenance_of(spec: TargetSpec, commit: str | None, seed: int | None) -> str:
+    """A finding's provenance: the command line that finds it again, the commit and the seed."""
+    cmd = f"sentinel hunt --target {spec.name}"
+    if spec.repo:
+        cmd += f" --repo {spec.repo}"
+    if spec.commit:
+        cmd += f" --commit {spec.commit}"
+    if spec.plant:
+        cmd += f" --plant {spec.plant}"
+    return f"{cmd} (commit {commit or 'n/a'}, seed {seed if seed is not None else 'random'})"

@@ -1,0 +1,64 @@
+"""The torch side of a boundary call: numpy inputs in, one adapter call, numpy observations out.
+
+Runs in the worker process only (the worker and a hunt round import it; the CLI never does).
+Every call is checked against the boundary's output contract (sentinel/contracts.py) before
+anything is compared: a wrong-shaped or missing output is a ContractError, never a pass.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from . import contracts
+from .errors import ContractError
+
+
+def observe(adapter, device, boundary: str, inputs: dict[str, np.ndarray], config: dict[str, Any],
+            grads) -> tuple[dict[str, dict[str, Any]], dict | None]:
+    """One boundary call, observed: the torch side of both `sentinel run` (Worker._run, which
+    encodes the result for the protocol) and `sentinel hunt` (hunt.round.check, in-process).
+
+    Integer inputs become int64 tensors, float inputs keep their dtype; each `wrt` of
+    `grads` ((of, wrt) pairs) requires grad. Returns ({"outputs", "requires_grad", "grads",
+    "inputs_after"} as float32 numpy; a grad is None where the output has no gradient path
+    to the input), the function ref as a dict or None)."""
+    tensors = {n: torch.tensor(a, dtype=torch.int64 if a.dtype.kind in "iu" else None, device=device)
+               for n, a in inputs.items()}
+    for _, w in grads:
+        if w in tensors:
+            tensors[w].requires_grad_(True)
+    res = adapter.call(boundary, tensors, config)
+    returned = {n: _returned(v) for n, v in res.outputs.items()}
+    bad = contracts.problems(boundary, returned, contracts.batch_shape(boundary, {n: a.shape for n, a in inputs.items()}))
+    if bad:
+        raise ContractError("; ".join(bad))
+    outputs, rg, gr = {}, {}, {}
+    for name, v in res.outputs.items():
+        t = v if isinstance(v, torch.Tensor) else torch.as_tensor(v)
+        rg[name] = bool(t.requires_grad)
+        outputs[name] = t.detach().float().cpu().numpy()
+    for of, w in grads:
+        out = res.outputs.get(of)
+        if out is None or w not in tensors:
+            continue
+        if not isinstance(out, torch.Tensor) or not out.requires_grad:
+            gr[f"{of}/{w}"] = None
+            continue
+        g = torch.autograd.grad(out.sum() if out.dim() else out, tensors[w], retain_graph=True, allow_unused=True)[0]
+        gr[f"{of}/{w}"] = None if g is None else g.detach().float().cpu().numpy()
+    after = {n: res.inputs_after.get(n, t).detach().float().cpu().numpy() for n, t in tensors.items()}
+    obs = {"outputs": outputs, "requires_grad": rg, "grads": gr, "inputs_after": after}
+    return obs, (res.function.as_dict() if res.function else None)
+
+
+def _returned(v: Any) -> contracts.Returned:
+    """An output described for the contract check, without torch on the checking side."""
+    if isinstance(v, torch.Tensor):
+        kind = "c" if v.is_complex() else "b" if v.dtype == torch.bool else "f" if v.is_floating_point() else "i"
+        return contracts.Returned("tensor", kind, tuple(v.shape))
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return contracts.Returned("number", "f", ())
+    return contracts.Returned(type(v).__name__, "", ())

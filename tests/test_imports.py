@@ -1,0 +1,142 @@
+"""The import graph of sentinel/ and adapters/ (installed as `sentinel_adapters`), read with ast.
+
+No module imports, directly or through others, a module that imports it back: neither at
+module level nor from inside a function (`if TYPE_CHECKING:` imports aside); and the CLI's
+module-level imports stay free of torch and Hypothesis (`sentinel list`, `--help` stay fast).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = {"sentinel": ROOT / "sentinel", "sentinel_adapters": ROOT / "adapters"}
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for pkg, folder in PACKAGES.items():
+        for f in sorted(folder.rglob("*.py")):
+            parts = [pkg, *f.relative_to(folder).with_suffix("").parts]
+            if parts[-1] == "__init__":
+                parts.pop()
+            out[".".join(parts)] = f
+    return out
+
+
+def _statements(body: list[ast.stmt], deep: bool):
+    """Statements run at import time: the module body and the class bodies, `if`/`try`/`with`
+    blocks included, `if TYPE_CHECKING:` blocks excluded; function bodies too when `deep`."""
+    for node in body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and not deep:
+            continue
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            yield from _statements(node.orelse, deep)
+            continue
+        yield node
+        for field in ("body", "orelse", "finalbody", "handlers"):
+            inner = getattr(node, field, None)
+            if isinstance(inner, list):
+                yield from _statements([n for n in inner if isinstance(n, ast.stmt)] +
+                                       [s for h in inner if isinstance(h, ast.ExceptHandler) for s in h.body], deep)
+
+
+def imports(name: str, path: Path, known: set[str], deep: bool = False) -> set[str]:
+    """Modules `name` imports (at module level; anywhere when `deep`): ours by full name (with the packages above
+    them that importing them runs), others by their top-level name."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in _statements(ast.parse(path.read_text()).body, deep):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            if base == "__future__":
+                continue
+            subs = [f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in known]
+            found.update(subs)
+            if len(subs) < len(node.names):
+                found.add(base)
+    out = set()
+    for mod in found:
+        if mod.split(".")[0] not in PACKAGES:
+            out.add(mod.split(".")[0])
+            continue
+        parts = mod.split(".")
+        for i in range(1, len(parts) + 1):  # importing a.b.c runs a and a.b first
+            dep = ".".join(parts[:i])
+            if dep in known and not (name == dep or name.startswith(dep + ".")):
+                out.add(dep)
+    return out
+
+
+def graph(deep: bool = False) -> dict[str, set[str]]:
+    mods = modules()
+    return {name: imports(name, path, set(mods), deep) for name, path in mods.items()}
+
+
+def cycles(g: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (or a module importing itself)."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in g.get(v, ()):
+            if w not in g:
+                continue
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1 or v in g[v]:
+                out.append(sorted(comp))
+
+    for v in sorted(g):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def reach(g: dict[str, set[str]], start: str) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        v = todo.pop()
+        if v not in seen:
+            seen.add(v)
+            todo.extend(g.get(v, ()))
+    return seen
+
+
+def test_no_import_cycles():
+    g = graph()
+    assert "sentinel.cli" in g and "sentinel_adapters.reference" in g
+    assert cycles(g) == []
+
+
+def test_no_import_cycles_through_deferred_imports_either():
+    """An import inside a function defers a cycle, it does not cut it."""
+    assert cycles(graph(deep=True)) == []
+
+
+def test_the_parent_side_imports_no_torch():
+    """The CLI and the plant catalogue import neither torch nor Hypothesis; the hunt driver
+    (Hypothesis strategies) no torch: only the worker process imports torch."""
+    g = graph()
+    for start in ("sentinel.cli", "sentinel.launch", "sentinel_adapters.plants"):
+        assert not {"torch", "hypothesis"} & reach(g, start), start
+    assert "torch" not in reach(g, "sentinel.hunt")
