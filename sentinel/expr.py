@@ -107,7 +107,7 @@ def _parse(source: str) -> ast.Expression:
     try:
         tree = ast.parse(source, mode="eval")
     except SyntaxError as e:
-        raise ExprError(f"not a valid expression: {e.msg} at column {e.offset or '?'}") from None
+        raise ExprError(f"not a valid expression: {e.msg}" + (f" at column {e.offset}" if e.offset else "")) from None
     except (RecursionError, MemoryError, ValueError) as e:
         raise ExprError(f"not a valid expression: {type(e).__name__}") from None
     stack = [(tree, 0)]
@@ -130,7 +130,9 @@ def _validate(tree: ast.Expression, source: str, names: set[str] | None) -> set[
     """Refuse any node outside the language; return the names it reads (checked against
     `names` unless None)."""
     read: set[str] = set()
-    for node in ast.walk(tree):  # private and dunder names first: they name the escape attempt
+    for node in ast.walk(tree):  # forbidden constructs and private names first: they name the attempt
+        if type(node) in _WORDS:
+            raise _refuse(_WORDS[type(node)], source, node)
         name = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else ""
         if name.startswith("_"):
             raise _refuse(f"the name {name!r}", source, node)
@@ -171,6 +173,7 @@ def _validate(tree: ast.Expression, source: str, names: set[str] | None) -> set[
                                     source, node)
                 stack.append(func.value)
             else:
+                _validate(ast.Expression(func), source, None)  # a refused call inside names the problem better
                 raise _refuse("calling the result of an expression", source, node)
             for kw in node.keywords:
                 if kw.arg is None or kw.arg not in KEYWORDS:

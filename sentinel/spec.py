@@ -188,11 +188,12 @@ def _walk(root: yaml.Node, file: str, limit: int) -> dict[tuple, int]:
         else:
             seen.add(id(node))
             line = node.start_mark.line + 1
-        if not isinstance(node, yaml.ScalarNode):
+        key = _tensor_key(path)
+        if key is None or not isinstance(node, yaml.ScalarNode):  # not a line for each value of a tensor
             lines.setdefault(path, line)
         if len(path) > MAX_DEPTH:
             raise SpecError(file, [(line, fld(path), f"nested deeper than {MAX_DEPTH} levels (or a recursive alias)")])
-        key = _tensor_key(path) or path
+        key = key or path
         if isinstance(node, yaml.ScalarNode):
             counts[key] = counts.get(key, 0) + 1
         if counts.get(key, 0) > limit or isinstance(node, yaml.SequenceNode) and len(node.value) > limit:
@@ -273,8 +274,9 @@ class _Ctx:
 
     def line(self, path: tuple) -> int | None:
         for n in range(len(path), -1, -1):
-            if path[:n] in self.lines:
-                return self.lines[path[:n]]
+            for p in (path[:n], tuple(map(str, path[:n]))):  # str: a key YAML read as a number (`1: x`)
+                if p in self.lines:
+                    return self.lines[p]
         return None
 
     def add(self, path: tuple, msg: str) -> None:
