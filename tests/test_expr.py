@@ -7,10 +7,12 @@ evaluate to the right numbers; sizes, exponents and time are bounded at run time
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -214,3 +216,12 @@ def test_a_runtime_failure_is_an_expression_error_naming_the_node():
     with pytest.raises(expr.ExprError, match="broadcast") as ei:
         expr.evaluate("x + y", {"x": np.zeros(3), "y": np.zeros(4)})
     assert "`x + y`" in str(ei.value)
+
+
+def test_the_readme_lists_the_language():
+    """README's "What `expected` may say" names every function, method and keyword allowed."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### What `expected` may say", 1)[1].split("\n## ", 1)[0]
+    words = set(re.findall(r"[a-z_0-9]+", section))
+    assert set(expr.FUNCTIONS) <= words, set(expr.FUNCTIONS) - words
+    assert expr.METHODS <= words and expr.KEYWORDS <= words and set(expr.CONSTANTS) <= words
