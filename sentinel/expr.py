@@ -101,6 +101,23 @@ def _refuse(what: str, source: str, node: ast.AST) -> ExprError:
 
 
 @lru_cache(maxsize=256)
+def _language(source: str) -> tuple[ast.Expression, frozenset[str]]:
+    """Parse and check once per expression: (tree, the names it reads). Every name-free part
+    is evaluated here, so `10**10**10` fails when the scenario loads, not in a run."""
+    tree = _parse(source)
+    read = frozenset(_validate(tree, source))
+    ev = _Evaluator(source, {})
+    stack: list[ast.AST] = [tree.body]
+    with _deadline(TIME_LIMIT_S) as ev.deadline:
+        while stack:
+            node = stack.pop()
+            if isinstance(node, ast.Slice) or _reads_names(node):
+                stack += _operands(node)
+            elif not isinstance(node, ast.Constant):
+                ev.eval(node)
+    return tree, read
+
+
 def _parse(source: str) -> ast.Expression:
     if len(source) > MAX_SOURCE:
         raise ExprError(f"an expression is at most {MAX_SOURCE} characters (this one has {len(source)})")
@@ -126,9 +143,8 @@ def _np_attr(node: ast.AST) -> str | None:
     return None
 
 
-def _validate(tree: ast.Expression, source: str, names: set[str] | None) -> set[str]:
-    """Refuse any node outside the language; return the names it reads (checked against
-    `names` unless None)."""
+def _validate(tree: ast.Expression, source: str) -> set[str]:
+    """Refuse any node outside the language; return the names it reads."""
     read: set[str] = set()
     for node in ast.walk(tree):  # forbidden constructs and private names first: they name the attempt
         if type(node) in _WORDS:
@@ -173,7 +189,7 @@ def _validate(tree: ast.Expression, source: str, names: set[str] | None) -> set[
                                     source, node)
                 stack.append(func.value)
             else:
-                _validate(ast.Expression(func), source, None)  # a refused call inside names the problem better
+                _validate(ast.Expression(func), source)  # a refused call inside names the problem better
                 raise _refuse("calling the result of an expression", source, node)
             for kw in node.keywords:
                 if kw.arg is None or kw.arg not in KEYWORDS:
@@ -185,8 +201,6 @@ def _validate(tree: ast.Expression, source: str, names: set[str] | None) -> set[
         if not isinstance(node, _PLAIN):
             raise _refuse(_WORDS.get(type(node), type(node).__name__), source, node)
         stack += ast.iter_child_nodes(node)
-    if names is not None and read - names:
-        raise UnknownName(sorted(read - names), "not an input or output")
     return read
 
 
@@ -204,21 +218,13 @@ def _reads_names(node: ast.AST) -> bool:
 
 
 def check(source: str, names: Iterable[str], sample: dict[str, Any] | None = None) -> None:
-    """Load-time check: raise ExprError for anything outside the language or an unknown name;
-    evaluate every name-free part (so `10**10**10` fails here, not in a run); with `sample`
-    (arrays of the declared shapes), evaluate the whole to refuse oversized results."""
+    """Load-time check: raise ExprError for anything outside the language, a limit its
+    constant parts break, or an unknown name; with `sample` (arrays of the declared shapes),
+    evaluate the whole to refuse oversized results."""
     source = source.strip()
-    tree = _parse(source)
-    _validate(tree, source, set(names))
-    ev = _Evaluator(source, {})
-    stack: list[ast.AST] = [tree.body]
-    with _deadline(TIME_LIMIT_S) as ev.deadline:
-        while stack:
-            node = stack.pop()
-            if isinstance(node, ast.Slice) or _reads_names(node):
-                stack += _operands(node)
-            elif not isinstance(node, ast.Constant):
-                ev.eval(node)
+    _, read = _language(source)
+    if unknown := read - set(names):
+        raise UnknownName(sorted(unknown), "not an input or output")
     if sample is not None:
         try:
             evaluate(source, sample)
@@ -232,11 +238,9 @@ def evaluate(source: str, namespace: dict[str, Any], time_limit: float = TIME_LI
     """Evaluate over `namespace` (input and output arrays) -> float64 array. Raises UnknownName
     for a name the namespace lacks, ExprError for a refused node, a limit or a numpy error."""
     source = source.strip()
-    tree = _parse(source)
-    try:
-        _validate(tree, source, set(namespace))
-    except UnknownName as e:
-        raise UnknownName(e.names, "not produced by this run") from None
+    tree, read = _language(source)
+    if unknown := read - namespace.keys():
+        raise UnknownName(sorted(unknown), "not produced by this run")
     ev = _Evaluator(source, namespace)
     with _deadline(time_limit) as ev.deadline:
         value = ev.eval(tree.body)
