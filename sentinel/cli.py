@@ -88,7 +88,7 @@ def main(version: bool = typer.Option(False, "--version", callback=_version, is_
 
 
 def usage_error(msg: str) -> "typer.Exit":
-    err.print(f"[bold red]error:[/] {msg}", soft_wrap=True)
+    err.print(f"[bold red]error:[/] {escape(msg)}", soft_wrap=True)
     return typer.Exit(2)
 
 
@@ -97,7 +97,7 @@ def _load(paths: list[Path]):
         return load_paths(paths)
     except SpecError as e:
         for line in e.lines():
-            err.print(f"[bold red]error:[/] {line}", highlight=False, soft_wrap=True)  # FILE:LINE: stays on one line
+            err.print(f"[bold red]error:[/] {escape(line)}", highlight=False, soft_wrap=True)  # FILE:LINE: stays on one line
         raise typer.Exit(2) from None
 
 
@@ -123,6 +123,7 @@ def _progress(as_json: bool, total: int):
         task = progress.add_task("starting worker", total=total)
 
         def tick(description: str) -> None:
+            description = escape(description)  # names a target: user text, never markup
             progress.update(task, advance=1, description=description)
             if not show and not as_json:
                 err.print(f"  {description}", highlight=False)
@@ -169,7 +170,7 @@ def _emit(report: Report, output: Path | None, junit: Path | None, as_json: bool
             if t.load_error:
                 err.print(f"[bold magenta]target {escape(t.name)} could not be loaded:[/] {escape(t.load_error.message)}")
         if output:
-            err.print(f"report written to {output}", highlight=False)
+            err.print(f"report written to {escape(str(output))}", highlight=False)
 
 
 OUTPUT_HELP = "Write the JSON report here (atomically). Default: reports/latest.json; '-' for none."
@@ -327,7 +328,7 @@ def bisect(
         raise usage_error(f"{path} holds {len(scs)} scenarios: choose one with --scenario")
 
     def on_probe(p) -> None:
-        err.print(f"  tried {p.commit[:10]} {p.verdict:<10} {p.subject[:60]}", highlight=False)
+        err.print(f"  tried {p.commit[:10]} {p.verdict:<10} {escape(p.subject[:60])}", highlight=False)
 
     try:
         res = cmp.bisect(scs[0], target, repo_s, good, bad, device=device.value, timeout=timeout, on_probe=on_probe)
@@ -338,7 +339,7 @@ def bisect(
     if res.first:
         out.print(f"[bold]{res.first.commit}[/] is the first commit where {scs[0].id} is "
                   f"[bold]{res.bad_verdict}[/] (was {res.good_verdict})")
-        out.print(f"  {res.first.subject}")
+        out.print(f"  {escape(res.first.subject)}")
     else:
         out.print(f"[yellow]skipped commits leave {len(res.candidates)} candidates:[/] " + " ".join(c[:10] for c in res.candidates))
     out.print(f"tried {len(res.probes)} revisions of {res.commits_in_range} in range, {res.duration_s:.1f} s")
@@ -388,12 +389,12 @@ def matrix(
         t.add_column("scenario", overflow="fold")
         t.add_column("invariant")
         for c in table["columns"]:
-            t.add_column(c, overflow="fold")
+            t.add_column(escape(c), overflow="fold")
         for r in table["rows"]:
-            t.add_row(r["scenario"], r["invariant"], *[render.Text(v, render.STYLE.get(v, "dim")) for v in r["cells"].values()])
+            t.add_row(render.Text(r["scenario"]), render.Text(r["invariant"]), *[render.Text(v, render.STYLE.get(v, "dim")) for v in r["cells"].values()])
         out.print(t)
     if dest:
-        err.print(f"report written to {dest}", highlight=False)
+        err.print(f"report written to {escape(str(dest))}", highlight=False)
 
 
 @app.command()
@@ -518,7 +519,7 @@ def hunt(
                 lanes = f"{e['jobs']} workers" if e.get("jobs", 1) > 1 else "worker"
                 msg = f"{e['target']}: hunting {e['properties']} properties ({lanes} up in {e['startup_s']:.1f} s)"
                 if not show and not as_json:
-                    err.print(msg, highlight=False)
+                    err.print(escape(msg), highlight=False)
                 return
             name = e.get("property", "")
             if kind == "round":
@@ -550,7 +551,7 @@ def hunt(
     else:
         _hunt_console(rep, verbose)
         if report_path:
-            err.print(f"hunt report written to {report_path}", highlight=False)
+            err.print(f"hunt report written to {escape(str(report_path))}", highlight=False)
     raise typer.Exit(rep.exit_code())
 
 
@@ -567,7 +568,7 @@ def _hunt_console(rep: Report, verbose: bool) -> None:
         if p.errors and p.error_sample and p.status != "error":
             why += f" · target raised on {p.errors} input(s): {p.error_sample.type}: {p.error_sample.message[:80]}"
         t.add_row(p.property, render.Text(p.status, render.STYLE[p.status]), str(p.examples), str(p.rejected),
-                  str(p.errors), f"{p.duration_s:.2f}", why)
+                  str(p.errors), f"{p.duration_s:.2f}", render.Text(why))
     if t.row_count:
         out.print(t)
     for f in h.findings:
@@ -643,7 +644,7 @@ def list_(
         for c in ("id", "boundary", "invariants", "file"):
             t.add_column(c, overflow="fold")
         for sc in _load(paths or [catalog_path()]):
-            t.add_row(sc.id, sc.boundary, ", ".join(i.family for i in sc.invariants), _rel(sc.file))
+            t.add_row(sc.id, sc.boundary, ", ".join(i.family for i in sc.invariants), render.Text(_rel(sc.file)))
     elif what == What.boundaries:
         t.title = "boundaries (input? = optional; option = default: allowed values)"
         for c in ("boundary", "inputs", "outputs", "options"):

@@ -79,7 +79,8 @@ def console_report(report: Report, console: Console, verbose: bool = False) -> N
     for col in ("target", "boundary", "verdict", "why"):
         table.add_column(col, overflow="fold")
     for r in report.results:
-        table.add_row(r.id, r.target, r.boundary, Text(r.verdict, STYLE[r.verdict]), r.reason.split("; ")[0][:100])
+        table.add_row(Text(r.id), Text(r.target), Text(r.boundary), Text(r.verdict, STYLE[r.verdict]),
+                      Text(r.reason.split("; ")[0][:100]))  # Text: report fields are never markup
     console.print(table)
     unloadable = {k: t for k, t in report.targets.items() if t.load_error is not None}
     for key, t in unloadable.items():  # one panel per target that did not load, not one per scenario
@@ -88,7 +89,7 @@ def console_report(report: Report, console: Console, verbose: bool = False) -> N
                 Text(f"{n} scenario(s) could not run", style="dim")]
         if verbose and t.load_error.traceback:
             body.append(Text(t.load_error.traceback, style="dim"))
-        console.print(Panel(Group(*body), title=f"target {key} could not be loaded", border_style=STYLE["error"],
+        console.print(Panel(Group(*body), title=Text(f"target {key} could not be loaded"), border_style=STYLE["error"],
                             title_align="left"))
     for r in report.results:
         if r.target in unloadable and r.verdict == "error" and not r.invariants:
@@ -102,14 +103,14 @@ def console_report(report: Report, console: Console, verbose: bool = False) -> N
                 body.append(Text(f"{r.exception_info.type}: {r.exception_info.message}", style="magenta"))
                 if verbose and r.exception_info.traceback:
                     body.append(Text(r.exception_info.traceback, style="dim"))
-            console.print(Panel(Group(*body), title=f"{r.id} on {r.target}: {r.verdict}",
+            console.print(Panel(Group(*body), title=Text(f"{r.id} on {r.target}: {r.verdict}"),
                                 border_style=STYLE[r.verdict], title_align="left"))
     if report.comparisons:
         ct = Table(title="compare", title_justify="left")
         for col in ("scenario", "base", "head", "verdict"):
             ct.add_column(col)
         for c in report.comparisons:
-            ct.add_row(c.id, Text(c.base, STYLE[c.base]), Text(c.head, STYLE[c.head]), Text(c.verdict, STYLE[c.verdict]))
+            ct.add_row(Text(c.id), Text(c.base, STYLE[c.base]), Text(c.head, STYLE[c.head]), Text(c.verdict, STYLE[c.verdict]))
         console.print(ct)
     s = report.statistics
     console.print(Text.assemble(

@@ -14,9 +14,10 @@ import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from . import REPORT_SCHEMA_VERSION, __version__, verdicts
+from .errors import SentinelError
 from .verdicts import CompareVerdict, InvariantVerdict, ScenarioVerdict
 
 if TYPE_CHECKING:
@@ -249,8 +250,48 @@ def dump(report: Report) -> str:
     return report.model_dump_json(indent=2) + "\n"
 
 
+class ReportError(SentinelError, ValueError):
+    """A file that is not a valid report; the message says what is wrong and where."""
+
+
+_EXPECTED = {"bool_type": "bool", "string_type": "string", "int_type": "integer", "float_type": "number",
+             "list_type": "array", "dict_type": "object", "model_type": "object", "model_attributes_type": "object"}
+
+
+def _field_problem(err: dict[str, Any]) -> str:
+    where = "field " + (".".join(map(str, err["loc"])) or "(top level)")
+    if err["type"] in _EXPECTED:
+        got = json.dumps(err["input"], default=str)
+        return f"{where}: expected {_EXPECTED[err['type']]}, got {got if len(got) <= 40 else got[:37] + '...'}"
+    if err["type"] == "missing":
+        return f"{where}: missing"
+    if err["type"] == "extra_forbidden":
+        return f"{where}: unknown field"
+    return f"{where}: {err['msg']}"
+
+
 def load(path: str | Path) -> Report:
-    return Report.model_validate_json(Path(path).read_text(encoding="utf-8"))
+    """Read a report strictly (no coercion: `success: "yes"` is refused). ReportError names the
+    byte where the JSON breaks (or is cut off) and every field that is wrong."""
+    raw = Path(path).read_bytes()
+    try:
+        text = raw.decode("utf-8")
+        json.loads(text)
+    except UnicodeDecodeError as e:
+        raise ReportError(f"not UTF-8 at byte {e.start}") from None
+    except json.JSONDecodeError as e:
+        at = len(text[:e.pos].encode("utf-8"))
+        if not text.strip():
+            raise ReportError("an empty file") from None
+        if not text[e.pos:].strip() or e.msg.startswith("Unterminated string"):
+            raise ReportError(f"truncated at byte {len(raw)} (line {text.count(chr(10)) + 1}): {e.msg}") from None
+        raise ReportError(f"invalid JSON at byte {at} (line {e.lineno}, column {e.colno}): {e.msg}") from None
+    try:
+        return Report.model_validate_json(text, strict=True)
+    except ValidationError as e:
+        errs = e.errors()
+        more = f"; and {len(errs) - 5} more" if len(errs) > 5 else ""
+        raise ReportError("; ".join(_field_problem(x) for x in errs[:5]) + more) from None
 
 
 def json_schema() -> dict[str, Any]:

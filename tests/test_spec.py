@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import textwrap
+import time
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +13,7 @@ import pytest
 
 from sentinel.boundaries import BOUNDARIES
 from sentinel.catalog import catalog_path
+from sentinel import spec
 from sentinel.spec import MultiSpecError, SpecError, load_file, load_paths, load_text
 
 # Line numbers below refer to this text (line 1 is `id: opsm`).
@@ -548,3 +550,101 @@ def test_derived_default_resolved_once():
 def _scenario_text_with_config(boundary: str, config: str) -> str:
     return (f"id: t\ntitle: t\nboundary: {boundary}\nconfig:\n{config}inputs:\n  values: [[1.0, 2.0]]\n"
             "  loss_mask: [[1, 1]]\ninvariants:\n  - finite: {}\n")
+
+
+# --- parser limits -----------------------------------------------------------------------
+
+ALIAS_BOMB = "".join(f"{k}: &{k} [{','.join([v] * 9)}]\n" for k, v in  # 9**9 strings from 342 bytes
+                     zip("abcdefghi", ['"lol"', "*a", "*b", "*c", "*d", "*e", "*f", "*g", "*h"]))
+
+
+@pytest.fixture(params=["libyaml", "pure"])
+def loader(request, monkeypatch):
+    """Run a test with the C loader (libyaml, the default where built) and the pure-Python one."""
+    if request.param == "libyaml":
+        if spec.LOADERS[0] is spec._PyLoader:
+            pytest.skip("PyYAML without libyaml")
+    else:
+        monkeypatch.setattr(spec, "LOADERS", [spec._PyLoader])
+    return request.param
+
+
+def test_yaml_12_number_forms_are_numbers(tmp_path, loader):
+    text = replace(OPSM, "log_probs:     [[0.0, 0.0, 0.0]]", "log_probs:     [[1e-3, 1E5, .5]]")
+    text = replace(text, "old_log_probs: [[1.0, 1.0, 1.0]]", "old_log_probs: [[-.inf, 1.0e5, -2e+2]]")
+    text = replace(text, "opsm_delta: 0.1", "opsm_delta: 1e-3")
+    (sc,) = load_file(write(tmp_path, text))
+    np.testing.assert_allclose(sc.inputs["log_probs"], [[1e-3, 1e5, 0.5]], rtol=1e-6)
+    assert sc.inputs["old_log_probs"].tolist() == [[-math.inf, 1e5, -200.0]]
+    assert sc.config["opsm_delta"] == 1e-3
+
+
+def test_both_loaders_give_the_same_lines(tmp_path, loader):
+    assert_problem(tmp_path, replace(OPSM, "boundary: opsm_mask", "boundary: nope"), 3, "boundary", "nope")
+    assert_problem(tmp_path, OPSM + "  - close: {output: opsm_mask, expected: [1, 2]}\n", 14,
+                   "invariants.1.close.expected", "shape [2]", "[1, 3]")
+    assert_problem(tmp_path, "id: a\n\ttitle: b\n", 2, "", "malformed YAML")
+
+
+def test_duplicate_keys_are_refused_at_the_second(tmp_path, loader):
+    assert_problem(tmp_path, OPSM.replace("config:\n", "title: again\nconfig:\n"), 4, "title",
+                   "duplicate key 'title'", "first at line 2")
+    assert_problem(tmp_path, replace(OPSM, "  loss_mask:     [[1, 1, 1]]\n",
+                                     "  loss_mask:     [[1, 1, 1]]\n  log_probs: [[0.0, 0.0, 0.0]]\n"),
+                   11, "inputs.log_probs", "duplicate key 'log_probs'", "first at line 7")
+
+
+def test_an_alias_bomb_fails_fast_with_its_line(tmp_path, loader):
+    assert len(ALIAS_BOMB.encode()) < 400
+    t0 = time.monotonic()
+    p, err = problems(tmp_path, ALIAS_BOMB)
+    assert time.monotonic() - t0 < 2
+    (line,) = err.lines()
+    assert line.startswith(f"{p}:5: e.") and "alias" in line, line  # e: where the expansion passes the budget
+
+
+@pytest.mark.parametrize("text,line", [
+    ("id: x\ninputs: " + "[" * 3000 + "]" * 3000 + "\n", 2),
+    ("id: x\ninputs:\n  log_probs: " + "[" * 100 + "]" * 100 + "\n", 3),
+    ("id: x\nrec: &r [*r]\n", 2),
+])
+def test_deep_nesting_is_refused_with_a_line(tmp_path, loader, text, line):
+    p, err = problems(tmp_path, text)
+    assert only(err)[0] == line and "nest" in only(err)[2], err.lines()
+
+
+def test_a_million_value_row_is_refused_in_seconds(tmp_path):
+    row = "[[" + ", ".join(["0.5"] * 1_000_000) + "]]"
+    text = replace(OPSM, "log_probs:     [[0.0, 0.0, 0.0]]", f"log_probs:     {row}")
+    t0 = time.monotonic()
+    assert_problem(tmp_path, text, 7, "inputs.log_probs", "100000", "SENTINEL_MAX_ELEMENTS")
+    assert time.monotonic() - t0 < (20 if spec.LOADERS[0] is not spec._PyLoader else 120)
+
+
+def test_the_size_limit_is_set_by_an_environment_variable(tmp_path, monkeypatch):
+    monkeypatch.setenv("SENTINEL_MAX_ELEMENTS", "2")
+    assert_problem(tmp_path, OPSM, 7, "inputs.log_probs", "more than 2")
+    monkeypatch.setenv("SENTINEL_MAX_ELEMENTS", "3")
+    assert load_file(write(tmp_path, OPSM))
+    monkeypatch.setenv("SENTINEL_MAX_ELEMENTS", "lots")
+    assert_problem(tmp_path, OPSM, 1, "", "SENTINEL_MAX_ELEMENTS")
+
+
+def test_empty_inputs_are_refused(tmp_path):
+    assert_problem(tmp_path, replace(OPSM, "[[-0.5, 0.25, -0.25]]", "[[]]"), 9, "inputs.advantages", "empty")
+    assert_problem(tmp_path, replace(ADV, "rewards:        [1.0, 2.0]", "rewards:        []"), 8, "inputs.rewards", "empty")
+
+
+def test_values_beyond_their_dtype_are_refused(tmp_path):
+    assert_problem(tmp_path, replace(GRPO, "group:     [0, 0, 1, 1]", "group:     [0, 0, 1, 99999999999999999999]"),
+                   7, "inputs.group", "int64")
+    assert_problem(tmp_path, replace(OPSM, "[[-0.5, 0.25, -0.25]]", "[[-0.5, 0.25, 1e39]]"), 9,
+                   "inputs.advantages", "float32")
+
+
+def test_bytes_that_are_not_utf8_name_their_line(tmp_path):
+    p = tmp_path / "latin1.yaml"
+    p.write_bytes(OPSM.replace("title: OPSM on one sequence", "title: caf\xe9").encode("latin-1"))
+    with pytest.raises(SpecError) as ei:
+        load_file(p)
+    assert ei.value.lines() == [f"{p}:2: not UTF-8: byte 0xe9 at offset {OPSM.index('OPSM on') + 3}"]

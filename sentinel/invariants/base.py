@@ -7,7 +7,6 @@ worker produces them.
 
 from __future__ import annotations
 
-import ast
 import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
@@ -15,6 +14,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
+from .. import expr
 from ..errors import SentinelError
 
 if TYPE_CHECKING:
@@ -59,19 +59,35 @@ def resolve(ref: str, obs: RunObservation) -> np.ndarray:
     return obs.outputs[ref]
 
 
-_EXPR_NS = {n: getattr(np, n) for n in ("exp", "log", "clip", "where", "sum", "mean", "abs", "minimum",
-                                        "maximum", "zeros_like", "ones_like", "sign", "sqrt", "isfinite")}
-
-
 def evaluate_expected(expected: Any, obs: RunObservation) -> np.ndarray:
-    """A literal (number or nested list) or a numpy expression over the run's inputs and outputs."""
+    """A literal (number or nested list) or an expression (sentinel.expr) over the run's inputs
+    and outputs."""
     if isinstance(expected, str):
-        ns = {**_EXPR_NS, **obs.inputs, **obs.outputs}
         try:
-            return np.asarray(eval(expected, {"__builtins__": {}}, ns), dtype=np.float64)  # noqa: S307 - scenario files are code
-        except NameError as e:
+            return expr.evaluate(expected, {**obs.inputs, **obs.outputs})
+        except expr.UnknownName as e:
             raise Missing(f"expression {expected!r}: {e}") from None
     return np.asarray(expected, dtype=np.float64)
+
+
+def declared_shape(sc: "Scenario", ref: str, run: str = "base") -> tuple[int, ...] | None:
+    """The shape an observable must have on a run: token outputs [B, T], row outputs [B],
+    scalars (), gradients and inputs the shape of their input; None where unknown."""
+    inputs = sc.variants[run][0] if run in sc.variants else sc.inputs
+    if m := GRAD_RE.match(ref):
+        return inputs[m[2]].shape if m[2] in inputs else None
+    if m := INPUT_RE.match(ref):
+        return inputs[m[1]].shape if m[1] in inputs else None
+    port = sc.spec.output(ref)
+    token = next((a.shape for n, a in inputs.items() if sc.spec.input(n) and sc.spec.input(n).kind == "token"), None)
+    rows = next((a.shape for n, a in inputs.items() if sc.spec.input(n) and sc.spec.input(n).kind == "row"), None)
+    if port is None:
+        return None
+    if port.kind == "scalar":
+        return ()
+    if port.kind == "token":
+        return token
+    return rows if rows is not None else token[:1] if token is not None else None
 
 
 def compare(observed: np.ndarray, expected: np.ndarray, atol: float = 0.0, rtol: float = 0.0,
@@ -95,6 +111,11 @@ def compare(observed: np.ndarray, expected: np.ndarray, atol: float = 0.0, rtol:
 
 class ShapeMismatch(SentinelError):
     pass
+
+
+def _short(x: Any, n: int = 60) -> str:
+    r = repr(x)
+    return r if len(r) <= n else r[:n - 3] + "..."
 
 
 @dataclass
@@ -154,21 +175,39 @@ class Invariant(BaseModel):
         return out
 
     @staticmethod
-    def _known_expression(sc: "Scenario", expected: Any, fld: str = "expected") -> list[tuple[str, str]]:
-        """An `expected` expression may name the boundary's inputs and outputs and the numpy
-        functions of _EXPR_NS; any other name could never be evaluated (a check that cannot fail)."""
+    def _known_expression(sc: "Scenario", expected: Any, observable: str | None = None, run: str = "base",
+                          fld: str = "expected") -> list[tuple[str, str]]:
+        """`expected` must be evaluable on every target: an expression in the language of
+        sentinel.expr naming only the boundary's inputs and outputs (a typo would skip the
+        check forever), or a literal whose shape fits the observable's declared shape."""
+        want = declared_shape(sc, observable, run) if observable else None
         if not isinstance(expected, str):
+            try:
+                lit = np.asarray(expected, dtype=np.float64)
+                if expected is None:
+                    raise TypeError
+            except (TypeError, ValueError, OverflowError):
+                return [(fld, f"a literal is a number or a nested list of numbers, not {_short(expected)}")]
+            if want is not None:
+                try:
+                    fits = np.broadcast_shapes(lit.shape, want) == tuple(want)
+                except ValueError:
+                    fits = False
+                if not fits:
+                    return [(fld, f"a literal of shape {list(lit.shape)} cannot match {observable!r}, "
+                                  f"whose shape here is {list(want)}")]
             return []
+        names = {p.name for p in sc.spec.inputs} | {p.name for p in sc.spec.outputs}
+        inputs = sc.variants[run][0] if run in sc.variants else sc.inputs
+        sample = {**inputs, **{p.name: np.zeros(s) for p in sc.spec.outputs
+                               if (s := declared_shape(sc, p.name, run)) is not None}}
         try:
-            tree = ast.parse(expected, mode="eval")
-        except SyntaxError as e:
-            return [(fld, f"not a valid expression: {e.msg}")]
-        known = set(_EXPR_NS) | {p.name for p in sc.spec.inputs} | {p.name for p in sc.spec.outputs}
-        unknown = sorted({n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} - known)
-        if not unknown:
-            return []
-        return [(fld, f"expression {expected!r} names {', '.join(map(repr, unknown))}: not an input or output of "
-                      f"{sc.boundary!r} nor one of {', '.join(sorted(_EXPR_NS))}")]
+            expr.check(expected, names, sample)
+        except expr.UnknownName as e:
+            return [(fld, f"expression {_short(expected)} {e} of boundary {sc.boundary!r}")]
+        except expr.ExprError as e:
+            return [(fld, f"expression {_short(expected)}: {e}")]
+        return []
 
     @staticmethod
     def _known_input(sc: "Scenario", name: str | None, fld: str) -> list[tuple[str, str]]:

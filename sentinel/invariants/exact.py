@@ -22,7 +22,7 @@ class Close(Invariant):
 
     def check(self, sc):
         return self._known_outputs(sc, [self.output], "output") + self._known_input(sc, self.where, "where") + \
-            self._known_expression(sc, self.expected) + (
+            self._known_expression(sc, self.expected, self.output, self.run) + (
             [("run", f"no variant named {self.run!r}")] if self.run != "base" and self.run not in sc.variants else [])
 
     def grads(self, sc):

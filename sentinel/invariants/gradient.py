@@ -26,7 +26,7 @@ class Gradient(Invariant):
 
     def check(self, sc):
         out = self._known_outputs(sc, [self.of], "of") + self._known_input(sc, self.where, "where")
-        out += self._known_expression(sc, self.expected)
+        out += self._known_expression(sc, self.expected, f"grad:{self.of}/{self.wrt}", self.run)
         if self.wrt not in sc.spec.grad_inputs:
             out.append(("wrt", f"gradients of {sc.boundary!r} are taken w.r.t. {list(sc.spec.grad_inputs)}"))
         return out

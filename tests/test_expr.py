@@ -1,0 +1,227 @@
+"""The `expected` expression language (sentinel.expr): a scenario file never executes code.
+
+Every escape is refused when the scenario loads (a SpecError naming file, line and the
+offending node; `sentinel run` exits 2) and never reaches a run; the forms people write
+evaluate to the right numbers; sizes, exponents and time are bounded at run time too."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sentinel import expr
+from sentinel.catalog import catalog_path
+from sentinel.invariants.base import Missing, RunObservation, evaluate_expected
+from sentinel.spec import SpecError, load_paths, load_text
+
+PWN = "sum.__wrapped__.__globals__['__builtins__']['__import__']('os').system('touch pwned') + 2.5"
+
+ESCAPES = [
+    PWN,
+    "10**10**10",
+    "log_probs.__class__",
+    "log_probs.__class__.__mro__[-1].__subclasses__()",
+    "().__class__.__bases__[0].__subclasses__()",
+    "sum.__self__",
+    "np.sum.__globals__",
+    "exp.__call__(log_probs)",
+    "getattr(log_probs, 'sum')",
+    "__import__('os').system('touch pwned')",
+    "__builtins__",
+    "open('/etc/passwd')",
+    "eval('1')",
+    "exec('1')",
+    "type(log_probs)",
+    "(lambda: 1)()",
+    "[x for x in log_probs]",
+    "sum(x for x in log_probs)",
+    "{k: 1 for k in log_probs}",
+    "f'{log_probs}'",
+    "f'{__import__(\"os\").system(\"touch pwned\")}'",
+    "(y := log_probs)",
+    "np.load('x.npy')",
+    "np.ones((10**9,))",
+    "np.zeros(10**9)",
+    "np.empty((10000, 10000))",
+    "np.lib.format",
+    "np",
+    "np.__dict__",
+    "log_probs.tofile('pwned')",
+    "log_probs.dump('pwned')",
+    "exp(log_probs, out=log_probs)",
+    "sum(log_probs, **{'axis': 0})",
+    "where(*[loss_mask, 1, 0])",
+    "log_probs ** 10**10",
+    "2 ** 1000",
+    "(10**60) ** 60",
+    "1 << 100000",
+    "log_probs @ log_probs",
+    "'a' * 10**9",
+    "b'x'",
+    "1j",
+    "log_probs if 1 in log_probs else 0",
+    "{1, 2}",
+    "{'a': 1}",
+    "exp(10**400)",
+    "(" * 300 + "1" + ")" * 300,
+    "-" * 3000 + "1",
+    "1 + " * 2000 + "1",
+    "log_prob - ref_log_probs",
+]
+
+
+def kl_scenario(expression: str) -> str:
+    """The expression on line 9 of a kl scenario (a JSON string is a YAML double-quoted one)."""
+    return textwrap.dedent("""\
+        id: kl
+        title: k1
+        boundary: kl
+        inputs:
+          log_probs:     [[-0.5, -1.0, -0.2]]
+          ref_log_probs: [[-0.6, -0.8, -0.4]]
+          loss_mask:     [[1, 1, 0]]
+        invariants:
+          - close: {output: kl, expected: EXPR}
+        """).replace("EXPR", json.dumps(expression))
+
+
+@pytest.mark.parametrize("source", ESCAPES, ids=range(len(ESCAPES)))
+def test_escapes_are_refused_at_load_time_with_file_and_line(source, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    text = kl_scenario(source)
+    assert text.splitlines()[8].lstrip().startswith("- close:")
+    t0 = time.monotonic()
+    with pytest.raises(SpecError) as ei:
+        load_text(text, "escape.yaml")
+    assert time.monotonic() - t0 < 5
+    (line,) = ei.value.lines()
+    assert line.startswith("escape.yaml:9: invariants.0.close.expected: expression"), line
+    assert not (tmp_path / "pwned").exists()
+
+
+@pytest.mark.parametrize("source,node", [
+    (PWN, "__wrapped__"), ("getattr(log_probs, 'sum')", "getattr"), ("log_probs.__class__", "__class__"),
+    ("10**10**10", "10**10**10"), ("np.ones((10**9,))", "np.ones"), ("(lambda: 1)()", "lambda"),
+    ("exp(log_probs, out=log_probs)", "'out'"), ("f'{log_probs}'", "f-string"), ("(y := log_probs)", ":="),
+])
+def test_the_message_names_the_offending_node(source, node):
+    with pytest.raises(SpecError) as ei:
+        load_text(kl_scenario(source))
+    assert node in str(ei.value)
+
+
+def test_the_escape_through_the_cli_exits_2_and_runs_nothing(tmp_path):
+    (tmp_path / "escape.yaml").write_text(kl_scenario(PWN), encoding="utf-8")
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "sentinel", "run", "escape.yaml", "-o", "-"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert "escape.yaml:9: invariants.0.close.expected" in proc.stderr
+    assert time.monotonic() - t0 < 30
+    assert not (tmp_path / "pwned").exists()
+
+
+# --- what people write -------------------------------------------------------------------
+
+NS = {"values": np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]), "loss_mask": np.array([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]]),
+      "log_probs": np.array([[0.0, -1.0, -2.0], [-0.5, 0.0, 0.0]]), "ref_log_probs": np.full((2, 3), -1.0),
+      "advantages": np.array([[1.0, -1.0, 0.5], [2.0, 0.0, 0.0]])}
+V, M, LP, REF, A = NS["values"], NS["loss_mask"], NS["log_probs"], NS["ref_log_probs"], NS["advantages"]
+
+
+@pytest.mark.parametrize("source,want", [
+    ("(values * loss_mask).sum() / loss_mask.sum()", (V * M).sum() / M.sum()),
+    ("np.where(loss_mask > 0, log_probs - ref_log_probs, 0)", np.where(M > 0, LP - REF, 0)),
+    ("where(loss_mask > 0, log_probs - ref_log_probs, 0)", np.where(M > 0, LP - REF, 0)),
+    ("-clip(exp(log_probs - ref_log_probs), 0.8, 1.2) * advantages * loss_mask / sum(loss_mask)",
+     -np.clip(np.exp(LP - REF), 0.8, 1.2) * A * M / M.sum()),
+    ("sum((log_probs - ref_log_probs) * loss_mask, axis=-1, keepdims=True) / sum(loss_mask, axis=-1, keepdims=True)",
+     ((LP - REF) * M).sum(-1, keepdims=True) / M.sum(-1, keepdims=True)),
+    ("(values * loss_mask).sum(axis=1) / loss_mask.sum(axis=1)", (V * M).sum(1) / M.sum(1)),
+    ("values.max(axis=0)", V.max(0)), ("values.cumsum(axis=-1)", V.cumsum(-1)), ("values.mean()", V.mean()),
+    ("values.clip(2, 5)", V.clip(2, 5)), ("values.reshape(-1)", V.reshape(-1)), ("np.cumsum(values, axis=1)", V.cumsum(1)),
+    ("(log_probs - ref_log_probs) ** 2 / 2", (LP - REF) ** 2 / 2),
+    ("exp(ref_log_probs - log_probs) - 1 - (ref_log_probs - log_probs)", np.exp(REF - LP) - 1 - (REF - LP)),
+    ("maximum(-exp(log_probs) * advantages, -clip(exp(log_probs), 0.8, 1.28) * advantages)",
+     np.maximum(-np.exp(LP) * A, -np.clip(np.exp(LP), 0.8, 1.28) * A)),
+    ("values * [[1.0], [0.0]]", V * [[1.0], [0.0]]), ("values[:, 0]", V[:, 0]), ("values[0, 1:]", V[0, 1:]),
+    ("values[..., -1]", V[..., -1]), ("values[loss_mask > 0]", V[M > 0]), ("values[[1, 0]]", V[[1, 0]]),
+    ("values[:, None, :].sum(axis=1)", V), ("0 < values < 4", (V > 0) & (V < 4)),
+    ("(values > 2) & (loss_mask > 0) | (values == 1)", ((V > 2) & (M > 0)) | (V == 1)),
+    ("values > 2 and loss_mask > 0", (V > 2) & (M > 0)), ("not loss_mask", M == 0),
+    ("1.0 if loss_mask.sum() > 2 else 0.0", 1.0), ("abs(-values) % 4 // 1", np.abs(V) % 4 // 1),
+    ("2 ** 10 * 1e-3 + np.pi - np.e", 2 ** 10 * 1e-3 + np.pi - np.e), ("isfinite(values / (values - 1))", V != 1),
+    ("full_like(values, 7) + zeros_like(values) * ones_like(values)", np.full_like(V, 7)),
+    ("-np.inf < values", np.ones_like(V)), ("sqrt(square(values))", V), ("log(exp(values))", V),
+    ("minimum(values, 3) + sign(values - 3)", np.minimum(V, 3) + np.sign(V - 3)),
+])
+def test_ordinary_forms_evaluate_right(source, want):
+    expr.check(source, NS)
+    np.testing.assert_allclose(expr.evaluate(source, NS), np.asarray(want, dtype=np.float64), rtol=1e-12)
+
+
+def test_every_catalog_expression_is_in_the_language():
+    seen = 0
+    for sc in load_paths([catalog_path()]):
+        for inv in sc.invariants:
+            if isinstance(getattr(inv, "expected", None), str):
+                expr.check(inv.expected, {p.name for p in sc.spec.inputs} | {p.name for p in sc.spec.outputs})
+                seen += 1
+    assert seen >= 10
+
+
+def test_a_name_the_run_lacks_is_missing_not_an_error():
+    o = RunObservation(inputs={"log_probs": LP}, outputs={})
+    with pytest.raises(Missing, match="pg_loss"):
+        evaluate_expected("pg_loss * 0", o)
+
+
+# --- limits at run time ------------------------------------------------------------------
+
+@pytest.mark.parametrize("source", [
+    "x.reshape(-1)[:, None] * x.reshape(-1)",  # 10**10 elements: refused before numpy allocates them
+    "where(x.reshape(-1)[:, None] > 0, x.reshape(-1), 0)",
+    "x.reshape(-1)[:, None] > x.reshape(-1)",
+    "concatenate([x, x, x, x, x, x, x, x, x, x, x])",
+    "y[i[:, None], i % 10]",  # advanced indexing: 2000 x 2000 index arrays
+])
+def test_oversized_intermediates_are_refused_before_they_are_built(source):
+    ns = {"x": np.zeros(100_000), "y": np.zeros((2000, 10)), "i": np.arange(2000)}
+    t0 = time.monotonic()
+    with pytest.raises(expr.ExprError, match="limit"):
+        expr.evaluate(source, ns)
+    assert time.monotonic() - t0 < 2
+
+
+def test_integer_exponents_are_bounded():
+    with pytest.raises(expr.ExprError, match="exponent"):
+        expr.evaluate("x ** 100", {"x": np.arange(3)})
+    np.testing.assert_allclose(expr.evaluate("x ** 2.5", {"x": np.arange(3.0)}), np.arange(3.0) ** 2.5)
+
+
+def test_evaluation_has_a_time_limit():
+    with pytest.raises(expr.ExprError, match="limit"):
+        expr.evaluate("exp(x) + 1", {"x": np.zeros(3)}, time_limit=0.0)
+
+
+def test_a_runtime_failure_is_an_expression_error_naming_the_node():
+    with pytest.raises(expr.ExprError, match="broadcast") as ei:
+        expr.evaluate("x + y", {"x": np.zeros(3), "y": np.zeros(4)})
+    assert "`x + y`" in str(ei.value)
+
+
+def test_the_readme_lists_the_language():
+    """README's "What `expected` may say" names every function, method and keyword allowed."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### What `expected` may say", 1)[1].split("\n## ", 1)[0]
+    words = set(re.findall(r"[a-z_0-9]+", section))
+    assert set(expr.FUNCTIONS) <= words, set(expr.FUNCTIONS) - words
+    assert expr.METHODS <= words and expr.KEYWORDS <= words and set(expr.CONSTANTS) <= words
