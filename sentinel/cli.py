@@ -22,7 +22,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from . import __version__, boundaries, render, verdicts
+from . import __version__, boundaries, cleanup, git, process, render, verdicts
 from .catalog import catalog_path, display_path, local_catalog
 from .invariants import REGISTRY
 from .report import Report, dump, load, schema_text, write_atomic
@@ -718,7 +718,14 @@ for _command in app.registered_commands:
 
 
 def entry() -> None:
-    """Console script: an unexpected exception is a tool error (exit 3), never read as a violation."""
+    """Console script: an unexpected exception is a tool error (exit 3), never read as a violation.
+
+    Ctrl-C, SIGTERM (CI's `timeout`) and SIGHUP all end the run the same way: workers killed,
+    worktrees and temp files removed, exit 130. What an earlier, SIGKILLed run left behind is
+    swept first (sentinel/cleanup.py)."""
+    cleanup.install_signal_handlers()
+    cleanup.on_interrupt(process.stop_all)
+    git.sweep_stale()
     try:
         app()
     except SystemExit:

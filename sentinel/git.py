@@ -7,6 +7,7 @@ checked out detached into a temporary folder that is removed on success, failure
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import tempfile
 import threading
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from . import cleanup
 from .errors import GitError  # noqa: F401 - a repository or revision that cannot be used
 
 WORKTREE = "WORKTREE"  # names the working tree itself, uncommitted changes included
@@ -71,7 +73,8 @@ def checkout(repo: Path, rev: str | None) -> Iterator[Checkout]:
     import git
     sha, subject = resolve(repo, rev)
     r = _repo(repo)
-    tmp = Path(tempfile.mkdtemp(prefix="sentinel-wt-"))
+    tmp = Path(tempfile.mkdtemp(prefix=cleanup.WORKTREE_PREFIX))
+    cleanup.mark(tmp, repo=str(repo))  # a killed run's leftovers are swept by the next command
     path = tmp / sha[:12]
     try:
         with _worktree_lock(repo):
@@ -94,6 +97,31 @@ def checkout(repo: Path, rev: str | None) -> Iterator[Checkout]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def sweep_stale() -> list[str]:
+    """Remove the temporary worktrees of runs that were killed (their owner process is gone):
+    deregistered from their repository, then deleted. Returns what was removed."""
+    removed = []
+    for folder, owner in cleanup.stale_worktree_folders():
+        repo = Path(owner.get("repo", ""))
+        if repo.exists():
+            try:
+                r = _repo(repo)
+                with _worktree_lock(repo):
+                    for wt in folder.iterdir():
+                        if wt.is_dir():
+                            try:
+                                r.git.worktree("remove", "--force", str(wt))
+                            except Exception:  # noqa: BLE001 - deregistered below by prune
+                                pass
+                    cleanup.remove_tree(folder)
+                    r.git.worktree("prune")
+            except (GitError, Exception):  # noqa: BLE001 - a broken repo must not stop the command
+                pass
+        cleanup.remove_tree(folder)
+        removed.append(str(folder))
+    return removed
+
+
 _THREADS = threading.Lock()
 
 
@@ -102,15 +130,32 @@ def _worktree_lock(repo: Path) -> Iterator[None]:
     """Serialise `git worktree add/remove/prune` on one repository: run concurrently (both
     sides of a compare, two sentinel processes) they race on .git/worktrees, and git fails
     with "could not create directory of '.git/worktrees/...'". The lock file lives in the
-    temp folder, keyed by the repository, so the user's .git gets nothing new."""
+    temp folder, keyed by the repository, so the user's .git gets nothing new; its holder
+    deletes it on release, and a waiter that then holds a deleted file's lock tries again."""
     key = hashlib.sha1(str(repo).encode()).hexdigest()[:16]
-    with _THREADS, open(Path(tempfile.gettempdir()) / f"sentinel-worktree-{key}.lock", "a") as f:
-        try:
-            import fcntl
+    path = Path(tempfile.gettempdir()) / f"sentinel-worktree-{key}.lock"
+    try:
+        import fcntl
+    except ImportError:  # Windows: the thread lock alone
+        with _THREADS:
+            yield
+        return
+    with _THREADS:
+        while True:
+            f = open(path, "a")
             fcntl.flock(f, fcntl.LOCK_EX)
-        except ImportError:  # Windows: the thread lock alone
-            pass
-        yield
+            try:
+                same = os.fstat(f.fileno()).st_ino == os.stat(path).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            f.close()  # the holder before us deleted it: lock the current file instead
+        try:
+            yield
+        finally:
+            path.unlink(missing_ok=True)
+            f.close()
 
 
 def _stderr(e: Exception) -> str:

@@ -21,14 +21,32 @@ from typing import Any, Callable
 from .errors import WorkerDied  # noqa: F401 - the worker exited, or gave no answer in time
 
 _spares: list[subprocess.Popen] = []
+_live: set[subprocess.Popen] = set()  # every worker this process started and has not ended
 _lock = threading.Lock()
+_stopping = threading.Event()  # interrupted: start no new worker, end the running ones
 
 
 def spawn_worker() -> subprocess.Popen:
     """A `python -m sentinel.worker` child speaking JSON lines on stdin/stdout."""
+    if _stopping.is_set():
+        raise WorkerDied("interrupted: no new worker is started")
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    return subprocess.Popen([sys.executable, "-m", "sentinel.worker"], stdin=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-m", "sentinel.worker"], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, bufsize=1)
+    with _lock:
+        _live.add(proc)
+    return proc
+
+
+def stop_all() -> None:
+    """Interrupted (Ctrl-C, SIGTERM, SIGHUP): kill every live worker now, so the threads
+    waiting on them return and run their cleanup (worktrees, temp files), and start no more."""
+    _stopping.set()
+    with _lock:
+        procs = list(_live)
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
 
 
 def prestart(count: int) -> None:
@@ -110,6 +128,8 @@ class WorkerHandle:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+        with _lock:
+            _live.discard(self.proc)
 
     def close(self) -> None:
         """Every answer is in: end the worker now rather than wait for torch's interpreter

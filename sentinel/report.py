@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from . import REPORT_SCHEMA_VERSION, __version__, verdicts
+from . import REPORT_SCHEMA_VERSION, __version__, cleanup, verdicts
 from .errors import SentinelError
 from .verdicts import CompareVerdict, InvariantVerdict, ScenarioVerdict
 
@@ -227,7 +227,9 @@ def write_atomic(path: str | Path, text: str) -> None:
     """Write to a temporary file beside `path`, then rename: never a half-written report."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    for stale in cleanup.stale_tmp_files(path):  # left by a writer that was killed mid-write
+        stale.unlink(missing_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=path.parent)
     try:
         os.fchmod(fd, 0o666 & ~_umask())  # what open() would give; mkstemp's 0600 hides reports from CI readers
         with os.fdopen(fd, "w", encoding="utf-8") as f:

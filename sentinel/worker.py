@@ -9,6 +9,13 @@ dies with the child instead of leaking into the next scenario.
 A job with {"type": "hunt"} (see sentinel/hunt/round.py) is one round of `sentinel hunt`: the
 forked child runs Hypothesis on one property with the adapter in-process (many examples
 per round trip), streaming {"event": "progress"} lines before its one result.
+
+CUDA is isolated the same way: the warm worker imports torch and the target but never
+initialises CUDA (`torch.cuda.is_available` asks NVML), so each forked child initialises
+its own CUDA context and dies with it. Nothing outlives the run: the worker ends when its
+parent process is gone (a watchdog on the parent pid), each child runs in its own process
+group with a parent-death signal, and the group is killed once the child has answered, so
+a grandchild the target forked can neither hold the answer back nor linger.
 """
 
 from __future__ import annotations
@@ -23,15 +30,41 @@ import sys
 import time
 import traceback
 from pathlib import Path
+import threading
 from typing import Any, Callable
 
-from .observe import observe
-from .tensors import decode, encode
+# before torch is imported (observe imports it): is_available() must not initialise CUDA,
+# or no forked child could use it
+os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
 
-from . import targets
-from .errors import UsageError
+from . import targets  # noqa: E402
+from .errors import UsageError  # noqa: E402
+from .observe import observe  # noqa: E402
+from .tensors import decode, encode  # noqa: E402
+
+PR_SET_PDEATHSIG = 1
 
 
+def _die_with_parent(sig: int = signal.SIGKILL) -> None:
+    """This process gets `sig` when the thread that forked it ends (Linux); no-op elsewhere."""
+    try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, sig)
+    except (OSError, AttributeError):
+        pass
+
+
+def _watch_parent(interval: float = 0.5) -> None:
+    """End this worker (and its children's groups die by their parent-death signal) once
+    the process that started it is gone: a killed CLI leaves no orphan worker."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            if os.getppid() != parent:
+                os._exit(1)
+            time.sleep(interval)
+    threading.Thread(target=watch, daemon=True, name="watch-parent").start()
 
 def _error(exc: BaseException) -> dict[str, Any]:
     return {"type": type(exc).__name__, "message": str(exc) or repr(exc),
@@ -82,10 +115,25 @@ class Worker:
         info.setdefault("stubs", list(self.adapter.stubs))
         info["import_s"] = round(time.perf_counter() - t0, 4)
         info["boundaries"] = self.adapter.supported()
+        # forked isolation needs a worker that never touched CUDA; an adapter that did while
+        # loading gets its scenarios run in this process (and the report says so)
+        self.fork_ok = hasattr(os, "fork") and not (self.device.type == "cuda" and torch.cuda.is_initialized())
+        if not self.fork_ok:
+            info["isolation"] = "in-process: the adapter initialised CUDA while loading"
         env = {"python": platform.python_version(), "torch": torch.__version__, "platform": platform.platform(),
-               "device": str(self.device),
-               "device_name": torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else platform.processor() or platform.machine()}
+               "device": str(self.device), "device_name": self._device_name()}
         self.send({"event": "ready", "target_info": info, "environment": env})
+
+    def _device_name(self) -> str:
+        if self.device.type != "cuda":
+            return platform.processor() or platform.machine()
+        # asked in a child, so that this process stays CUDA-free
+        res = self._forked(lambda emit: {"status": "ok", "name": self.torch.cuda.get_device_name(self.device)},
+                           120.0, "CUDA did not initialise within 120 s", "while initialising CUDA")
+        if res.get("status") != "ok":
+            from sentinel_adapters.base import TargetLoadError
+            raise TargetLoadError(f"CUDA cannot be used here: {res['error']['message']}")
+        return res["name"]
 
     # --- one scenario ------------------------------------------------------------------
     def execute(self, job: dict[str, Any]) -> dict[str, Any]:
@@ -137,8 +185,9 @@ class Worker:
         """fn(emit) in a forked child: its {"event": "progress"} messages are forwarded to the
         runner as they come, its return value is the result. An exception, exit, crash or a
         child still running after `timeout` s is an {"status": "error"} result. Without fork
-        (CUDA, or no os.fork) fn runs here and an exception is the error result."""
-        if self.device.type != "cpu" or not hasattr(os, "fork"):
+        (no os.fork, or CUDA initialised at load) fn runs here and an exception is the error
+        result. The child runs in its own process group, killed once it has answered."""
+        if not getattr(self, "fork_ok", hasattr(os, "fork")):
             try:
                 return fn(self.send)
             except Exception as e:  # noqa: BLE001
@@ -146,6 +195,8 @@ class Worker:
         r, w = os.pipe()
         pid = os.fork()
         if pid == 0:  # child
+            os.setpgid(0, 0)  # its own group: whatever it forks is killed with it
+            _die_with_parent()
             os.close(r)
             # drop the protocol pipe: if the worker dies, the runner must see EOF at once,
             # not when this child finishes
@@ -170,21 +221,24 @@ class Worker:
             while True:
                 left = deadline - time.monotonic()
                 if left <= 0 or not select.select([f], [], [], left)[0]:
-                    os.kill(pid, signal.SIGKILL)
+                    _kill_group(pid)
                     os.waitpid(pid, 0)
                     return {"status": "error", "error": {"type": "Timeout", "message": timeout_message, "traceback": ""}}
                 chunk = os.read(f.fileno(), 1 << 20)
                 if not chunk:
                     break
                 buf += chunk
-                while b"\n" in buf:
+                while b"\n" in buf and result is None:
                     line, buf = buf.split(b"\n", 1)
                     msg = json.loads(line)
                     if msg.get("event") == "progress":
                         self.send(msg)
                     else:
-                        result = msg
+                        result = msg  # the answer: no need to wait for an EOF a grandchild may hold back
+                if result is not None:
+                    break
         _, status = os.waitpid(pid, 0)
+        _kill_group(pid)
         if result is not None:
             return result
         how = (f"killed by signal {signal.Signals(os.WTERMSIG(status)).name}" if os.WIFSIGNALED(status)
@@ -193,7 +247,15 @@ class Worker:
             "type": "Crash", "message": f"the target process {how} {crash_when}", "traceback": ""}}
 
 
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 def main() -> None:
+    _watch_parent()
     # The protocol owns the original stdout; anything target code prints goes to stderr.
     proto = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)

@@ -1,0 +1,125 @@
+"""Nothing left behind: ownership marks on what a run creates, and the sweep of what a killed
+run left.
+
+A run that ends normally, by an exception, Ctrl-C, SIGTERM or SIGHUP removes its own
+worktrees, temporary checkouts, lock files and report temp files, and kills its workers
+(sentinel/cli.py turns SIGTERM and SIGHUP into the same KeyboardInterrupt as Ctrl-C). A run
+killed with SIGKILL cannot: its workers die with it (a parent-death signal, see
+sentinel/worker.py), and the next command sweeps what it left. The sweep removes only what it
+can prove is RL-Sentinel's and whose owner process is gone: a folder named `sentinel-wt-*`
+in the temp folder holding an owner mark (pid and that process's start time, so a reused pid
+is not mistaken for the owner) whose process no longer exists.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+WORKTREE_PREFIX = "sentinel-wt-"
+OWNER_FILE = "owner.json"
+YOUNG_S = 60.0  # an unmarked folder this young may be a run that has not written its mark yet
+
+
+def _start_time(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (Linux), or None when unknown."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def me() -> dict:
+    return {"pid": os.getpid(), "start": _start_time(os.getpid())}
+
+
+def alive(owner: dict) -> bool:
+    """Whether the process that wrote `owner` still runs (the same process, not a reused pid)."""
+    pid = int(owner.get("pid", -1))
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    start = _start_time(pid)
+    return start is None or owner.get("start") is None or start == owner["start"]
+
+
+def mark(folder: Path, **facts) -> None:
+    """Record this process as the owner of `folder` (plus facts the sweep needs, e.g. the repo)."""
+    (folder / OWNER_FILE).write_text(json.dumps({**me(), **facts}))
+
+
+def stale_worktree_folders(tmp: Path | None = None) -> list[tuple[Path, dict]]:
+    """(folder, owner) of every `sentinel-wt-*` folder whose owner is gone."""
+    out = []
+    for d in sorted(Path(tmp or tempfile.gettempdir()).glob(WORKTREE_PREFIX + "*")):
+        try:
+            owner = json.loads((d / OWNER_FILE).read_text())
+        except (OSError, ValueError):
+            continue  # not provably ours (or not marked yet): left alone
+        if not alive(owner):
+            out.append((d, owner))
+    return out
+
+
+def remove_tree(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def stale_tmp_files(path: Path) -> list[Path]:
+    """`.NAME.<pid>.*.tmp` siblings of `path` (report temp files) whose writer is gone."""
+    out = []
+    for f in path.parent.glob(f".{path.name}.*.tmp"):
+        parts = f.name[len(path.name) + 2:].split(".")
+        if parts and parts[0].isdigit() and not alive({"pid": int(parts[0])}):
+            out.append(f)
+    return out
+
+
+# --- signals --------------------------------------------------------------------------------
+
+_on_interrupt: list[Callable[[], None]] = []
+
+
+def on_interrupt(fn: Callable[[], None]) -> None:
+    """Call `fn` first when the run is interrupted (e.g. kill the workers, so the threads
+    waiting on them return and their cleanup runs)."""
+    _on_interrupt.append(fn)
+
+
+def interrupted() -> None:
+    while _on_interrupt:
+        try:
+            _on_interrupt.pop()()
+        except Exception:  # noqa: BLE001 - cleanup goes on
+            pass
+
+
+def _raise_interrupt(signum, frame):  # noqa: ARG001
+    interrupted()  # first: the threads blocked on workers must be freed before anyone waits on them
+    raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+
+def install_signal_handlers() -> None:
+    """Ctrl-C, SIGTERM (what CI's `timeout` sends) and SIGHUP: the same cleanup."""
+    for sig in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)):
+        if sig is not None:
+            signal.signal(sig, _raise_interrupt)
+
+
+def wait_gone(pids: list[int], seconds: float = 5.0) -> None:
+    deadline = time.monotonic() + seconds
+    while pids and time.monotonic() < deadline:
+        pids = [p for p in pids if alive({"pid": p})]
+        time.sleep(0.05)
