@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from sentinel_adapters.slime import _GradAt, _logits_for, _one_rank_cross_entropy
+from sentinel_adapters.slime.adapter import _GradAt, _logits_for, _one_rank_cross_entropy
 
 LP = [-1.5, -0.7, -0.125, -1e-3, 0.0, -30.0]
 

@@ -112,9 +112,9 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from .base import (Adapter, BoundaryResult, FunctionRef, TargetLoadError, Unsupported, parameters,
+from ..base import (Adapter, BoundaryResult, FunctionRef, TargetLoadError, Unsupported, parameters,
                    signature_text, version_facts)
-from .shims import import_with_stubs, is_stub
+from ..shims import import_with_stubs, is_stub
 
 CORE = "verl.trainer.ppo.core_algos"
 TRAINER = "verl.trainer.ppo.ray_trainer"

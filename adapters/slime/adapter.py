@@ -50,10 +50,10 @@ from typing import Any, Callable
 
 import torch
 
-from .base import (Adapter, BoundaryResult, FunctionRef, TargetLoadError, Unsupported, parameters, rows,
+from ..base import (Adapter, BoundaryResult, FunctionRef, TargetLoadError, Unsupported, parameters, rows,
                    signature_text, unrows, version_facts)
 
-from .shims import import_with_stubs
+from ..shims import import_with_stubs
 
 PPO_UTILS = "slime.utils.ppo_utils"
 CP_UTILS = "slime.backends.megatron_utils.cp_utils"
@@ -110,7 +110,7 @@ class _Args(Namespace):
             raise AttributeError(name)
         raise AttributeError(
             f"slime read args.{name}, which the RL-Sentinel slime adapter does not set "
-            f"(an option this slime version added: extend ARG_DEFAULTS in adapters/slime.py)")
+            f"(an option this slime version added: extend ARG_DEFAULTS in adapters/slime/adapter.py)")
 
 
 def slime_args(**overrides: Any) -> _Args:
