@@ -3,13 +3,14 @@
 An adapter lives in the worker process only (it imports torch and the target). It never
 decides a verdict: it translates canonical inputs into the target's conventions, calls the
 target's real function and translates the outputs back.
+
+Shared helpers for writing an adapter live in `support.py`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import inspect
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ClassVar
@@ -104,57 +105,6 @@ class Adapter:
         # defaults and derived values (eps_clip_high None -> eps_clip) resolved once, here
         return fn(inputs, boundaries.get(boundary).normalise(config))
 
-
-# --- helpers shared by adapters -------------------------------------------------------
-
-def rows(t: torch.Tensor, mask: torch.Tensor) -> list[torch.Tensor]:
-    """Per-sequence tensors of the response span: each row cut to [first valid, last valid]."""
-    out = []
-    for r, m in zip(t, mask):
-        idx = m.nonzero(as_tuple=True)[0]
-        out.append(r[int(idx[0]): int(idx[-1]) + 1] if len(idx) else r[:0])
-    return out
-
-
-def unrows(parts: list[torch.Tensor], mask: torch.Tensor, fill: float = 0.0) -> torch.Tensor:
-    """Inverse of `rows`: scatter per-sequence tensors back into a padded [B, T] batch."""
-    out = torch.full(mask.shape, fill, dtype=parts[0].dtype if parts else torch.float32, device=mask.device)
-    for b, (p, m) in enumerate(zip(parts, mask)):
-        idx = m.nonzero(as_tuple=True)[0]
-        if len(idx):
-            out[b, int(idx[0]): int(idx[0]) + p.numel()] = p.reshape(-1)
-    return out
-
-
-def version_facts(root: Path, package_version: str | None, with_commit: bool = True) -> dict[str, Any]:
-    """{"package_version", "commit", "version": "<package>+g<sha9>"} for a checkout."""
-    facts: dict[str, Any] = {}
-    if package_version:
-        facts["package_version"] = package_version
-    if with_commit:
-        try:
-            sha = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
-                                 timeout=10).stdout.strip()
-            if sha:
-                facts["commit"] = sha
-        except (OSError, subprocess.SubprocessError):
-            pass
-    parts = (facts.get("package_version"), facts.get("commit", "")[:9])
-    facts["version"] = "+g".join(x for x in parts if x) or "unknown"
-    return facts
-
-
-def parameters(fn: Callable) -> dict[str, inspect.Parameter]:
-    """A target function's parameters ({} when it has no inspectable signature)."""
-    try:
-        return dict(inspect.signature(fn).parameters)
-    except (TypeError, ValueError):
-        return {}
-
-
-def signature_text(fn: Callable) -> str:
-    """`qualname(signature)` for drift messages."""
-    try:
-        return f"{getattr(fn, '__qualname__', fn)}{inspect.signature(fn)}"
-    except (TypeError, ValueError):
-        return repr(fn)
+    def _ref(self, fn: Callable) -> FunctionRef:
+        """Where `fn` is, for the report (its file relative to the target root)."""
+        return FunctionRef.of(fn, self.root)
