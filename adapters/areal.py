@@ -88,7 +88,7 @@ from typing import Any
 
 import torch
 
-from .base import Adapter, BoundaryResult, TargetLoadError, Unsupported
+from .base import Adapter, BoundaryResult, TargetLoadError, Unsupported, implements
 from .shims import install_stubs
 from .support import bind, first_on_path, group_ids, group_layout, keep_host_logging, locate, unpermute
 
@@ -104,7 +104,7 @@ _STUBS = [
 
 _MODULES = ["areal", "areal.api.cli_args", "areal.utils.data", "areal.utils.functional",
             "areal.trainer.ppo.actor"]
-ACTOR, FUNCTIONAL = "areal.trainer.ppo.actor", "areal.utils.functional"
+ACTOR, DATA, FUNCTIONAL = "areal.trainer.ppo.actor", "areal.utils.data", "areal.utils.functional"
 
 _PIP_HINT = "pip install --no-deps areal==1.0.4 && pip install -r requirements/areal.txt"
 
@@ -321,6 +321,8 @@ class ArealAdapter(Adapter):
 
     # --- boundaries ---------------------------------------------------------------------
 
+    @implements("advantages", calls=(f"{ACTOR}:PPOActor.compute_advantages", f"{ACTOR}:PPOActor._compute_advantages",
+                                      f"{DATA}:Normalization", f"{DATA}:KLEstimator"))
     def b_advantages(self, inputs: dict[str, torch.Tensor], config: dict[str, Any]) -> BoundaryResult:
         if config["estimator"] != "gae":
             raise Unsupported(f"AReaL's PPOActor computes GAE only, not estimator {config['estimator']!r}")
@@ -400,6 +402,7 @@ class ArealAdapter(Adapter):
                 inputs_after[canon] = after[mine][:, :T].to(inputs[canon].dtype)
         return BoundaryResult(outputs, inputs_after, self._ref(self._actor_mod.PPOActor._compute_advantages))
 
+    @implements("gae", calls=("areal.trainer.ppo.gae:_compute_token_level_gae",))
     def b_gae(self, inputs: dict[str, torch.Tensor], config: dict[str, Any]) -> BoundaryResult:
         """AReaL's token-level GAE kernel (a function of its own since #1600; inline in
         `_compute_advantages` before, hence unsupported there)."""
@@ -427,6 +430,7 @@ class ArealAdapter(Adapter):
                  "loss_mask": wide_mask[:, :T].to(mask.dtype)}
         return BoundaryResult({"advantages": adv[:, :T], "returns": ret[:, :T]}, after, self._ref(fn))
 
+    @implements("reward_norm", calls=(f"{DATA}:Normalization.__call__",))
     def b_reward_norm(self, inputs: dict[str, torch.Tensor], config: dict[str, Any]) -> BoundaryResult:
         x = inputs["rewards"]
         B = x.shape[0]
@@ -475,6 +479,7 @@ class ArealAdapter(Adapter):
             out["weights"] = stat["behave_imp_weight"]
         return out
 
+    @implements("policy_loss", calls=(f"{FUNCTIONAL}:ppo_actor_loss_fn",))
     def b_policy_loss(self, inputs: dict[str, torch.Tensor], config: dict[str, Any]) -> BoundaryResult:
         kw = self._loss_common(inputs, config)
         fn = self._functional.ppo_actor_loss_fn
@@ -486,6 +491,7 @@ class ArealAdapter(Adapter):
         return BoundaryResult(self._loss_outputs(loss, stat),
                               {"loss_mask": kw["loss_mask"].to(inputs["loss_mask"].dtype)}, self._ref(fn))
 
+    @implements("cispo_loss", calls=(f"{FUNCTIONAL}:cispo_loss_fn",))
     def b_cispo_loss(self, inputs: dict[str, torch.Tensor], config: dict[str, Any]) -> BoundaryResult:
         fn = getattr(self._functional, "cispo_loss_fn", None)
         if fn is None:
@@ -501,6 +507,7 @@ class ArealAdapter(Adapter):
         return BoundaryResult(self._loss_outputs(loss, stat),
                               {"loss_mask": kw["loss_mask"].to(inputs["loss_mask"].dtype)}, self._ref(fn))
 
+    @implements("is_correction", calls=(f"{FUNCTIONAL}:ppo_actor_loss_fn",))
     def b_is_correction(self, inputs: dict[str, torch.Tensor], config: dict[str, Any]) -> BoundaryResult:
         """AReaL's decoupled loss: pi_prox/pi_behave weight from rejection sampling (token level)."""
         method = config["method"]
@@ -520,6 +527,7 @@ class ArealAdapter(Adapter):
         return BoundaryResult({"weights": out["weights"], "pg_loss": out["pg_loss"], "loss": loss},
                               {"loss_mask": kw["loss_mask"].to(inputs["loss_mask"].dtype)}, self._ref(fn))
 
+    @implements("kl", calls=(f"{DATA}:KLEstimator",))
     def b_kl(self, inputs: dict[str, torch.Tensor], config: dict[str, Any]) -> BoundaryResult:
         kl_type = _KL_TYPES.get(config["kl_type"])
         if kl_type is None:

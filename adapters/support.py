@@ -3,7 +3,8 @@
 - spans:     `rows` / `unrows` (canonical ``[B, T]`` <-> one response span per sequence);
 - signatures: `parameters`, `signature_text`, `bind` (a canonical call bound to a target
   signature that drifts between versions);
-- lookups:   `lookup` (a function by name in the target's loaded modules, else `Unsupported`);
+- lookups:   `lookup` (a function by name in the target's loaded modules, else `Unsupported`),
+  `resolve` (what a declared ``module:qualname`` call names in this process);
 - location:  `locate` (a checkout, or the installed package), `first_on_path`, `version_facts`;
 - groups:    `group_ids`, `group_layout`, `unpermute` (canonical ``group`` ids -> the
   group-by-group row order a trainer wants, and back);
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib
 import importlib.util
 import inspect
 import logging
@@ -121,6 +123,22 @@ def lookup(mods: dict[str, types.ModuleType], name: str, modules: tuple[str, ...
     where = " or ".join(m.replace(".", "/") + ".py" for m in modules)
     why = "".join(f" ({errors[m]})" for m in modules if errors and m in errors)
     raise Unsupported(f"{target} has no {name} in {where} at {version}{why} (needed by boundary {boundary!r})")
+
+
+def resolve(call: str) -> Any:
+    """The object a declared call (``"module:qualname"``, as in `@implements`) names in this
+    process, importing its module if need be; None where the module does not import or
+    lacks the name (a target version without it)."""
+    module, _, qualname = call.partition(":")
+    try:
+        obj: Any = importlib.import_module(module)
+    except Exception:  # noqa: BLE001 - any import failure means: not here
+        return None
+    for part in qualname.split("."):
+        obj = getattr(obj, part, None)
+        if obj is None:
+            return None
+    return obj
 
 
 # --- locating a target --------------------------------------------------------------------

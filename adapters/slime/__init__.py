@@ -1,6 +1,7 @@
 """slime adapter: calls THUDM/slime's real loss-path functions at canonical boundaries.
 
-Modules: ``adapter`` (`SlimeAdapter`: loading and the boundaries), ``entry`` (the reduced loss through slime's Megatron loss entry),
+Modules: ``adapter`` (`SlimeAdapter`: loading and the boundaries, each marked with the slime
+functions it calls), ``entry`` (the reduced loss through slime's Megatron loss entry),
 ``conventions`` (slime's module names, ``args`` defaults, estimator names), ``megatron``
 (the one-rank Megatron shim).
 

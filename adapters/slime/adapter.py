@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import torch
 
-from ..base import Adapter, BoundaryResult, Unsupported
+from ..base import Adapter, BoundaryResult, Unsupported, implements
 from ..shims import import_with_stubs
 from ..support import (bind, first_on_path, group_ids, group_layout, locate, lookup, parameters, rows, signature_text,
                        spy, unrows, version_facts)
@@ -22,6 +22,9 @@ from .conventions import (BARE_PACKAGES, BOUNDARY_MODULES, CP_UTILS, ESTIMATORS,
                           PPO_UTILS, ROLLOUT, slime_args)
 from .entry import EntryLoss
 from .megatron import bare_package, install_megatron_shim
+
+# The loss entry every loss boundary's reduced loss goes through (`EntryLoss._entry_loss`).
+ENTRY_CALLS = (f"{LOSS}:loss_function", f"{LOSS}:policy_loss_function", f"{CP_UTILS}:get_sum_of_sample_mean")
 
 
 def _span_starts(mask: torch.Tensor) -> list[int]:
@@ -133,6 +136,8 @@ class SlimeAdapter(EntryLoss, Adapter):
         return {k: _scatter_back(v, inputs[k], mask) for k, v in given.items()}
 
     # --- boundaries ---------------------------------------------------------------------
+    @implements("opsm_mask", calls=(f"{PPO_UTILS}:compute_opsm_mask", f"{PPO_UTILS}:compute_policy_loss",
+                                    *ENTRY_CALLS))
     def b_opsm_mask(self, inputs, config):
         """compute_opsm_mask + compute_policy_loss, composed as policy_loss_function does
         (pg_loss * opsm_mask, reduced over valid tokens); mirrors the PR #1917 seed script."""
@@ -155,6 +160,8 @@ class SlimeAdapter(EntryLoss, Adapter):
                                  {"opsm_clipfrac": opsm_clipfrac, "reduced_policy_loss": reduced},
                                  {"log_probs": lp, "old_log_probs": old, "advantages": adv})
 
+    @implements("policy_loss", calls=(f"{PPO_UTILS}:compute_policy_loss", f"{PPO_UTILS}:compute_gspo_kl",
+                                      *ENTRY_CALLS))
     def b_policy_loss(self, inputs, config):
         """compute_policy_loss (asymmetric + dual clip) reduced by get_sum_of_sample_mean; with
         importance_sampling_level sequence, on compute_gspo_kl's sequence KL (slime's gspo
@@ -184,6 +191,7 @@ class SlimeAdapter(EntryLoss, Adapter):
         return self._loss_result(fn, entry, inputs, mask, lengths, {"pg_loss": pg_loss, "clipfrac": clipfrac},
                                  {"loss": loss}, {"log_probs": lp, "old_log_probs": old, "advantages": adv})
 
+    @implements("cispo_loss", calls=(f"{PPO_UTILS}:compute_cispo_loss", *ENTRY_CALLS))
     def b_cispo_loss(self, inputs, config):
         """compute_cispo_loss (MiniMax-M1) reduced by get_sum_of_sample_mean."""
         mask = inputs["loss_mask"].to(self.device)
@@ -201,6 +209,7 @@ class SlimeAdapter(EntryLoss, Adapter):
         return self._loss_result(fn, entry, inputs, mask, lengths, {"pg_loss": pg_loss, "clipfrac": clipfrac},
                                  {"loss": loss}, {"log_probs": lp, "old_log_probs": old, "advantages": adv})
 
+    @implements("gspo_kl", calls=(f"{PPO_UTILS}:compute_gspo_kl",))
     def b_gspo_kl(self, inputs, config):
         """compute_gspo_kl: per-sample valid-token mean of old - new, expanded to every token."""
         mask = inputs["loss_mask"].to(self.device)
@@ -213,6 +222,7 @@ class SlimeAdapter(EntryLoss, Adapter):
         return BoundaryResult({"seq_kl": self._back(seq_kl, lengths, mask)},
                               self._after(inputs, {"log_probs": lp, "old_log_probs": old}, mask), self._ref(fn))
 
+    @implements("kl", calls=(f"{PPO_UTILS}:compute_approx_kl",))
     def b_kl(self, inputs, config):
         """compute_approx_kl(log_probs, log_probs_base=ref, kl_loss_type) per sample, as
         compute_advantages_and_returns calls it."""
@@ -241,6 +251,7 @@ class SlimeAdapter(EntryLoss, Adapter):
             return "kl"
         return kl_type
 
+    @implements("loss_agg", calls=(f"{CP_UTILS}:get_sum_of_sample_mean",))
     def b_loss_agg(self, inputs, config):
         """get_sum_of_sample_mean, scaled as loss_function / Megatron do for one micro-batch."""
         mask = inputs["loss_mask"].to(self.device)
@@ -252,6 +263,7 @@ class SlimeAdapter(EntryLoss, Adapter):
         fn = self._fn("get_sum_of_sample_mean", CP_UTILS, boundary="loss_agg")
         return BoundaryResult({"loss": loss}, self._after(inputs, {"values": vals}, mask), self._ref(fn))
 
+    @implements("gae", calls=(f"{PPO_UTILS}:get_advantages_and_returns_batch",))
     def b_gae(self, inputs, config):
         """get_advantages_and_returns_batch (chunked_gae, or vanilla_gae with options/config
         gae_impl=vanilla) over right-padded response tensors; older slime: get_advantages_and_returns."""
@@ -331,6 +343,7 @@ class SlimeAdapter(EntryLoss, Adapter):
             back[i] = float(out[pos])
         return back, fn
 
+    @implements("reward_norm", calls=(f"{ROLLOUT}:RolloutManager._post_process_rewards",))
     def b_reward_norm(self, inputs, config):
         """RolloutManager._post_process_rewards: group mean (and std for GRPO) over consecutive
         groups of n_samples_per_prompt; eps fixed at 1e-6; every sample enters the statistics."""
@@ -358,6 +371,8 @@ class SlimeAdapter(EntryLoss, Adapter):
     def _advantages_fn(self):
         return self._fn("compute_advantages_and_returns", LOSS, boundary="advantages")
 
+    @implements("advantages", calls=(f"{LOSS}:compute_advantages_and_returns",
+                                     f"{ROLLOUT}:RolloutManager._post_process_rewards"))
     def b_advantages(self, inputs, config):
         """compute_advantages_and_returns(args, rollout_data), after slime's group reward
         normalisation for GRPO-family / REINFORCE++-baseline estimators. logged_kl is
@@ -438,6 +453,9 @@ class SlimeAdapter(EntryLoss, Adapter):
     IS_METHODS = {"vanilla_tis": "vanilla_tis_function", "icepop": "icepop_function",
                   "off_policy_is": "off_policy_is_function"}
 
+    @implements("is_correction", calls=(f"{LOSS}:vanilla_tis_function", f"{LOSS}:icepop_function",
+                                        f"{LOSS}:off_policy_is_function", f"{PPO_UTILS}:compute_policy_loss",
+                                        *ENTRY_CALLS))
     def b_is_correction(self, inputs, config):
         """A TIS hook (vanilla_tis_function / icepop_function / off_policy_is_function) on the
         PPO token loss, as policy_loss_function calls it; weights = the hook applied to a

@@ -36,10 +36,11 @@ loss_agg        ``agg_loss``
 kl              ``kl_penalty``
 ==============  ============================================================================
 
-Not in verl (unsupported): ``opsm_mask``; ``gspo_kl`` (verl computes the GSPO sequence
-log-ratio inside ``compute_policy_loss_gspo`` and exposes only the aggregated loss).
+Not in verl (``VerlAdapter.declines``): ``opsm_mask``; ``gspo_kl`` (verl computes the GSPO
+sequence log-ratio inside ``compute_policy_loss_gspo`` and exposes only the aggregated loss).
 
-Modules: ``adapter`` (`VerlAdapter`: loading and the boundaries), ``losses`` (verl's policy losses as its actor calls them),
+Modules: ``adapter`` (`VerlAdapter`: loading and the boundaries, each marked with the verl
+functions it calls), ``losses`` (verl's policy losses as its actor calls them),
 ``conventions`` (verl's module names, KL and estimator names, DataProto-shaped stand-ins).
 
 Conventions translated here

@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import torch
 
-from ..base import Adapter, BoundaryResult, TargetLoadError, Unsupported
+from ..base import Adapter, BoundaryResult, TargetLoadError, Unsupported, implements
 from ..shims import import_with_stubs, is_stub
 from ..support import (bind, first_on_path, keep_host_logging, locate, lookup, parameters, signature_text, spy,
                        version_facts)
@@ -47,6 +47,14 @@ class VerlAdapter(PolicyLosses, Adapter):
     name = "verl"
     description = ("volcengine/verl: trainer.ppo.core_algos (estimators, policy losses, agg_loss, kl_penalty), "
                    "ray_trainer.apply_kl_penalty / compute_advantage and rollout_corr_helper, on one process.")
+    declines = {
+        "gspo_kl": "verl computes the GSPO sequence log-ratio inside compute_policy_loss_gspo (registered "
+                   "policy loss 'gspo') and returns only the aggregated loss: no function exposes the "
+                   "sequence KL (use options.policy_loss_mode=gspo with the policy_loss boundary)",
+        "opsm_mask": "verl has no off-policy sequence masking conditioned on the advantage (its rollout "
+                     "rejection sampling, rollout_corr_helper.compute_rollout_rejection_mask, ignores the "
+                     "advantage)",
+    }
 
     def __init__(self, root: Path | None, device: torch.device, options: dict[str, Any] | None = None):
         super().__init__(root, device, options)
@@ -162,6 +170,10 @@ class VerlAdapter(PolicyLosses, Adapter):
         return build(cls, boundary, values)
 
     # --- boundaries ---------------------------------------------------------------------
+    @implements("policy_loss", calls=(f"{CORE}:get_policy_loss_fn", f"{CORE}:compute_policy_loss_vanilla",
+                                      f"{CORE}:compute_policy_loss_gspo", f"{CORE}:agg_loss",
+                                      f"{ROLLOUT_CORR}:compute_rollout_correction_weights",
+                                      f"{ROLLOUT_CORR}:compute_rollout_rejection_mask"))
     def b_policy_loss(self, inputs, config):
         """Registered policy loss "vanilla" (asymmetric clip, dual clip clip_ratio_c), or "gspo"
         for importance_sampling_level=sequence, with verl's ActorConfig; options.policy_loss_mode
@@ -175,6 +187,10 @@ class VerlAdapter(PolicyLosses, Adapter):
         low, high = float(config["eps_clip"]), float(config["eps_clip_high"])
         return self._policy_boundary("policy_loss", mode, inputs, config, low, high, config["eps_clip_c"])
 
+    @implements("cispo_loss", calls=(f"{CORE}:get_policy_loss_fn", f"{CORE}:compute_policy_loss_cispo",
+                                     f"{CORE}:agg_loss",
+                                     f"{ROLLOUT_CORR}:compute_rollout_correction_weights",
+                                     f"{ROLLOUT_CORR}:compute_rollout_rejection_mask"))
     def b_cispo_loss(self, inputs, config):
         """Registered policy loss "cispo": -sg(clip(ratio, 1 - low, 1 + high)) * A * log pi."""
         registry = getattr(self.core, "POLICY_LOSS_REGISTRY", None)
@@ -184,16 +200,7 @@ class VerlAdapter(PolicyLosses, Adapter):
         low, high = float(config["eps_clip"]), float(config["eps_clip_high"])
         return self._policy_boundary("cispo_loss", "cispo", inputs, config, low, high, None)
 
-    def b_gspo_kl(self, inputs, config):
-        raise Unsupported("verl computes the GSPO sequence log-ratio inside compute_policy_loss_gspo (registered "
-                          "policy loss 'gspo') and returns only the aggregated loss: no function exposes the "
-                          "sequence KL (use options.policy_loss_mode=gspo with the policy_loss boundary)")
-
-    def b_opsm_mask(self, inputs, config):
-        raise Unsupported("verl has no off-policy sequence masking conditioned on the advantage (its rollout "
-                          "rejection sampling, rollout_corr_helper.compute_rollout_rejection_mask, ignores the "
-                          "advantage)")
-
+    @implements("loss_agg", calls=(f"{CORE}:agg_loss",))
     def b_loss_agg(self, inputs, config):
         """agg_loss(loss_mat, loss_mask, loss_agg_mode), with the actor's global_batch_info."""
         fn = self._fn("agg_loss", boundary="loss_agg")
@@ -218,6 +225,7 @@ class VerlAdapter(PolicyLosses, Adapter):
     def _kl_name(kl_type: str) -> str:
         return KL_NAMES.get(kl_type, kl_type)
 
+    @implements("kl", calls=(f"{CORE}:kl_penalty",))
     def b_kl(self, inputs, config):
         """kl_penalty(logprob, ref_logprob, kl_penalty=<verl name>)."""
         fn = self._fn("kl_penalty", boundary="kl")
@@ -230,6 +238,7 @@ class VerlAdapter(PolicyLosses, Adapter):
             raise Unsupported(f"verl's kl_penalty has no estimator {name!r}") from e
         return BoundaryResult({"kl": kl}, function=self._ref(fn))
 
+    @implements("gae", calls=(f"{CORE}:compute_gae_advantage_return",))
     def b_gae(self, inputs, config):
         """compute_gae_advantage_return; `advantages` is the GAE before verl's built-in
         masked_whiten (see the module docstring), `returns` verl's returns."""
@@ -244,6 +253,8 @@ class VerlAdapter(PolicyLosses, Adapter):
             adv = whiten[-1][0]["values"]
         return BoundaryResult({"advantages": adv, "returns": ret}, function=self._ref(fn))
 
+    @implements("reward_norm", calls=(f"{CORE}:compute_grpo_outcome_advantage",
+                                      f"{CORE}:compute_rloo_outcome_advantage"))
     def b_reward_norm(self, inputs, config):
         """compute_grpo_outcome_advantage on one-token responses (scores = rewards): group (or
         batch) mean, and std when std_level is set (norm_adv_by_std_in_grpo), epsilon = eps
@@ -320,6 +331,8 @@ class VerlAdapter(PolicyLosses, Adapter):
             known = ", ".join(sorted(getattr(core, "ADV_ESTIMATOR_REGISTRY", {}) or []))
             raise Unsupported(f"verl has no advantage estimator {name!r} (registered: {known})") from e
 
+    @implements("advantages", calls=(f"{TRAINER}:apply_kl_penalty", f"{TRAINER}:compute_advantage",
+                                     f"{CORE}:get_adv_estimator_fn", f"{CORE}:kl_penalty"))
     def b_advantages(self, inputs, config):
         """KL in reward (apply_kl_penalty) and the estimator (compute_advantage), as verl's
         trainer runs them; see the module docstring for the conventions."""
@@ -432,6 +445,9 @@ class VerlAdapter(PolicyLosses, Adapter):
         return BoundaryResult(outputs, function=self._ref(est_fn))
 
     # --- rollout / trainer mismatch -------------------------------------------------------
+    @implements("is_correction", calls=(f"{ROLLOUT_CORR}:compute_rollout_correction_weights",
+                                        f"{CORE}:compute_policy_loss_vanilla", f"{CORE}:compute_policy_loss_reinforce",
+                                        f"{CORE}:agg_loss"))
     def b_is_correction(self, inputs, config):
         """Token-level rollout IS weights from rollout_corr_helper.compute_rollout_correction_weights
         and the loss that consumes them: vanilla_tis / icepop = decoupled mode (weights from
