@@ -75,10 +75,8 @@ plain function is deferred to that function's first call (`_deferred_torch_compi
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import importlib
-import importlib.util
 import inspect
 import logging
 import math
@@ -86,14 +84,13 @@ import sys
 import time
 import types
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
-from sentinel.boundaries import get as get_boundary
-
-from .base import Adapter, BoundaryResult, FunctionRef, TargetLoadError, Unsupported
+from .base import Adapter, BoundaryResult, TargetLoadError, Unsupported, implements
 from .shims import install_stubs
+from .support import bind, first_on_path, group_ids, group_layout, keep_host_logging, locate, unpermute
 
 # Heavy runtime dependencies that `import areal.trainer.ppo.actor` reaches at module level
 # but that no boundary calls (found by importing 1.0.4 and git HEAD in an environment with
@@ -107,6 +104,7 @@ _STUBS = [
 
 _MODULES = ["areal", "areal.api.cli_args", "areal.utils.data", "areal.utils.functional",
             "areal.trainer.ppo.actor"]
+ACTOR, DATA, FUNCTIONAL = "areal.trainer.ppo.actor", "areal.utils.data", "areal.utils.functional"
 
 _PIP_HINT = "pip install --no-deps areal==1.0.4 && pip install -r requirements/areal.txt"
 
@@ -136,45 +134,11 @@ def _floating(x: torch.Tensor) -> torch.Tensor:
 
 
 def _layout(group: torch.Tensor | None, batch: int, group_size: int | None) -> tuple[list[int], list[int]]:
-    """Row order and group sizes of the trajectory list handed to AReaL."""
-    if group is not None:
-        ids = [int(g) for g in group.reshape(-1).tolist()]
-        order: dict[int, list[int]] = {}
-        for i, g in enumerate(ids):
-            order.setdefault(g, []).append(i)
-        return [i for rows in order.values() for i in rows], [len(r) for r in order.values()]
-    if group_size:
-        if batch % int(group_size):
-            raise ValueError(f"batch of {batch} rows is not a multiple of group_size {group_size}")
-        return list(range(batch)), [int(group_size)] * (batch // int(group_size))
-    return list(range(batch)), [1] * batch
-
-
-def _unpermute(x: torch.Tensor, perm: list[int]) -> torch.Tensor:
-    if perm == sorted(perm):
-        return x
-    out = torch.empty_like(x)
-    out[torch.tensor(perm, device=x.device)] = x
-    return out
-
-
-@contextlib.contextmanager
-def _keep_host_logging():
-    """AReaL's getLogger swaps the logging root/manager and re-runs dictConfig; undo that
-    for the host process (AReaL's own loggers keep their handlers)."""
-    root, manager = logging.Logger.root, logging.Logger.manager
-    handlers, level = list(logging.root.handlers), logging.root.level
-    disabled = {n: lg.disabled for n, lg in manager.loggerDict.items() if isinstance(lg, logging.Logger)}
-    try:
-        yield
-    finally:
-        logging.Logger.root, logging.Logger.manager = root, manager
-        logging.root.handlers[:] = handlers
-        logging.root.setLevel(level)
-        for name, flag in disabled.items():
-            lg = manager.loggerDict.get(name)
-            if isinstance(lg, logging.Logger):
-                lg.disabled = flag
+    """Row order and group sizes of the trajectory list handed to AReaL (without groups:
+    one trajectory group per row)."""
+    if group is None and group_size and batch % int(group_size):
+        raise ValueError(f"batch of {batch} rows is not a multiple of group_size {group_size}")
+    return group_layout(group_ids(group, group_size, batch, ungrouped="each"))
 
 
 @contextlib.contextmanager
@@ -213,18 +177,6 @@ class _NoEngine:
         raise RuntimeError(f"the sentinel adapter gave PPOActor no train engine (engine.{name} was reached)")
 
 
-def _call(fn: Callable, **kwargs: Any) -> Any:
-    """Call `fn` with the keyword arguments its signature has; a non-default value for a
-    parameter this version lacks is unsupported rather than silently dropped."""
-    params = inspect.signature(fn).parameters
-    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
-        return fn(**kwargs)
-    missing = [k for k, v in kwargs.items() if k not in params and v is not None]
-    if missing:
-        raise Unsupported(f"{fn.__qualname__} at this version has no parameter(s) {missing}")
-    return fn(**{k: v for k, v in kwargs.items() if k in params})
-
-
 # --- the adapter -------------------------------------------------------------------------
 
 class ArealAdapter(Adapter):
@@ -235,19 +187,13 @@ class ArealAdapter(Adapter):
     # --- loading ------------------------------------------------------------------------
 
     def _locate(self) -> str:
-        if self.root is not None:
-            root = Path(self.root)
-            if not (root / "areal" / "__init__.py").is_file():
-                raise TargetLoadError(f"target 'areal': {root} has no areal/__init__.py "
-                                      "(expected an AReaL checkout root)")
-            root_s = str(root.resolve())
-            if root_s not in sys.path:
-                sys.path.insert(0, root_s)
-            return f"checkout {root}"
-        if importlib.util.find_spec("areal") is None:
-            raise TargetLoadError(f"target 'areal': the areal package is not installed; run `{_PIP_HINT}` "
-                                  "or pass the path of an AReaL checkout")
-        return "installed package"
+        """Where AReaL comes from, for messages; a checkout goes first on sys.path (an
+        installed package stays where it is: `self.root` stays None)."""
+        found = locate("areal", "areal", "areal.api.cli_args", self.root, hint=_PIP_HINT, one_version=False)
+        if self.root is None:
+            return "installed package"
+        first_on_path(found)
+        return f"checkout {self.root}"
 
     def _forget_other_areal(self) -> None:
         """A process imports one AReaL; a different location drops the modules cached from
@@ -275,7 +221,7 @@ class ArealAdapter(Adapter):
         self.stubs = install_stubs(_STUBS + list(self.options.get("stubs", [])))
         t0 = time.perf_counter()
         try:
-            with _keep_host_logging(), _deferred_torch_compile():
+            with keep_host_logging(), _deferred_torch_compile():
                 mods = {n: importlib.import_module(n) for n in _MODULES}
         except ModuleNotFoundError as e:
             raise TargetLoadError(
@@ -294,8 +240,8 @@ class ArealAdapter(Adapter):
         self._areal = mods["areal"]
         self._cli = mods["areal.api.cli_args"]
         self._data = mods["areal.utils.data"]
-        self._fn = mods["areal.utils.functional"]
-        self._actor_mod = mods["areal.trainer.ppo.actor"]
+        self._functional = mods[FUNCTIONAL]
+        self._actor_mod = mods[ACTOR]
         self._quiet()
 
         version = getattr(self._areal, "__version__", None)
@@ -303,7 +249,7 @@ class ArealAdapter(Adapter):
             version = self._checkout_version(Path(self.root)) or version
         files = sorted({str(Path(m.__file__).resolve().relative_to(pkg_parent)) for m in mods.values()}
                        | {str(Path(inspect.getsourcefile(f)).resolve().relative_to(pkg_parent))
-                          for f in (self._data.Normalization, self._fn.ppo_actor_loss_fn)})
+                          for f in (self._data.Normalization, self._functional.ppo_actor_loss_fn)})
         return {"version": version, "module_files": files, "stubs": list(self.stubs),
                 "import_s": round(import_s, 3), "location": str(pkg_parent / "areal")}
 
@@ -323,10 +269,7 @@ class ArealAdapter(Adapter):
 
     # --- config translation -------------------------------------------------------------
 
-    def _cfg(self, boundary: str, config: dict[str, Any]) -> dict[str, Any]:
-        return {**get_boundary(boundary).config, **(config or {})}
-
-    def _norm_config(self, spec: Any, *, sizes: list[int], has_groups: bool, group_size: int | None,
+    def _norm_config(self, boundary: str, spec: Any, *, sizes: list[int], has_groups: bool, group_size: int | None,
                      supports_sizes: bool) -> Any:
         """A canonical normalisation dict -> AReaL NormConfig (None stays None).
 
@@ -349,45 +292,43 @@ class ArealAdapter(Adapter):
                 else:
                     raise Unsupported("this AReaL version normalises groups by a fixed group_size; "
                                       f"groups of sizes {sizes} need config group_size")
-        kw = {"mean_level": mean_level, "std_level": std_level, "group_size": int(gs or 1)}
-        for key in ("eps", "mean_leave1out", "std_unbiased"):
-            if spec.get(key) is not None:
-                kw[key] = spec[key]
-        return _call(self._cli.NormConfig, **kw)
+        cls = self._cli.NormConfig
+        return cls(**bind(cls, boundary, {"mean_level": mean_level, "std_level": std_level,
+                                           "group_size": int(gs or 1)},
+                          {k: spec.get(k) for k in ("eps", "mean_leave1out", "std_unbiased")}))
 
     def _supports_group_sizes(self) -> bool:
         return "group_sizes" in inspect.signature(self._data.Normalization.__call__).parameters
 
     def _actor(self, **kw: Any) -> Any:
         """A PPOActor built by AReaL's own constructor from its own config class."""
-        names = {f.name for f in dataclasses.fields(self._cli.PPOActorConfig)}
-        absent = [k for k, v in kw.items() if k not in names and v is not None]
-        if absent:
-            raise Unsupported(f"PPOActorConfig at this version has no field(s) {absent}")
-        cfg = self._cli.PPOActorConfig(experiment_name="rl-sentinel", trial_name="adapter",
-                                       **{k: v for k, v in kw.items() if k in names})
+        cls = self._cli.PPOActorConfig
+        cfg = cls(**bind(cls, "advantages", {"experiment_name": "rl-sentinel", "trial_name": "adapter"}, kw))
         params = inspect.signature(self._actor_mod.PPOActor.__init__).parameters
         args = {"config": cfg}
         if "engine" in params:
             args["engine"] = _NoEngine()
         return self._actor_mod.PPOActor(**args)
 
-    def _rejection_sampling(self, spec: Any) -> Any:
+    def _rejection_sampling(self, boundary: str, spec: Any) -> Any:
+        """AReaL's RejectionSamplingConfig from its own keys, passed as given."""
         if spec is None:
             return None
-        if not hasattr(self._cli, "RejectionSamplingConfig"):
+        cls = getattr(self._cli, "RejectionSamplingConfig", None)
+        if cls is None:
             raise Unsupported("RejectionSamplingConfig is absent at this AReaL version")
-        return _call(self._cli.RejectionSamplingConfig, **dict(spec))
+        return cls(**bind(cls, boundary, dict(spec)))
 
     # --- boundaries ---------------------------------------------------------------------
 
+    @implements("advantages", calls=(f"{ACTOR}:PPOActor.compute_advantages", f"{ACTOR}:PPOActor._compute_advantages",
+                                      f"{DATA}:Normalization", f"{DATA}:KLEstimator"))
     def b_advantages(self, inputs: dict[str, torch.Tensor], config: dict[str, Any]) -> BoundaryResult:
-        cfg = self._cfg("advantages", config)
-        if cfg["estimator"] != "gae":
-            raise Unsupported(f"AReaL's PPOActor computes GAE only, not estimator {cfg['estimator']!r}")
-        kl_type = _KL_TYPES.get(cfg["kl_type"])
+        if config["estimator"] != "gae":
+            raise Unsupported(f"AReaL's PPOActor computes GAE only, not estimator {config['estimator']!r}")
+        kl_type = _KL_TYPES.get(config["kl_type"])
         if kl_type is None:
-            raise Unsupported(f"AReaL's KLEstimator has no {cfg['kl_type']!r}")
+            raise Unsupported(f"AReaL's KLEstimator has no {config['kl_type']!r}")
 
         loss_mask = inputs["loss_mask"]
         B, T = loss_mask.shape
@@ -398,22 +339,21 @@ class ArealAdapter(Adapter):
             last = torch.where(loss_mask.bool(), pos, -1).amax(-1, keepdim=True)
             attn = pos <= last
         group = inputs.get("group")
-        group_size = cfg.get("group_size") or (cfg["reward_norm"] or {}).get("group_size")
+        group_size = config["group_size"] or (config["reward_norm"] or {}).get("group_size")
         perm, sizes = _layout(group, B, group_size)
         groups = dict(sizes=sizes, has_groups=group is not None or bool(group_size), group_size=group_size,
                       supports_sizes=self._supports_group_sizes())
-        norm = self._norm_config(cfg["reward_norm"], **groups)
-        adv_spec = cfg.get("adv_norm") or ({} if cfg.get("normalize_advantages") else None)
-        adv_norm = self._norm_config(adv_spec, **groups)
-        clip = cfg["reward_clip"]
+        norm = self._norm_config("advantages", config["reward_norm"], **groups)
+        adv_spec = config["adv_norm"] or ({} if config["normalize_advantages"] else None)
+        adv_norm = self._norm_config("advantages", adv_spec, **groups)
+        clip = config["reward_clip"]
         actor = self._actor(
             reward_norm=norm, adv_norm=adv_norm,
             reward_clip=math.inf if clip is None else float(clip),
-            reward_bias=float(cfg.get("reward_bias", 0.0)),
-            reward_scaling=float(cfg.get("reward_scaling", 1.0)),
-            mask_no_eos_with_zero=bool(cfg["mask_no_eos_with_zero"]),
-            kl_ctl=float(cfg["kl_coef"]), kl_estimator=kl_type,
-            discount=float(cfg["gamma"]), gae_lambda=float(cfg["lam"]),
+            reward_bias=float(config["reward_bias"]), reward_scaling=float(config["reward_scaling"]),
+            mask_no_eos_with_zero=bool(config["mask_no_eos_with_zero"]),
+            kl_ctl=float(config["kl_coef"]), kl_estimator=kl_type,
+            discount=float(config["gamma"]), gae_lambda=float(config["lam"]),
         )
 
         # AReaL's rollout layout (areal/workflow/rlvr.py): int32 ids and loss mask, bool
@@ -438,7 +378,7 @@ class ArealAdapter(Adapter):
         results = actor.compute_advantages(trajs)
 
         def back(key: str) -> torch.Tensor:  # AReaL predicting position p == canonical token p
-            return _unpermute(torch.cat([r[key] for r in results], dim=0)[:, :T], perm)
+            return unpermute(torch.cat([r[key] for r in results], dim=0)[:, :T], perm)
 
         outputs = {
             "advantages": back("advantages"),
@@ -448,7 +388,7 @@ class ArealAdapter(Adapter):
             "kl_rewards": back("kl_rewards"),
         }
 
-        after = {k: _unpermute(torch.cat(v, dim=0), perm) for k, v in passed.items()}
+        after = {k: unpermute(torch.cat(v, dim=0), perm) for k, v in passed.items()}
         inputs_after: dict[str, torch.Tensor] = {
             "rewards": after["rewards"].to(inputs["rewards"].dtype).reshape(inputs["rewards"].shape),
             "loss_mask": after["loss_mask"][:, 1:].to(loss_mask.dtype),
@@ -460,13 +400,12 @@ class ArealAdapter(Adapter):
         for canon, mine in (("ref_log_probs", "ref_logp"), ("values", "values")):
             if mine in after:
                 inputs_after[canon] = after[mine][:, :T].to(inputs[canon].dtype)
-        fn = self._actor_mod.PPOActor._compute_advantages
-        return BoundaryResult(outputs, inputs_after, FunctionRef.of(fn, self.root))
+        return BoundaryResult(outputs, inputs_after, self._ref(self._actor_mod.PPOActor._compute_advantages))
 
+    @implements("gae", calls=("areal.trainer.ppo.gae:_compute_token_level_gae",))
     def b_gae(self, inputs: dict[str, torch.Tensor], config: dict[str, Any]) -> BoundaryResult:
         """AReaL's token-level GAE kernel (a function of its own since #1600; inline in
         `_compute_advantages` before, hence unsupported there)."""
-        cfg = self._cfg("gae", config)
         try:
             gae = importlib.import_module("areal.trainer.ppo.gae")
         except ImportError:
@@ -482,25 +421,25 @@ class ArealAdapter(Adapter):
         # canonical input holds a value past the last token).
         wide = {k: _append(inputs[k].detach().float(), 0.0) for k in ("token_rewards", "values")}
         wide_mask = _append(mask.float(), 0.0)
-        adv, ret = _call(fn, rewards=wide["token_rewards"], values=wide["values"], loss_mask=wide_mask,
-                         seq_no_eos_mask=torch.zeros(B, dtype=torch.bool, device=mask.device),
-                         discount=float(cfg["gamma"]), gae_lambda=float(cfg["lam"]))
+        adv, ret = fn(**bind(fn, "gae", {"rewards": wide["token_rewards"], "values": wide["values"],
+                                         "loss_mask": wide_mask,
+                                         "seq_no_eos_mask": torch.zeros(B, dtype=torch.bool, device=mask.device),
+                                         "discount": float(config["gamma"]), "gae_lambda": float(config["lam"])}))
         after = {"token_rewards": wide["token_rewards"][:, :T].to(inputs["token_rewards"].dtype),
                  "values": wide["values"][:, :T].to(inputs["values"].dtype),
                  "loss_mask": wide_mask[:, :T].to(mask.dtype)}
-        return BoundaryResult({"advantages": adv[:, :T], "returns": ret[:, :T]}, after,
-                              FunctionRef.of(fn, self.root))
+        return BoundaryResult({"advantages": adv[:, :T], "returns": ret[:, :T]}, after, self._ref(fn))
 
+    @implements("reward_norm", calls=(f"{DATA}:Normalization.__call__",))
     def b_reward_norm(self, inputs: dict[str, torch.Tensor], config: dict[str, Any]) -> BoundaryResult:
-        cfg = self._cfg("reward_norm", config)
         x = inputs["rewards"]
         B = x.shape[0]
         group = inputs.get("group")
-        group_size = cfg.get("group_size")
+        group_size = config["group_size"]
         perm, sizes = _layout(group, B, group_size)
         supports_sizes = self._supports_group_sizes()
-        spec = {k: cfg.get(k) for k in ("mean_level", "std_level", "eps", "mean_leave1out", "std_unbiased")}
-        norm_cfg = self._norm_config(spec, sizes=sizes, has_groups=group is not None or bool(group_size),
+        spec = {k: config[k] for k in ("mean_level", "std_level", "eps", "mean_leave1out", "std_unbiased")}
+        norm_cfg = self._norm_config("reward_norm", spec, sizes=sizes, has_groups=group is not None or bool(group_size),
                                      group_size=group_size, supports_sizes=supports_sizes)
         norm = self._data.Normalization(norm_cfg)
         idx = torch.tensor(perm, device=x.device)
@@ -512,18 +451,19 @@ class ArealAdapter(Adapter):
             kw["group_sizes"] = sizes
         passed = x.detach().float()[idx]
         y = norm(passed, **kw)
-        inputs_after = {"rewards": _unpermute(passed, perm).to(x.dtype)}
+        inputs_after = {"rewards": unpermute(passed, perm).to(x.dtype)}
         if mask is not None:
-            inputs_after["mask"] = _unpermute(kw["loss_mask"], perm).to(mask.dtype)
-        return BoundaryResult({"rewards": _unpermute(y, perm)}, inputs_after,
-                              FunctionRef.of(self._data.Normalization.__call__, self.root))
+            inputs_after["mask"] = unpermute(kw["loss_mask"], perm).to(mask.dtype)
+        return BoundaryResult({"rewards": unpermute(y, perm)}, inputs_after,
+                              self._ref(self._data.Normalization.__call__))
 
-    def _loss_common(self, inputs: dict[str, torch.Tensor], cfg: dict[str, Any]) -> dict[str, Any]:
-        if cfg.get("loss_agg", "token-mean") != "token-mean":
-            raise Unsupported(f"AReaL's actor losses aggregate token-mean only, not {cfg['loss_agg']!r}")
+    def _loss_common(self, inputs: dict[str, torch.Tensor], config: dict[str, Any]) -> dict[str, Any]:
+        """The tensors every AReaL actor loss takes (ppo_actor_loss_fn's names)."""
+        if config["loss_agg"] != "token-mean":
+            raise Unsupported(f"AReaL's actor losses aggregate token-mean only, not {config['loss_agg']!r}")
         old = _floating(inputs["old_log_probs"])
         behave = old
-        if cfg.get("use_decoupled_loss"):
+        if config["use_decoupled_loss"]:
             # Decoupled PPO: proximal = recomputed pi_old, behave = the rollout engine's.
             behave = inputs.get("rollout_log_probs")
             if behave is None:
@@ -539,58 +479,59 @@ class ArealAdapter(Adapter):
             out["weights"] = stat["behave_imp_weight"]
         return out
 
+    @implements("policy_loss", calls=(f"{FUNCTIONAL}:ppo_actor_loss_fn",))
     def b_policy_loss(self, inputs: dict[str, torch.Tensor], config: dict[str, Any]) -> BoundaryResult:
-        cfg = self._cfg("policy_loss", config)
-        kw = self._loss_common(inputs, cfg)
-        fn = self._fn.ppo_actor_loss_fn
-        loss, stat = _call(fn, **kw, eps_clip=float(cfg["eps_clip"]),
-                           eps_clip_higher=cfg.get("eps_clip_high"), c_clip=cfg.get("eps_clip_c"),
-                           rejection_sampling=self._rejection_sampling(cfg.get("rejection_sampling")),
-                           importance_sampling_level=cfg.get("importance_sampling_level") or "token")
+        kw = self._loss_common(inputs, config)
+        fn = self._functional.ppo_actor_loss_fn
+        loss, stat = fn(**bind(fn, "policy_loss", {**kw, "eps_clip": float(config["eps_clip"])},
+                               {"eps_clip_higher": config["eps_clip_high"], "c_clip": config["eps_clip_c"],
+                                "rejection_sampling": self._rejection_sampling("policy_loss",
+                                                                               config["rejection_sampling"]),
+                                "importance_sampling_level": config["importance_sampling_level"]}))
         return BoundaryResult(self._loss_outputs(loss, stat),
-                              {"loss_mask": kw["loss_mask"].to(inputs["loss_mask"].dtype)},
-                              FunctionRef.of(fn, self.root))
+                              {"loss_mask": kw["loss_mask"].to(inputs["loss_mask"].dtype)}, self._ref(fn))
 
+    @implements("cispo_loss", calls=(f"{FUNCTIONAL}:cispo_loss_fn",))
     def b_cispo_loss(self, inputs: dict[str, torch.Tensor], config: dict[str, Any]) -> BoundaryResult:
-        cfg = self._cfg("cispo_loss", config)
-        fn = getattr(self._fn, "cispo_loss_fn", None)
+        fn = getattr(self._functional, "cispo_loss_fn", None)
         if fn is None:
             raise Unsupported("areal.utils.functional.cispo_loss_fn is absent at this version (added by #1412)")
-        kw = self._loss_common(inputs, cfg)
-        if not cfg.get("use_decoupled_loss"):
-            kw["old_logprobs"] = None
-        loss, stat = _call(fn, **kw, eps_clip=float(cfg["eps_clip"]), eps_clip_higher=cfg.get("eps_clip_high"),
-                           rejection_sampling=self._rejection_sampling(cfg.get("rejection_sampling")))
+        kw = self._loss_common(inputs, config)
+        behave = kw.pop("old_logprobs")
+        if not config["use_decoupled_loss"]:
+            behave = None  # AReaL's default: no behaviour policy
+        loss, stat = fn(**bind(fn, "cispo_loss", {**kw, "eps_clip": float(config["eps_clip"])},
+                               {"eps_clip_higher": config["eps_clip_high"], "old_logprobs": behave,
+                                "rejection_sampling": self._rejection_sampling("cispo_loss",
+                                                                               config["rejection_sampling"])}))
         return BoundaryResult(self._loss_outputs(loss, stat),
-                              {"loss_mask": kw["loss_mask"].to(inputs["loss_mask"].dtype)},
-                              FunctionRef.of(fn, self.root))
+                              {"loss_mask": kw["loss_mask"].to(inputs["loss_mask"].dtype)}, self._ref(fn))
 
+    @implements("is_correction", calls=(f"{FUNCTIONAL}:ppo_actor_loss_fn",))
     def b_is_correction(self, inputs: dict[str, torch.Tensor], config: dict[str, Any]) -> BoundaryResult:
         """AReaL's decoupled loss: pi_prox/pi_behave weight from rejection sampling (token level)."""
-        cfg = self._cfg("is_correction", config)
-        method = cfg["method"]
+        method = config["method"]
         actions = {"vanilla_tis": "clamp", "icepop": "mask"}
         if method not in actions:
             raise Unsupported(f"AReaL has no {method!r} correction (it has vanilla_tis = token clamp "
                               "and icepop = token mask of pi_prox/pi_behave)")
-        low = cfg.get("tis_clip_low")
+        low = config["tis_clip_low"]
         rs = {"level": "token", "action": actions[method], "metric": "ratio",
-              "upper": float(cfg["tis_clip"]), "lower": float(low) if low else None}
-        kw = self._loss_common(inputs, {**cfg, "use_decoupled_loss": True})
-        fn = self._fn.ppo_actor_loss_fn
-        loss, stat = _call(fn, **kw, eps_clip=float(cfg["eps_clip"]),
-                           eps_clip_higher=cfg.get("eps_clip_high"),
-                           rejection_sampling=self._rejection_sampling(rs))
+              "upper": float(config["tis_clip"]), "lower": float(low) if low else None}
+        kw = self._loss_common(inputs, {**config, "use_decoupled_loss": True})
+        fn = self._functional.ppo_actor_loss_fn
+        loss, stat = fn(**bind(fn, "is_correction", {**kw, "eps_clip": float(config["eps_clip"])},
+                               {"eps_clip_higher": config["eps_clip_high"],
+                                "rejection_sampling": self._rejection_sampling("is_correction", rs)}))
         out = self._loss_outputs(loss, stat)
         return BoundaryResult({"weights": out["weights"], "pg_loss": out["pg_loss"], "loss": loss},
-                              {"loss_mask": kw["loss_mask"].to(inputs["loss_mask"].dtype)},
-                              FunctionRef.of(fn, self.root))
+                              {"loss_mask": kw["loss_mask"].to(inputs["loss_mask"].dtype)}, self._ref(fn))
 
+    @implements("kl", calls=(f"{DATA}:KLEstimator",))
     def b_kl(self, inputs: dict[str, torch.Tensor], config: dict[str, Any]) -> BoundaryResult:
-        cfg = self._cfg("kl", config)
-        kl_type = _KL_TYPES.get(cfg["kl_type"])
+        kl_type = _KL_TYPES.get(config["kl_type"])
         if kl_type is None:
-            raise Unsupported(f"AReaL's KLEstimator has no {cfg['kl_type']!r} (k1, k2, k3)")
+            raise Unsupported(f"AReaL's KLEstimator has no {config['kl_type']!r} (k1, k2, k3)")
         est = self._data.KLEstimator(kl_type)
         kl = est(_floating(inputs["log_probs"]), _floating(inputs["ref_log_probs"]))
-        return BoundaryResult({"kl": kl}, {}, FunctionRef.of(self._data.KLEstimator._compute_approx_kl, self.root))
+        return BoundaryResult({"kl": kl}, {}, self._ref(self._data.KLEstimator._compute_approx_kl))

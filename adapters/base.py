@@ -3,16 +3,21 @@
 An adapter lives in the worker process only (it imports torch and the target). It never
 decides a verdict: it translates canonical inputs into the target's conventions, calls the
 target's real function and translates the outputs back.
+
+Where a boundary is mapped to a trainer's functions: the `@implements` decorator on the
+adapter's method for it, and the adapter's `declines` table for the boundaries it does not
+offer, with the reason. `Adapter.mapping()` reads both back (no target import needed);
+`Adapter.supported()` and `Adapter.call()` dispatch through them. Shared helpers for
+writing an adapter live in `support.py`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import inspect
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, ClassVar
+from typing import Any, Callable, ClassVar, Mapping
 
 import torch
 
@@ -71,11 +76,76 @@ class BoundaryResult:
     function: FunctionRef | None = None
 
 
+@dataclass(frozen=True)
+class Implementation:
+    """One boundary an adapter implements: the method, and the target functions it calls
+    (``module:qualname``, as the adapter reaches them at the version it was written for)."""
+
+    boundary: str
+    method: str
+    calls: tuple[str, ...] = ()
+
+
+_MARK = "__sentinel_implements__"
+
+
+def _dotted(target: str | Callable) -> str:
+    if isinstance(target, str):
+        if ":" not in target:
+            raise ValueError(f"a call is named 'module:qualname', got {target!r}")
+        return target
+    return f"{target.__module__}:{target.__qualname__}"
+
+
+def implements(boundary: str, *, calls: tuple[str | Callable, ...] | list[str | Callable] = ()) -> Callable:
+    """Mark an adapter method as the implementation of `boundary`, calling the target
+    functions `calls` (``"module:qualname"`` strings, or the functions themselves):
+
+        @implements("kl", calls=("verl.trainer.ppo.core_algos:kl_penalty",))
+        def b_kl(self, inputs, config): ...
+    """
+    named = tuple(_dotted(c) for c in calls)
+
+    def mark(fn: Callable) -> Callable:
+        setattr(fn, _MARK, (boundary, named))
+        return fn
+    return mark
+
+
 class Adapter:
-    """Base class. Subclasses set `name`, implement `load` and one `b_<boundary>` per boundary."""
+    """Base class. Subclasses set `name`, implement `load` and one method per boundary,
+    marked `@implements(boundary, calls=...)`; `declines` maps the boundaries they do not
+    offer to the reason. (An unmarked method named ``b_<boundary>`` still implements
+    ``<boundary>``, calling nothing declared.)"""
 
     name: ClassVar[str] = "?"
     description: ClassVar[str] = ""
+    declines: ClassVar[Mapping[str, str]] = {}
+    _implemented: ClassVar[dict[str, Implementation]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        table: dict[str, Implementation] = {}
+        for attr in dir(cls):
+            fn = getattr(cls, attr, None)
+            if not callable(fn):
+                continue
+            mark = getattr(fn, _MARK, None)
+            if mark is not None:
+                boundary, calls = mark
+                boundaries.get(boundary)  # an unknown boundary name fails here, at class creation
+            elif attr.startswith("b_"):
+                boundary, calls = attr[2:], ()
+            else:
+                continue
+            if boundary in table and table[boundary].method != attr:
+                raise TypeError(f"{cls.__name__}: boundary {boundary!r} is implemented twice "
+                                f"({table[boundary].method}, {attr})")
+            table[boundary] = Implementation(boundary, attr, calls)
+        both = sorted(set(table) & set(cls.declines))
+        if both:
+            raise TypeError(f"{cls.__name__} both implements and declines {', '.join(both)}")
+        cls._implemented = table
 
     def __init__(self, root: Path | None, device: torch.device, options: dict[str, Any] | None = None):
         self.root = root  # checkout (worktree) to import from; None = installed package
@@ -87,67 +157,37 @@ class Adapter:
         """Import the target's boundary modules. Return facts for the report (version, paths)."""
         return {}
 
+    @classmethod
+    def declined(cls, boundary: str) -> str | None:
+        """Why this adapter does not offer `boundary` (None: it implements it)."""
+        if boundary in cls._implemented:
+            return None
+        return cls.declines.get(boundary) or f"target {cls.name!r} has no {boundary!r} boundary"
+
+    @classmethod
+    def mapping(cls) -> dict[str, dict[str, Any]]:
+        """Every canonical boundary (and any other this adapter implements) ->
+        {"calls": target functions as "module:qualname", "declined": reason or None,
+        "method": the adapter method or None}. Needs no target import."""
+        names = [*boundaries.BOUNDARIES, *sorted(set(cls._implemented) - set(boundaries.BOUNDARIES))]
+        out = {}
+        for b in names:
+            impl = cls._implemented.get(b)
+            out[b] = {"calls": list(impl.calls) if impl else [], "declined": cls.declined(b),
+                      "method": impl.method if impl else None}
+        return out
+
     def supported(self) -> list[str]:
-        return sorted(n[2:] for n in dir(self) if n.startswith("b_") and callable(getattr(self, n)))
+        """The boundaries this adapter implements (declined ones excluded)."""
+        return sorted(self._implemented)
 
     def call(self, boundary: str, inputs: dict[str, torch.Tensor], config: dict[str, Any]) -> BoundaryResult:
-        fn = getattr(self, "b_" + boundary, None)
-        if fn is None:
-            raise Unsupported(f"target {self.name!r} has no {boundary!r} boundary")
+        impl = self._implemented.get(boundary)
+        if impl is None:
+            raise Unsupported(self.declined(boundary))
         # defaults and derived values (eps_clip_high None -> eps_clip) resolved once, here
-        return fn(inputs, boundaries.get(boundary).normalise(config))
+        return getattr(self, impl.method)(inputs, boundaries.get(boundary).normalise(config))
 
-
-# --- helpers shared by adapters -------------------------------------------------------
-
-def rows(t: torch.Tensor, mask: torch.Tensor) -> list[torch.Tensor]:
-    """Per-sequence tensors of the response span: each row cut to [first valid, last valid]."""
-    out = []
-    for r, m in zip(t, mask):
-        idx = m.nonzero(as_tuple=True)[0]
-        out.append(r[int(idx[0]): int(idx[-1]) + 1] if len(idx) else r[:0])
-    return out
-
-
-def unrows(parts: list[torch.Tensor], mask: torch.Tensor, fill: float = 0.0) -> torch.Tensor:
-    """Inverse of `rows`: scatter per-sequence tensors back into a padded [B, T] batch."""
-    out = torch.full(mask.shape, fill, dtype=parts[0].dtype if parts else torch.float32, device=mask.device)
-    for b, (p, m) in enumerate(zip(parts, mask)):
-        idx = m.nonzero(as_tuple=True)[0]
-        if len(idx):
-            out[b, int(idx[0]): int(idx[0]) + p.numel()] = p.reshape(-1)
-    return out
-
-
-def version_facts(root: Path, package_version: str | None, with_commit: bool = True) -> dict[str, Any]:
-    """{"package_version", "commit", "version": "<package>+g<sha9>"} for a checkout."""
-    facts: dict[str, Any] = {}
-    if package_version:
-        facts["package_version"] = package_version
-    if with_commit:
-        try:
-            sha = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
-                                 timeout=10).stdout.strip()
-            if sha:
-                facts["commit"] = sha
-        except (OSError, subprocess.SubprocessError):
-            pass
-    parts = (facts.get("package_version"), facts.get("commit", "")[:9])
-    facts["version"] = "+g".join(x for x in parts if x) or "unknown"
-    return facts
-
-
-def parameters(fn: Callable) -> dict[str, inspect.Parameter]:
-    """A target function's parameters ({} when it has no inspectable signature)."""
-    try:
-        return dict(inspect.signature(fn).parameters)
-    except (TypeError, ValueError):
-        return {}
-
-
-def signature_text(fn: Callable) -> str:
-    """`qualname(signature)` for drift messages."""
-    try:
-        return f"{getattr(fn, '__qualname__', fn)}{inspect.signature(fn)}"
-    except (TypeError, ValueError):
-        return repr(fn)
+    def _ref(self, fn: Callable) -> FunctionRef:
+        """Where `fn` is, for the report (its file relative to the target root)."""
+        return FunctionRef.of(fn, self.root)

@@ -12,7 +12,8 @@ from typing import Any
 
 import torch
 
-from .base import Adapter, BoundaryResult, FunctionRef, TargetLoadError, Unsupported
+from . import reference as R
+from .base import Adapter, BoundaryResult, FunctionRef, TargetLoadError, Unsupported, implements
 from .planted import BUGS
 from .plants import PLANTS
 from .reference import REFERENCE_OPS, keep
@@ -84,14 +85,17 @@ class ReferenceAdapter(Adapter):
         outputs["loss"] = self.ops.aggregate(loss, m, config.get("loss_agg", "token-mean"))
         return self._result(outputs, fn_name)
 
+    @implements("policy_loss", calls=(R.ppo_policy_loss, R.gspo_token_log_ratio, R.decoupled_weight, R.aggregate))
     def b_policy_loss(self, inputs, config):
         clip = (config.get("eps_clip", 0.2), config.get("eps_clip_high"), config.get("eps_clip_c"))
         return self._policy("ppo_policy_loss", inputs, config, *clip)
 
+    @implements("cispo_loss", calls=(R.cispo_loss, R.gspo_token_log_ratio, R.decoupled_weight, R.aggregate))
     def b_cispo_loss(self, inputs, config):
         clip = (config.get("eps_clip", 1.0), config.get("eps_clip_high", 0.28))
         return self._policy("cispo_loss", inputs, config, *clip)
 
+    @implements("opsm_mask", calls=(R.opsm_mask, R.ppo_policy_loss, R.aggregate))
     def b_opsm_mask(self, inputs, config):
         m = inputs["loss_mask"]
         lp, old, adv = inputs["log_probs"], inputs["old_log_probs"], inputs["advantages"]
@@ -103,20 +107,24 @@ class ReferenceAdapter(Adapter):
         return self._result({"opsm_mask": mask, "opsm_clipfrac": clipfrac, "pg_loss": pg_loss,
                              "reduced_policy_loss": reduced}, "opsm_mask")
 
+    @implements("gspo_kl", calls=(R.gspo_seq_kl,))
     def b_gspo_kl(self, inputs, config):
         seq_kl = self.ops.gspo_seq_kl(inputs["log_probs"], inputs["old_log_probs"], inputs["loss_mask"])
         return self._result({"seq_kl": seq_kl}, "gspo_seq_kl")
 
+    @implements("kl", calls=(R.kl_estimator,))
     def b_kl(self, inputs, config):
         kl = self.ops.kl_estimator(inputs["log_probs"], inputs["ref_log_probs"], inputs["loss_mask"],
                                    config.get("kl_type", "k1"))
         return self._result({"kl": kl}, "kl_estimator")
 
+    @implements("gae", calls=(R.gae,))
     def b_gae(self, inputs, config):
         adv, ret = self.ops.gae(inputs["token_rewards"], inputs["values"], inputs["loss_mask"],
                                 config.get("gamma", 1.0), config.get("lam", 1.0))
         return self._result({"advantages": adv, "returns": ret}, "gae")
 
+    @implements("reward_norm", calls=(R.group_index, R.reward_norm))
     def b_reward_norm(self, inputs, config):
         if config.get("mean_leave1out") or config.get("std_unbiased") is False:
             raise Unsupported("the reference normalises with the plain group mean and the unbiased std")
@@ -128,6 +136,8 @@ class ReferenceAdapter(Adapter):
                                    1e-5 if config.get("eps") is None else config["eps"])
         return self._result({"rewards": out}, "reward_norm")
 
+    @implements("advantages", calls=(R.kl_estimator, R.group_index, R.task_rewards, R.reward_norm, R.shape_token_rewards,
+                                      R.gae, R.whiten))
     def b_advantages(self, inputs, config):
         """Scalar rewards -> (advantages, returns, logged_kl, token_rewards) for one estimator."""
         m, r = inputs["loss_mask"], inputs["rewards"]
@@ -169,6 +179,7 @@ class ReferenceAdapter(Adapter):
         outputs = {"advantages": adv, "returns": ret, "logged_kl": kl, "token_rewards": token_rewards}
         return self._result(outputs, "gae" if estimator == "gae" else "task_rewards")
 
+    @implements("is_correction", calls=(R.off_policy_is, R.vanilla_tis, R.icepop, R.aggregate))
     def b_is_correction(self, inputs, config):
         m = inputs["loss_mask"]
         names = ("log_probs", "old_log_probs", "rollout_log_probs", "advantages")
@@ -184,6 +195,7 @@ class ReferenceAdapter(Adapter):
         loss = self.ops.aggregate(pg_loss, m, config.get("loss_agg", "token-mean"))
         return self._result({"weights": w, "pg_loss": pg_loss, "loss": loss}, method)
 
+    @implements("loss_agg", calls=(R.aggregate,))
     def b_loss_agg(self, inputs, config):
         loss = self.ops.aggregate(inputs["values"], inputs["loss_mask"], config.get("mode", "token-mean"))
         return self._result({"loss": loss}, "aggregate")

@@ -79,6 +79,18 @@ def test_load_facts(areal):
     assert "areal" not in facts["stubs"] and "torch" not in facts["stubs"]
 
 
+def unresolved_calls() -> list[str]:
+    from sentinel_adapters.support import resolve
+
+    return sorted(c for row in ArealAdapter.mapping().values() for c in row["calls"] if resolve(c) is None)
+
+
+@needs_areal
+def test_declared_calls_resolve_but_for_what_1_0_4_lacks(areal):
+    assert unresolved_calls() == ["areal.trainer.ppo.gae:_compute_token_level_gae",  # since #1600
+                                  "areal.utils.functional:cispo_loss_fn"]  # since #1412
+
+
 @needs_areal
 def test_no_eos_outlier_shifts_valid_row(areal):
     # Canonical token alignment: the outcome reward sits on the last response token
@@ -190,6 +202,7 @@ def test_checkout_still_has_no_eos_leak():
     adapter = ArealAdapter(Path(os.environ["SENTINEL_AREAL_REPO"]), torch.device("cpu"))
     facts = adapter.load()
     assert "areal/trainer/ppo/actor.py" in facts["module_files"]
+    assert unresolved_calls() == []
     res = adapter.call("advantages", NO_EOS_INPUTS, NO_EOS_CONFIG)
     assert res.function.file == "areal/trainer/ppo/actor.py"
     # Unfixed as of AReaL HEAD cbff54d64 (2026-08-22); the fix is PR #1351 (c1bd33ff5, cdc1c4783).

@@ -41,6 +41,13 @@ def test_load_facts(verl):
     assert {"gae", "grpo", "reinforce_plus_plus"} <= set(facts["adv_estimators"])
 
 
+def test_every_declared_call_resolves(verl):
+    from sentinel_adapters.support import resolve
+
+    calls = {c for row in VerlAdapter.mapping().values() for c in row["calls"]}
+    assert calls and [c for c in sorted(calls) if resolve(c) is None] == []
+
+
 def test_gae_three_tokens(verl):
     # deltas [-0.1, -0.1, 0.7] (gamma 1, lambda 0.95): A2 = 0.7, A1 = -0.1 + 0.95 * 0.7,
     # A0 = -0.1 + 0.95 * A1; the reported advantages are verl's GAE before its whitening.

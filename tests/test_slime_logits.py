@@ -8,35 +8,36 @@ import math
 import pytest
 import torch
 
-from sentinel_adapters.slime import _GradAt, _logits_for, _one_rank_cross_entropy
+from sentinel_adapters.slime.entry import GradAt, logits_for
+from sentinel_adapters.slime.megatron import one_rank_cross_entropy
 
 LP = [-1.5, -0.7, -0.125, -1e-3, 0.0, -30.0]
 
 
 def test_log_softmax_of_the_logits_is_the_log_prob_exactly():
     lp = torch.tensor(LP)
-    got = torch.log_softmax(_logits_for(lp), dim=-1)[:, 0]
+    got = torch.log_softmax(logits_for(lp), dim=-1)[:, 0]
     assert got.tolist() == pytest.approx(LP, abs=1e-6)
     assert got[4].item() == 0.0  # p == 1 is exact, not 1 - eps
-    assert torch.isfinite(torch.softmax(_logits_for(lp), -1)).all()
+    assert torch.isfinite(torch.softmax(logits_for(lp), -1)).all()
 
 
 def test_non_finite_log_probs_pass_through():
-    got = torch.log_softmax(_logits_for(torch.tensor([float("nan"), float("-inf")])), dim=-1)[:, 0]
+    got = torch.log_softmax(logits_for(torch.tensor([float("nan"), float("-inf")])), dim=-1)[:, 0]
     assert math.isnan(got[0].item()) and got[1].item() == float("-inf")
 
 
 def test_gradient_reaches_the_log_prob_unscaled_except_where_saturated():
     lp = torch.tensor(LP, requires_grad=True)
-    torch.log_softmax(_logits_for(lp), dim=-1)[:, 0].sum().backward()
+    torch.log_softmax(logits_for(lp), dim=-1)[:, 0].sum().backward()
     g = lp.grad.tolist()
     assert g[:3] + g[5:] == pytest.approx([1.0, 1.0, 1.0, 1.0], abs=1e-5)
-    assert g[4] == 0.0  # p == 1: softmax saturates; the adapter supplies this gradient (_GradAt)
+    assert g[4] == 0.0  # p == 1: softmax saturates; the adapter supplies this gradient (GradAt)
 
 
 def test_grad_at_adds_nothing_forward_and_its_gradient_backward():
     x = torch.tensor([1.0, 2.0], requires_grad=True)
-    out = _GradAt.apply(x, torch.tensor([0.5, -3.0]))
+    out = GradAt.apply(x, torch.tensor([0.5, -3.0]))
     assert out.item() == 0.0
     out.backward()
     assert x.grad.tolist() == [0.5, -3.0]
@@ -46,4 +47,4 @@ def test_one_rank_cross_entropy_is_minus_log_softmax():
     logits = torch.randn(3, 1, 5)
     target = torch.tensor([[1], [4], [0]])
     want = -torch.log_softmax(logits, -1).gather(-1, target[..., None])[..., 0]
-    assert torch.allclose(_one_rank_cross_entropy(logits, target, None), want)
+    assert torch.allclose(one_rank_cross_entropy(logits, target, None), want)

@@ -1,0 +1,43 @@
+"""slime adapter: calls THUDM/slime's real loss-path functions at canonical boundaries.
+
+Modules: ``adapter`` (`SlimeAdapter`: loading and the boundaries, each marked with the slime
+functions it calls), ``entry`` (the reduced loss through slime's Megatron loss entry),
+``conventions`` (slime's module names, ``args`` defaults, estimator names), ``megatron``
+(the one-rank Megatron shim).
+
+Where the code lives in slime (paths relative to a checkout):
+- ``slime/utils/ppo_utils.py``: compute_approx_kl, compute_opsm_mask, compute_gspo_kl,
+  compute_policy_loss, compute_cispo_loss, get_grpo_returns, get_reinforce_plus_plus_*,
+  get_advantages_and_returns_batch (GAE via chunked_gae / vanilla_gae).
+- ``slime/backends/megatron_utils/loss.py``: compute_advantages_and_returns (the estimator
+  switch that fills ``rollout_data``), vanilla_tis_function, icepop_function, and the loss
+  entry loss_function -> policy_loss_function (on logits built from the log-probs).
+- ``slime/backends/megatron_utils/cp_utils.py``: get_sum_of_sample_mean (slime's loss
+  reducer: per-sample mean or per-token sum over ``loss_masks``).
+- ``slime/ray/rollout.py``: RolloutManager._post_process_rewards (GRPO / REINFORCE++-baseline
+  group reward normalisation, done before compute_advantages_and_returns).
+
+Conventions translated here:
+- canonical ``[B, T]`` -> one response tensor per sample (``support.rows``: each row cut to its
+  first..last valid token), ``loss_masks`` as int32 (as slime's actor moves them to the GPU),
+  ``response_lengths`` = span lengths, ``total_lengths`` = span start + span length;
+- one process, context-parallel size 1 (``megatron.core.mpu`` is a functional shim), one
+  micro-batch, data-parallel size 1, step_global_batch_size = B, one sample per rollout
+  (``rollout_mask_sums`` = each sample's own mask total);
+- an ``argparse.Namespace`` ``args`` carrying slime's option names with slime's defaults; a
+  read of an option this adapter does not set fails loudly (signature drift).
+
+The package ``slime.backends.megatron_utils`` is entered without running its ``__init__``
+(which wires the Ray actor, Megatron model and checkpoint code, or at newer commits the
+accelerator and Megatron grad-coalesce patches); the loss-path modules themselves are
+imported and executed as they are.
+
+Reduced policy losses come from slime's own loss entry (``entry.EntryLoss._entry_loss``):
+loss_function -> policy_loss_function on logits whose log-softmax is the canonical log-probs. Per-token
+outputs come from the functions policy_loss_function calls, called directly; every number
+comes from a slime function.
+"""
+
+from .adapter import SlimeAdapter
+
+__all__ = ["SlimeAdapter"]

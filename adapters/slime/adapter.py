@@ -1,0 +1,501 @@
+"""`SlimeAdapter`: slime's loss-path functions at the canonical boundaries (see the package
+docstring for where each lives and the conventions translated)."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import os
+import re
+import time
+import types
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from ..base import Adapter, BoundaryResult, Unsupported, implements
+from ..shims import import_with_stubs
+from ..support import (bind, first_on_path, group_ids, group_layout, locate, lookup, parameters, rows, signature_text,
+                       spy, unrows, version_facts)
+from .conventions import (BARE_PACKAGES, BOUNDARY_MODULES, CP_UTILS, ESTIMATORS, GROUP_NORMALISED, HEAVY_DEPS, LOSS,
+                          PPO_UTILS, ROLLOUT, slime_args)
+from .entry import EntryLoss
+from .megatron import bare_package, install_megatron_shim
+
+# The loss entry every loss boundary's reduced loss goes through (`EntryLoss._entry_loss`).
+ENTRY_CALLS = (f"{LOSS}:loss_function", f"{LOSS}:policy_loss_function", f"{CP_UTILS}:get_sum_of_sample_mean")
+
+
+def _span_starts(mask: torch.Tensor) -> list[int]:
+    out = []
+    for m in mask:
+        idx = m.nonzero(as_tuple=True)[0]
+        out.append(int(idx[0]) if len(idx) else 0)
+    return out
+
+
+def _scatter_back(parts: list[torch.Tensor], original: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The canonical tensor with each row's span replaced by the state of what slime got."""
+    out = original.detach().clone()
+    for b, (p, s) in enumerate(zip(parts, _span_starts(mask))):
+        out[b, s: s + p.numel()] = p.detach().reshape(-1).to(out.dtype)
+    return out
+
+
+class SlimeAdapter(EntryLoss, Adapter):
+    """THUDM/slime from a checkout (``--repo``) or an installed package."""
+
+    name = "slime"
+    description = ("THUDM/slime: ppo_utils / megatron_utils.loss / cp_utils called on one process "
+                   "(context parallel size 1) with per-sample response tensors.")
+
+    def __init__(self, root: Path | None, device: torch.device, options: dict[str, Any] | None = None):
+        super().__init__(root, device, options)
+        self.mods: dict[str, types.ModuleType] = {}
+        self.rollout_error: str | None = None
+        self.facts: dict[str, Any] = {}
+
+    # --- loading ------------------------------------------------------------------------
+    def _version(self, root: Path) -> dict[str, Any]:
+        setup = root / "setup.py"
+        m = re.search(r"""version\s*=\s*["']([^"']+)["']""", setup.read_text(errors="replace")) if setup.is_file() else None
+        return version_facts(root, m.group(1) if m else None)
+
+    def _import(self, name: str) -> types.ModuleType:
+        return import_with_stubs(name, target="slime", own="slime", stubs=self.stubs,
+                                 allowed=HEAVY_DEPS | set(self.options.get("extra_stubs") or ()))
+
+    def load(self) -> dict[str, Any]:
+        root = locate("slime", "slime", PPO_UTILS, self.root)
+        compile_ = bool(self.options.get("compile"))
+        if not compile_:
+            # slime decorates compute_approx_kl / compute_policy_loss / compute_cispo_loss with
+            # torch.compile: ~20 s per function on CPU. Eager gives the same math.
+            os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")
+        t0 = time.perf_counter()  # torch._dynamo counts: slime's @torch.compile imports it (~1 s) even when eager
+        import torch._dynamo
+
+        torch._dynamo.config.disable = not compile_
+        first_on_path(root)
+        self.root = root
+
+        self.stubs = install_megatron_shim()
+        importlib.import_module("slime")
+        for pkg in BARE_PACKAGES:
+            parent = pkg.rpartition(".")[0]
+            if parent:
+                self._import(parent)
+            bare_package(pkg, root)
+        for name in BOUNDARY_MODULES:
+            self.mods[name] = self._import(name)
+        boundary_s = time.perf_counter() - t0
+        if self.options.get("rollout_module", True):
+            try:
+                self.mods[ROLLOUT] = self._import(ROLLOUT)
+            except Exception as e:  # noqa: BLE001 - optional: only reward normalisation needs it
+                self.rollout_error = f"{type(e).__name__}: {e}"
+        self.facts = {
+            **self._version(root),
+            "module_files": [str(Path(m.__file__).resolve().relative_to(root)) for m in self.mods.values()],
+            "stubs": list(self.stubs),
+            "bare_packages": list(BARE_PACKAGES),
+            "boundary_import_s": round(boundary_s, 4),
+            "eager": not compile_,
+        }
+        if self.rollout_error:
+            self.facts["rollout_module_error"] = self.rollout_error
+        return dict(self.facts)
+
+    # --- lookups ------------------------------------------------------------------------
+    def _fn(self, name: str, *modules: str, boundary: str) -> Callable:
+        """slime's function `name` from the first of `modules` that has it (default: ppo_utils,
+        megatron_utils.loss, cp_utils); `Unsupported` where this commit has none."""
+        return lookup(self.mods, name, modules or (PPO_UTILS, LOSS, CP_UTILS), target="slime", boundary=boundary,
+                      version=self.facts.get("version", "this commit"))
+
+    # --- canonical <-> slime ------------------------------------------------------------
+    def _tok(self, inputs: dict[str, torch.Tensor], name: str, mask: torch.Tensor) -> list[torch.Tensor]:
+        """Per-sample response tensors (clones of the spans, so autograd reaches the input)."""
+        return [r.clone() for r in rows(inputs[name].to(self.device), mask)]
+
+    def _masks(self, mask: torch.Tensor) -> list[torch.Tensor]:
+        return [r.to(torch.int32) for r in rows(mask, mask)]
+
+    @staticmethod
+    def _lengths(mask: torch.Tensor, parts: list[torch.Tensor]) -> tuple[list[int], list[int]]:
+        response = [int(p.numel()) for p in parts]
+        return response, [s + n for s, n in zip(_span_starts(mask), response)]
+
+    @staticmethod
+    def _back(cat: torch.Tensor, lengths: list[int], mask: torch.Tensor) -> torch.Tensor:
+        return unrows(list(cat.split(lengths, dim=0)), mask)
+
+    def _after(self, inputs: dict[str, torch.Tensor], given: dict[str, list[torch.Tensor]],
+               mask: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {k: _scatter_back(v, inputs[k], mask) for k, v in given.items()}
+
+    # --- boundaries ---------------------------------------------------------------------
+    @implements("opsm_mask", calls=(f"{PPO_UTILS}:compute_opsm_mask", f"{PPO_UTILS}:compute_policy_loss",
+                                    *ENTRY_CALLS))
+    def b_opsm_mask(self, inputs, config):
+        """compute_opsm_mask + compute_policy_loss, composed as policy_loss_function does
+        (pg_loss * opsm_mask, reduced over valid tokens); mirrors the PR #1917 seed script."""
+        mask = inputs["loss_mask"].to(self.device)
+        fn = self._fn("compute_opsm_mask", PPO_UTILS, boundary="opsm_mask")
+        lp, old, adv = (self._tok(inputs, k, mask) for k in ("log_probs", "old_log_probs", "advantages"))
+        masks = self._masks(mask)
+        lengths, totals = self._lengths(mask, lp)
+        flat = torch.cat(lp)
+        clip = self._clip(config)
+        pg_loss, _clipfrac, _ = self._ppo_token_loss("opsm_mask", flat, torch.cat(old), torch.cat(adv), **clip)
+        args = slime_args(use_opsm=True, opsm_delta=config["opsm_delta"])
+        kw = bind(fn, "opsm_mask", {"args": args, "full_log_probs": lp, "full_old_log_probs": old,
+                                    "advantages": adv, "loss_masks": masks})
+        opsm_mask, opsm_clipfrac = fn(**kw)
+        masked = pg_loss * opsm_mask
+        reduced, entry = self._entry_loss("opsm_mask", config, flat, lengths, totals, old, adv, masks, masked,
+                                          use_opsm=True, opsm_delta=args.opsm_delta, **clip)
+        return self._loss_result(fn, entry, inputs, mask, lengths, {"opsm_mask": opsm_mask, "pg_loss": masked},
+                                 {"opsm_clipfrac": opsm_clipfrac, "reduced_policy_loss": reduced},
+                                 {"log_probs": lp, "old_log_probs": old, "advantages": adv})
+
+    @implements("policy_loss", calls=(f"{PPO_UTILS}:compute_policy_loss", f"{PPO_UTILS}:compute_gspo_kl",
+                                      *ENTRY_CALLS))
+    def b_policy_loss(self, inputs, config):
+        """compute_policy_loss (asymmetric + dual clip) reduced by get_sum_of_sample_mean; with
+        importance_sampling_level sequence, on compute_gspo_kl's sequence KL (slime's gspo
+        estimator, as policy_loss_function does it)."""
+        if config["use_decoupled_loss"] or config["rejection_sampling"] is not None:
+            raise Unsupported("slime has no decoupled PPO loss; its behaviour-policy correction is a TIS hook "
+                              "(boundary is_correction)")
+        level = config["importance_sampling_level"]
+        if level not in ("token", "sequence"):
+            raise Unsupported(f"importance_sampling_level {level!r}: slime has token and sequence (gspo)")
+        mask = inputs["loss_mask"].to(self.device)
+        lp, old, adv = (self._tok(inputs, k, mask) for k in ("log_probs", "old_log_probs", "advantages"))
+        masks = self._masks(mask)
+        lengths, totals = self._lengths(mask, lp)
+        flat = torch.cat(lp)
+        clip = self._clip(config)
+        ppo_kl, estimator = None, {}
+        if level == "sequence":
+            gspo = self._fn("compute_gspo_kl", PPO_UTILS, boundary="policy_loss")
+            ppo_kl = gspo(**bind(gspo, "policy_loss", {"full_log_probs": lp, "full_old_log_probs": old,
+                                                       "local_log_probs": lp, "loss_masks": masks}))
+            estimator = {"advantage_estimator": "gspo"}
+        pg_loss, clipfrac, fn = self._ppo_token_loss("policy_loss", flat, torch.cat(old), torch.cat(adv), **clip,
+                                                     ppo_kl=ppo_kl)
+        loss, entry = self._entry_loss("policy_loss", config, flat, lengths, totals, old, adv, masks, pg_loss,
+                                       **clip, **estimator)
+        return self._loss_result(fn, entry, inputs, mask, lengths, {"pg_loss": pg_loss, "clipfrac": clipfrac},
+                                 {"loss": loss}, {"log_probs": lp, "old_log_probs": old, "advantages": adv})
+
+    @implements("cispo_loss", calls=(f"{PPO_UTILS}:compute_cispo_loss", *ENTRY_CALLS))
+    def b_cispo_loss(self, inputs, config):
+        """compute_cispo_loss (MiniMax-M1) reduced by get_sum_of_sample_mean."""
+        mask = inputs["loss_mask"].to(self.device)
+        fn = self._fn("compute_cispo_loss", PPO_UTILS, boundary="cispo_loss")
+        lp, old, adv = (self._tok(inputs, k, mask) for k in ("log_probs", "old_log_probs", "advantages"))
+        masks = self._masks(mask)
+        lengths, totals = self._lengths(mask, lp)
+        lp_c, old_c = torch.cat(lp), torch.cat(old)
+        eps_clip, eps_high = config["eps_clip"], config["eps_clip_high"]
+        kw = bind(fn, "cispo_loss", {"ppo_kl": old_c - lp_c, "log_probs": lp_c, "advantages": torch.cat(adv),
+                                     "eps_clip": eps_clip, "eps_clip_high": eps_high})
+        pg_loss, clipfrac = fn(**kw)[:2]
+        loss, entry = self._entry_loss("cispo_loss", config, lp_c, lengths, totals, old, adv, masks, pg_loss,
+                                       advantage_estimator="cispo", eps_clip=eps_clip, eps_clip_high=eps_high)
+        return self._loss_result(fn, entry, inputs, mask, lengths, {"pg_loss": pg_loss, "clipfrac": clipfrac},
+                                 {"loss": loss}, {"log_probs": lp, "old_log_probs": old, "advantages": adv})
+
+    @implements("gspo_kl", calls=(f"{PPO_UTILS}:compute_gspo_kl",))
+    def b_gspo_kl(self, inputs, config):
+        """compute_gspo_kl: per-sample valid-token mean of old - new, expanded to every token."""
+        mask = inputs["loss_mask"].to(self.device)
+        fn = self._fn("compute_gspo_kl", PPO_UTILS, boundary="gspo_kl")
+        lp, old = self._tok(inputs, "log_probs", mask), self._tok(inputs, "old_log_probs", mask)
+        lengths, _ = self._lengths(mask, lp)
+        kw = bind(fn, "gspo_kl", {"full_log_probs": lp, "full_old_log_probs": old,
+                                  "local_log_probs": lp, "loss_masks": self._masks(mask)})
+        seq_kl = fn(**kw)
+        return BoundaryResult({"seq_kl": self._back(seq_kl, lengths, mask)},
+                              self._after(inputs, {"log_probs": lp, "old_log_probs": old}, mask), self._ref(fn))
+
+    @implements("kl", calls=(f"{PPO_UTILS}:compute_approx_kl",))
+    def b_kl(self, inputs, config):
+        """compute_approx_kl(log_probs, log_probs_base=ref, kl_loss_type) per sample, as
+        compute_advantages_and_returns calls it."""
+        mask = inputs["loss_mask"].to(self.device)
+        fn = self._fn("compute_approx_kl", PPO_UTILS, boundary="kl")
+        lp, ref = self._tok(inputs, "log_probs", mask), self._tok(inputs, "ref_log_probs", mask)
+        kl_type = self._kl_name(config["kl_type"], fn)
+        kl = []
+        for a, b in zip(lp, ref):
+            kw = bind(fn, "kl", {"log_probs": a, "log_probs_base": b, "kl_loss_type": kl_type},
+                      aliases={"log_probs_base": ("ref_log_probs",), "kl_loss_type": ("kl_type",)})
+            kl.append(fn(**kw))
+        return BoundaryResult({"kl": unrows(kl, mask) if kl else torch.zeros_like(mask, dtype=torch.float32)},
+                              self._after(inputs, {"log_probs": lp, "ref_log_probs": ref}, mask), self._ref(fn))
+
+    @staticmethod
+    def _kl_name(kl_type: str, fn: Callable) -> str:
+        """Canonical KL estimator name -> the one this slime's compute_approx_kl accepts
+        (slime called k1 "kl" until 2025-07)."""
+        try:
+            src = inspect.getsource(inspect.unwrap(fn))
+        except (OSError, TypeError):
+            return kl_type
+        names = set(re.findall(r"""["']([a-z0-9_]+)["']""", src))
+        if kl_type not in names and kl_type == "k1" and "kl" in names:
+            return "kl"
+        return kl_type
+
+    @implements("loss_agg", calls=(f"{CP_UTILS}:get_sum_of_sample_mean",))
+    def b_loss_agg(self, inputs, config):
+        """get_sum_of_sample_mean, scaled as loss_function / Megatron do for one micro-batch."""
+        mask = inputs["loss_mask"].to(self.device)
+        vals = self._tok(inputs, "values", mask)
+        masks = self._masks(mask)
+        lengths, totals = self._lengths(mask, vals)
+        x = torch.cat(vals) if vals else torch.zeros(0, device=self.device)
+        loss = self._reduce("loss_agg", x, masks, lengths, totals, config["mode"])
+        fn = self._fn("get_sum_of_sample_mean", CP_UTILS, boundary="loss_agg")
+        return BoundaryResult({"loss": loss}, self._after(inputs, {"values": vals}, mask), self._ref(fn))
+
+    @implements("gae", calls=(f"{PPO_UTILS}:get_advantages_and_returns_batch",))
+    def b_gae(self, inputs, config):
+        """get_advantages_and_returns_batch (chunked_gae, or vanilla_gae with options/config
+        gae_impl=vanilla) over right-padded response tensors; older slime: get_advantages_and_returns."""
+        mask = inputs["loss_mask"].to(self.device)
+        rew, val = self._tok(inputs, "token_rewards", mask), self._tok(inputs, "values", mask)
+        lengths, totals = self._lengths(mask, rew)
+        gamma, lam = config["gamma"], config["lam"]
+        impl = config.get("gae_impl", self.options.get("gae_impl", "chunked"))
+        fn = getattr(self.mods[PPO_UTILS], "get_advantages_and_returns_batch", None)
+        if fn is not None:
+            chunked = {"chunked": impl == "chunked"} if "chunked" in parameters(fn) else {}
+            if impl != "chunked" and not chunked:
+                raise Unsupported(f"{signature_text(fn)} has no switch to vanilla GAE")
+            kw = bind(fn, "gae", {"total_lengths": totals, "response_lengths": lengths, "values_list": val,
+                                  "rewards_list": rew, "gamma": gamma, "lambd": lam, **chunked})
+            adv, ret = fn(**kw)
+        else:  # older slime: one sample at a time
+            fn = self._fn("get_advantages_and_returns", PPO_UTILS, boundary="gae")
+            adv, ret = [], []
+            for t, n, v, r in zip(totals, lengths, val, rew):
+                a, g = fn(**bind(fn, "gae", {"total_len": t, "response_len": n, "values": v, "rewards": r,
+                                             "gamma": gamma, "lambd": lam}))
+                adv.append(a)
+                ret.append(g)
+        return BoundaryResult({"advantages": unrows(list(adv), mask), "returns": unrows(list(ret), mask)},
+                              self._after(inputs, {"token_rewards": rew, "values": val}, mask), self._ref(fn))
+
+    # --- rewards / advantages -----------------------------------------------------------
+    def _groups(self, n_rows: int, group: torch.Tensor | None, group_size: int | None) -> tuple[list[int], int, int]:
+        """Canonical groups -> (row order that makes groups consecutive, n_samples_per_prompt,
+        rollout_batch_size).
+
+        slime keeps a prompt's samples consecutive and reshapes the rewards to
+        [rollout_batch_size, n_samples_per_prompt]; when the batch does not hold exactly
+        n * rollout_batch_size samples it normalises over the whole batch instead. Rows are
+        reordered group by group (by first appearance), and groups of unequal size map to
+        n = the largest group (the others lost samples), which reaches that fallback."""
+        if group is None:
+            if group_size:
+                return list(range(n_rows)), int(group_size), -(-n_rows // int(group_size))
+            return list(range(n_rows)), n_rows, 1
+        order, sizes = group_layout(group_ids(group, None, n_rows))
+        return order, max(sizes), len(sizes)
+
+    def _rollout_manager(self, boundary: str):
+        mod = self.mods.get(ROLLOUT)
+        if mod is None:
+            raise Unsupported(f"{boundary}: slime's reward post-processing lives in slime/ray/rollout.py, which "
+                              f"did not import ({self.rollout_error or 'rollout_module disabled'})")
+        cls = getattr(mod, "RolloutManager", None)
+        meta = getattr(cls, "__ray_metadata__", None)  # a real `ray.remote` wraps the class
+        if meta is not None and hasattr(meta, "modified_class"):
+            cls = meta.modified_class
+        fn = getattr(cls, "_post_process_rewards", None)
+        if fn is None:
+            raise Unsupported(f"{boundary}: slime has no RolloutManager._post_process_rewards at this commit")
+        return fn
+
+    def _post_process_rewards(self, boundary: str, rewards: list[float], estimator: str,
+                              group: torch.Tensor | None, group_size: int | None):
+        """RolloutManager._post_process_rewards on Samples carrying only their reward, with the
+        rows in slime's group-consecutive order (and put back in canonical order after)."""
+        fn = self._rollout_manager(boundary)
+        order, n, batches = self._groups(len(rewards), group, group_size)
+        types_mod = self._import("slime.utils.types")
+        args = slime_args(advantage_estimator=estimator, n_samples_per_prompt=n, rollout_batch_size=batches,
+                          # slime's validate_args: one sample per prompt turns std normalisation off
+                          grpo_std_normalization=n > 1)
+        try:
+            samples = [types_mod.Sample(reward=float(rewards[i])) for i in order]
+        except Exception as e:  # noqa: BLE001
+            raise Unsupported(f"{boundary}: cannot build slime Samples at this commit: {e}") from e
+        manager = types.SimpleNamespace(args=args, custom_reward_post_process_func=None)
+        _raw, out = fn(manager, samples)
+        back = [0.0] * len(rewards)
+        for pos, i in enumerate(order):
+            back[i] = float(out[pos])
+        return back, fn
+
+    @implements("reward_norm", calls=(f"{ROLLOUT}:RolloutManager._post_process_rewards",))
+    def b_reward_norm(self, inputs, config):
+        """RolloutManager._post_process_rewards: group mean (and std for GRPO) over consecutive
+        groups of n_samples_per_prompt; eps fixed at 1e-6; every sample enters the statistics."""
+        r = inputs["rewards"].to(self.device)
+        if "mask" in inputs and not bool(inputs["mask"].bool().all()):
+            raise Unsupported("slime's reward post-processing has no row mask: every sample enters the statistics")
+        mean_level, std_level = config["mean_level"], config["std_level"]
+        if mean_level is None:
+            raise Unsupported("slime always subtracts the mean when it normalises rewards")
+        if std_level not in (None, mean_level):
+            raise Unsupported(f"slime divides by the std of the same group it centres on (got mean over "
+                              f"{mean_level}, std over {std_level})")
+        eps = config["eps"]
+        if std_level is not None and eps is not None and abs(float(eps) - 1e-6) > 1e-12:
+            raise Unsupported(f"slime hard-codes eps 1e-6 in its reward std normalisation (got eps={eps})")
+        estimator = "grpo" if std_level else "reinforce_plus_plus_baseline"
+        if mean_level == "batch":
+            group, group_size = None, None
+        else:
+            group, group_size = inputs.get("group"), config["group_size"]
+        out, fn = self._post_process_rewards("reward_norm", r.tolist(), estimator, group, group_size)
+        rewards = torch.tensor(out, dtype=r.dtype, device=self.device)
+        return BoundaryResult({"rewards": rewards}, function=self._ref(fn))
+
+    def _advantages_fn(self):
+        return self._fn("compute_advantages_and_returns", LOSS, boundary="advantages")
+
+    @implements("advantages", calls=(f"{LOSS}:compute_advantages_and_returns",
+                                     f"{ROLLOUT}:RolloutManager._post_process_rewards"))
+    def b_advantages(self, inputs, config):
+        """compute_advantages_and_returns(args, rollout_data), after slime's group reward
+        normalisation for GRPO-family / REINFORCE++-baseline estimators. logged_kl is
+        rollout_data["kl"] after the call: what log_rollout_data reports as rollout/kl."""
+        for key, why in (("reward_norm", "slime's only reward normalisation is the estimator's built-in group "
+                                         "normalisation (RolloutManager._post_process_rewards); no configurable "
+                                         "reward_norm"),
+                         ("mask_no_eos_with_zero", "slime has no option to zero the reward of a no-EOS sample"),
+                         ("reward_clip", "slime's advantage path does not clip rewards")):
+            if config[key]:
+                raise Unsupported(f"{key}: {why}")
+        canon = config["estimator"]
+        if canon not in ESTIMATORS:
+            raise Unsupported(f"slime has no estimator {canon!r} (known: {', '.join(sorted(ESTIMATORS))})")
+        estimator = ESTIMATORS[canon]
+        fn = self._advantages_fn()
+        try:
+            src = inspect.getsource(inspect.unwrap(fn))
+        except (OSError, TypeError):
+            src = ""
+        if src and f'"{estimator}"' not in src and f"'{estimator}'" not in src:
+            raise Unsupported(f"compute_advantages_and_returns has no {estimator!r} estimator at this commit")
+
+        mask = inputs["loss_mask"].to(self.device)
+        masks = self._masks(mask)
+        given: dict[str, list[torch.Tensor]] = {}
+        for k in ("log_probs", "ref_log_probs", "values"):
+            if k in inputs:
+                given[k] = self._tok(inputs, k, mask)
+        zeros = [torch.zeros(int(m.numel()), dtype=torch.float32, device=self.device) for m in masks]
+        # slime always has log-probs; without them (and a reference) the KL is exactly 0.
+        log_probs = given.get("log_probs") or [z.clone() for z in zeros]
+        ref = given.get("ref_log_probs") or [x.detach().clone() for x in log_probs]
+        lengths, totals = self._lengths(mask, zeros)
+        if estimator == "ppo" and "values" not in given:
+            raise ValueError("slime's ppo (gae) estimator needs `values`")
+
+        rewards = [float(x) for x in inputs["rewards"].reshape(-1).tolist()]
+        if estimator in GROUP_NORMALISED:
+            rewards, _ = self._post_process_rewards("advantages", rewards, estimator, inputs.get("group"),
+                                                    config["group_size"])
+
+        rollout_data: dict[str, Any] = {
+            "log_probs": log_probs, "ref_log_probs": ref, "rewards": rewards,
+            "values": given.get("values"), "response_lengths": lengths, "total_lengths": totals,
+            "loss_masks": masks,
+        }
+        args = slime_args(advantage_estimator=estimator, kl_coef=float(config["kl_coef"]),
+                          kl_loss_type=self._kl_name(config["kl_type"],
+                                                     self._fn("compute_approx_kl", PPO_UTILS, boundary="advantages")),
+                          gamma=float(config["gamma"]), lambd=float(config["lam"]),
+                          normalize_advantages=bool(config["normalize_advantages"]))
+        if args.normalize_advantages:
+            self._ensure_process_group()
+
+        # Spy (call-through) on the GAE entry to record the PPO token rewards it receives.
+        token_rewards: list[torch.Tensor] = []
+
+        def record(arguments: dict[str, Any]) -> None:  # before the call: GAE may not change what we keep
+            if arguments.get("rewards_list") is not None:
+                token_rewards.extend(t.detach().clone() for t in arguments["rewards_list"])
+
+        try:
+            with spy(self.mods[LOSS], "get_advantages_and_returns_batch", before=record):
+                fn(args, rollout_data)
+        except NotImplementedError as e:
+            raise Unsupported(f"compute_advantages_and_returns: {e}") from e
+
+        out = {"advantages": unrows(list(rollout_data["advantages"]), mask),
+               "returns": unrows(list(rollout_data["returns"]), mask)}
+        if "kl" in rollout_data:  # stored for logging since 2026-04 (slime PR #1856)
+            out["logged_kl"] = unrows(list(rollout_data["kl"]), mask)
+        if token_rewards:
+            out["token_rewards"] = unrows(token_rewards, mask)
+        return BoundaryResult(out, self._after(inputs, given, mask), self._ref(fn))
+
+    # --- importance-sampling correction -------------------------------------------------
+    IS_METHODS = {"vanilla_tis": "vanilla_tis_function", "icepop": "icepop_function",
+                  "off_policy_is": "off_policy_is_function"}
+
+    @implements("is_correction", calls=(f"{LOSS}:vanilla_tis_function", f"{LOSS}:icepop_function",
+                                        f"{LOSS}:off_policy_is_function", f"{PPO_UTILS}:compute_policy_loss",
+                                        *ENTRY_CALLS))
+    def b_is_correction(self, inputs, config):
+        """A TIS hook (vanilla_tis_function / icepop_function / off_policy_is_function) on the
+        PPO token loss, as policy_loss_function calls it; weights = the hook applied to a
+        loss of ones; loss reduced with the masks the hook returns over the original
+        denominators."""
+        method = config["method"]
+        if method not in self.IS_METHODS:
+            raise Unsupported(f"slime has no is_correction method {method!r} (known: {', '.join(self.IS_METHODS)})")
+        fname = self.IS_METHODS[method]
+        try:
+            fn = self._fn(fname, LOSS, PPO_UTILS, boundary="is_correction")
+        except Unsupported:
+            if method == "off_policy_is":
+                raise Unsupported("slime has no off_policy_is_function at this commit "
+                                  "(proposed in https://github.com/THUDM/slime/pull/2084, not merged)") from None
+            raise
+        mask = inputs["loss_mask"].to(self.device)
+        lp, old, roll, adv = (self._tok(inputs, k, mask)
+                              for k in ("log_probs", "old_log_probs", "rollout_log_probs", "advantages"))
+        masks = self._masks(mask)
+        lengths, totals = self._lengths(mask, lp)
+        clip = self._clip(config)
+        flat = torch.cat(lp)
+        pg_loss, _, _ = self._ppo_token_loss("is_correction", flat, torch.cat(old), torch.cat(adv), **clip)
+        tis = {"use_tis": True, "tis_clip": config["tis_clip"], "tis_clip_low": config["tis_clip_low"],
+               # policy_loss_function calls vanilla_tis_function unless given another hook's path
+               "custom_tis_function_path": None if fname == "vanilla_tis_function" else f"{fn.__module__}.{fn.__name__}"}
+        args = slime_args(**tis, eps_clip=clip["eps_clip"], eps_clip_high=clip["eps_clip_high"])
+        required = {"args": args, "pg_loss": pg_loss, "rollout_log_probs": roll, "loss_masks": masks}
+        optional = {"total_lengths": totals, "response_lengths": lengths}
+        if "cur_log_probs" in parameters(fn):
+            required["cur_log_probs"] = lp
+        if "train_log_probs" in parameters(fn):
+            required["train_log_probs"] = [o.detach() for o in old]
+        kw = bind(fn, "is_correction", required, optional)
+        weights = fn(**{**kw, "pg_loss": torch.ones_like(pg_loss.detach())})[0]
+        corrected, out_masks, _metrics = fn(**kw)
+        loss, entry = self._entry_loss("is_correction", config, flat, lengths, totals, old, adv, masks, corrected,
+                                       reducer_masks=list(out_masks), batch_extra={"rollout_log_probs": roll},
+                                       **tis, **clip)
+        return self._loss_result(fn, entry, inputs, mask, lengths, {"weights": weights, "pg_loss": corrected},
+                                 {"loss": loss}, {"log_probs": lp, "old_log_probs": old, "rollout_log_probs": roll,
+                                                  "advantages": adv})

@@ -1,0 +1,95 @@
+"""A one-rank Megatron for slime's loss path, and packages entered without their ``__init__``.
+
+slime's loss-path modules import ``megatron.core.mpu`` (context / tensor parallel groups) and,
+before 2026-06-29, Megatron's fused vocab-parallel cross-entropy. On one process with no
+initialised process groups, a functional stand-in answers for both (`install_megatron_shim`).
+`bare_package` registers a package (``slime.backends.megatron_utils``) without running its
+``__init__``, which wires the Ray actor, the Megatron model and checkpoint code.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.machinery
+import importlib.util
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+import torch
+
+
+class _MpuShim(types.ModuleType):
+    """``megatron.core.mpu`` for one process: no tensor, pipeline, context or data parallelism.
+
+    Group getters answer None, which torch.distributed reads as the default (world) group.
+    Anything else fails with a message that names it.
+    """
+
+    def __init__(self) -> None:
+        super().__init__("megatron.core.mpu", "RL-Sentinel shim: one rank, CP = TP = PP = DP = 1")
+        def const(value):
+            return lambda *a, **k: value
+
+        one, zero, none, yes = const(1), const(0), const(None), const(True)
+        for kind in ("context", "tensor_model", "pipeline_model", "data", "expert_model", "expert_tensor"):
+            setattr(self, f"get_{kind}_parallel_world_size", one)
+            setattr(self, f"get_{kind}_parallel_rank", zero)
+            setattr(self, f"get_{kind}_parallel_group", none)
+        self.is_pipeline_last_stage = yes
+        self.is_pipeline_first_stage = yes
+        self.model_parallel_is_initialized = yes
+        self.__sentinel_stub__ = True
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise AttributeError(f"megatron.core.mpu.{name} is not provided by RL-Sentinel's one-rank shim")
+
+
+def one_rank_cross_entropy(vocab_parallel_logits: torch.Tensor, target: torch.Tensor, tp_group=None) -> torch.Tensor:
+    """Megatron's fused_vocab_parallel_cross_entropy with one tensor-parallel rank: the plain
+    per-token cross-entropy, shape [s, b] (slime before 2026-06-29 took log-probs from it)."""
+    s, b, v = vocab_parallel_logits.shape
+    return torch.nn.functional.cross_entropy(vocab_parallel_logits.reshape(s * b, v).float(), target.reshape(-1),
+                                             reduction="none").reshape(s, b)
+
+
+def install_megatron_shim() -> list[str]:
+    """A functional ``megatron.core.mpu`` (CP world size 1) and, for slime before 2026-06-29,
+    ``megatron.core.fusions.fused_cross_entropy`` (one-rank cross-entropy); installed even
+    when Megatron is: the real ones need initialised process groups and kernels. Nothing
+    else is there, so an import of any other Megatron module fails loudly."""
+    def package(name: str) -> types.ModuleType:
+        m = types.ModuleType(name, "RL-Sentinel shim")
+        m.__path__ = []  # a package, so its shimmed submodules import
+        return m
+
+    megatron, core, fusions = package("megatron"), package("megatron.core"), package("megatron.core.fusions")
+    fused_ce = types.ModuleType("megatron.core.fusions.fused_cross_entropy", "RL-Sentinel shim: one rank")
+    fused_ce.fused_vocab_parallel_cross_entropy = one_rank_cross_entropy
+    mpu = _MpuShim()
+    core.mpu, megatron.core, core.fusions, fusions.fused_cross_entropy = mpu, core, fusions, fused_ce
+    mods = {m.__name__: m for m in (megatron, core, mpu, fusions, fused_ce)}
+    for m in mods.values():
+        m.__sentinel_stub__ = True
+    sys.modules.update(mods)
+    return list(mods)
+
+
+def bare_package(name: str, root: Path) -> None:
+    """Register package `name` from `root` without executing its ``__init__``."""
+    if name in sys.modules:
+        return
+    path = root.joinpath(*name.split("."))
+    spec = importlib.machinery.ModuleSpec(name, None, is_package=True)
+    spec.submodule_search_locations = [str(path)]
+    mod = importlib.util.module_from_spec(spec)
+    mod.__path__ = [str(path)]
+    mod.__file__ = None
+    sys.modules[name] = mod
+    parent, _, child = name.rpartition(".")
+    if parent:
+        setattr(importlib.import_module(parent), child, mod)
+

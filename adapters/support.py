@@ -1,0 +1,294 @@
+"""Helpers the real adapters share: one meaning per name, whatever the target.
+
+- spans:     `rows` / `unrows` (canonical ``[B, T]`` <-> one response span per sequence);
+- signatures: `parameters`, `signature_text`, `bind` (a canonical call bound to a target
+  signature that drifts between versions);
+- lookups:   `lookup` (a function by name in the target's loaded modules, else `Unsupported`),
+  `resolve` (what a declared ``module:qualname`` call names in this process);
+- location:  `locate` (a checkout, or the installed package), `first_on_path`, `version_facts`;
+- groups:    `group_ids`, `group_layout`, `unpermute` (canonical ``group`` ids -> the
+  group-by-group row order a trainer wants, and back);
+- spying:    `spy` (record the calls of a target function, calling through);
+- logging:   `keep_host_logging` (undo what a target's import does to the host's logging).
+
+Nothing here decides a verdict or knows a particular trainer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+import importlib.util
+import inspect
+import logging
+import subprocess
+import sys
+import types
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import torch
+
+from .base import TargetLoadError, Unsupported
+from .shims import is_stub
+
+# --- canonical rows <-> per-sequence spans ------------------------------------------------
+
+
+def rows(t: torch.Tensor, mask: torch.Tensor) -> list[torch.Tensor]:
+    """Per-sequence tensors of the response span: each row cut to [first valid, last valid]."""
+    out = []
+    for r, m in zip(t, mask):
+        idx = m.nonzero(as_tuple=True)[0]
+        out.append(r[int(idx[0]): int(idx[-1]) + 1] if len(idx) else r[:0])
+    return out
+
+
+def unrows(parts: list[torch.Tensor], mask: torch.Tensor, fill: float = 0.0) -> torch.Tensor:
+    """Inverse of `rows`: scatter per-sequence tensors back into a padded [B, T] batch."""
+    out = torch.full(mask.shape, fill, dtype=parts[0].dtype if parts else torch.float32, device=mask.device)
+    for b, (p, m) in enumerate(zip(parts, mask)):
+        idx = m.nonzero(as_tuple=True)[0]
+        if len(idx):
+            out[b, int(idx[0]): int(idx[0]) + p.numel()] = p.reshape(-1)
+    return out
+
+
+# --- signatures ---------------------------------------------------------------------------
+
+
+def parameters(fn: Callable) -> dict[str, inspect.Parameter]:
+    """A target function's parameters ({} when it has no inspectable signature)."""
+    try:
+        return dict(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return {}
+
+
+def signature_text(fn: Callable) -> str:
+    """`qualname(signature)` for drift messages."""
+    try:
+        return f"{getattr(fn, '__qualname__', fn)}{inspect.signature(fn)}"
+    except (TypeError, ValueError):
+        return repr(fn)
+
+
+def bind(fn: Callable, boundary: str, required: dict[str, Any], optional: dict[str, Any] | None = None,
+         aliases: dict[str, tuple[str, ...]] | None = None) -> dict[str, Any]:
+    """Keyword arguments for `fn` (a function or a config class) at this target version.
+
+    required: passed as given (None included) under the name, or the first of its
+      `aliases` the signature has; a name it has neither way is signature drift.
+    optional: None means "leave the target's default" (not passed); any other value is
+      passed where the signature has the name or takes ``**kwargs``, and is signature
+      drift where it does not (never silently dropped).
+    A parameter without a default that nothing supplies is drift too.
+    Drift raises `Unsupported` naming the signature and the boundary."""
+    params = parameters(fn)
+    has_var_kw = any(p.kind is p.VAR_KEYWORD for p in params.values())
+    out: dict[str, Any] = {}
+    for key, value in required.items():
+        names = (key, *((aliases or {}).get(key, ())))
+        hit = next((n for n in names if n in params), None)
+        if hit is None:
+            raise Unsupported(f"signature drift: {signature_text(fn)} has no parameter {key!r} (boundary {boundary!r})")
+        out[hit] = value
+    for key, value in (optional or {}).items():
+        if value is None:
+            continue
+        if key not in params and not has_var_kw:
+            raise Unsupported(f"signature drift: {signature_text(fn)} has no parameter {key!r}, so {key}={value!r} "
+                              f"cannot be applied (boundary {boundary!r})")
+        out[key] = value
+    for name, p in params.items():
+        if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and name not in out:
+            raise Unsupported(f"signature drift: {signature_text(fn)} requires {name!r}, which the adapter cannot "
+                              f"supply (boundary {boundary!r})")
+    return out
+
+
+# --- lookups ------------------------------------------------------------------------------
+
+
+def lookup(mods: dict[str, types.ModuleType], name: str, modules: tuple[str, ...], *, target: str, boundary: str,
+           version: str, errors: dict[str, str] | None = None) -> Callable:
+    """The callable `name` from the first of `modules` (loaded, in `mods`) that has it;
+    else `Unsupported` naming the files searched, the version and, for a module that did
+    not import, why (`errors`)."""
+    for mod in modules:
+        fn = getattr(mods.get(mod), name, None)
+        if callable(fn):
+            return fn
+    where = " or ".join(m.replace(".", "/") + ".py" for m in modules)
+    why = "".join(f" ({errors[m]})" for m in modules if errors and m in errors)
+    raise Unsupported(f"{target} has no {name} in {where} at {version}{why} (needed by boundary {boundary!r})")
+
+
+def resolve(call: str) -> Any:
+    """The object a declared call (``"module:qualname"``, as in `@implements`) names in this
+    process, importing its module if need be; None where the module does not import or
+    lacks the name (a target version without it)."""
+    module, _, qualname = call.partition(":")
+    try:
+        obj: Any = importlib.import_module(module)
+    except Exception:  # noqa: BLE001 - any import failure means: not here
+        return None
+    for part in qualname.split("."):
+        obj = getattr(obj, part, None)
+        if obj is None:
+            return None
+    return obj
+
+
+# --- locating a target --------------------------------------------------------------------
+
+
+def locate(target: str, package: str, marker: str, root: Path | None, *, hint: str | None = None,
+           one_version: bool = True) -> Path:
+    """The folder that holds `package`: the checkout `root`, else where the installed
+    package lives. `marker` is a module of the package that must be there
+    (``"slime.utils.ppo_utils"``). With `one_version`, a different copy of `package`
+    already imported in this process is a load error (one interpreter, one version)."""
+    if root is None:
+        try:
+            spec = importlib.util.find_spec(package)
+        except (ImportError, ValueError):
+            spec = None
+        if spec is None or not spec.submodule_search_locations:
+            raise TargetLoadError(f"{target} target: no --repo given and no installed `{package}` package found"
+                                  + (f" (install it: {hint})" if hint else ""))
+        found = Path(list(spec.submodule_search_locations)[0]).resolve().parent
+    else:
+        found = Path(root).expanduser().resolve()
+    file = marker.replace(".", "/") + ".py"
+    if not (found / file).is_file():
+        raise TargetLoadError(f"{target} target: {found} is not a {target} checkout (module {marker}, "
+                              f"file {file}, is missing)")
+    loaded = sys.modules.get(package)
+    if one_version and loaded is not None and not is_stub(loaded):
+        where = Path(list(getattr(loaded, "__path__", [""]))[0] or ".").resolve()
+        if where != found / package:
+            raise TargetLoadError(f"{target} target: another {package} is already imported from {where}; "
+                                  f"one interpreter can hold one {package} version")
+    return found
+
+
+def first_on_path(folder: Path) -> None:
+    """Put `folder` first on ``sys.path`` (moved there if it is already further down)."""
+    if str(folder) in sys.path:
+        sys.path.remove(str(folder))
+    sys.path.insert(0, str(folder))
+
+
+def version_facts(root: Path, package_version: str | None, with_commit: bool = True) -> dict[str, Any]:
+    """{"package_version", "commit", "version": "<package>+g<sha9>"} for a checkout."""
+    facts: dict[str, Any] = {}
+    if package_version:
+        facts["package_version"] = package_version
+    if with_commit:
+        try:
+            sha = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                 timeout=10).stdout.strip()
+            if sha:
+                facts["commit"] = sha
+        except (OSError, subprocess.SubprocessError):
+            pass
+    parts = (facts.get("package_version"), facts.get("commit", "")[:9])
+    facts["version"] = "+g".join(x for x in parts if x) or "unknown"
+    return facts
+
+
+# --- groups -------------------------------------------------------------------------------
+
+
+def group_ids(group: torch.Tensor | None, group_size: int | None, n: int, *, ungrouped: str = "one") -> list[int]:
+    """Each row's group: the canonical ``group`` ids, else consecutive chunks of
+    `group_size`, else one group for the batch (``ungrouped="one"``) or one per row ("each")."""
+    if group is not None:
+        return [int(g) for g in group.reshape(-1).tolist()]
+    if group_size:
+        return [i // int(group_size) for i in range(n)]
+    return [0] * n if ungrouped == "one" else list(range(n))
+
+
+def group_layout(ids: list[int]) -> tuple[list[int], list[int]]:
+    """(row order that makes each group's rows consecutive, groups in order of first
+    appearance; the group sizes in that order)."""
+    members: dict[int, list[int]] = {}
+    for i, g in enumerate(ids):
+        members.setdefault(g, []).append(i)
+    return [i for rows_ in members.values() for i in rows_], [len(r) for r in members.values()]
+
+
+def unpermute(x: torch.Tensor, order: list[int]) -> torch.Tensor:
+    """Rows laid out in `order` (see `group_layout`) put back in canonical order."""
+    if order == sorted(order):
+        return x
+    out = torch.empty_like(x)
+    out[torch.tensor(order, device=x.device)] = x
+    return out
+
+
+# --- spying -------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def spy(module: types.ModuleType, name: str,
+        before: Callable[[dict[str, Any]], None] | None = None) -> Iterator[list[tuple[dict[str, Any], Any]]]:
+    """Replace ``module.name`` by a call-through wrapper for the duration; yields the list of
+    (bound arguments, result) of every call. `before` sees the bound arguments before the
+    real call (to copy what the call may change). Target code that looks the name up in the
+    module at call time reaches the wrapper. A module without `name` is left alone (no calls)."""
+    calls: list[tuple[dict[str, Any], Any]] = []
+    real = getattr(module, name, None)
+    if real is None:
+        yield calls
+        return
+    sig = inspect.signature(real)
+
+    def arguments(args: tuple, kwargs: dict) -> dict[str, Any]:
+        try:
+            bound = sig.bind(*args, **kwargs)
+        except TypeError:
+            return {}
+        bound.apply_defaults()
+        return dict(bound.arguments)
+
+    @functools.wraps(real)
+    def wrapper(*args, **kwargs):
+        if before is not None:
+            before(arguments(args, kwargs))
+        out = real(*args, **kwargs)
+        calls.append((arguments(args, kwargs), out))
+        return out
+
+    setattr(module, name, wrapper)
+    try:
+        yield calls
+    finally:
+        setattr(module, name, real)
+
+
+# --- the host's logging -------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def keep_host_logging() -> Iterator[None]:
+    """A target's import may reconfigure process-wide logging (``logging.basicConfig``,
+    ``dictConfig``, even a new ``Logger.root`` / ``Logger.manager``): put the host's root
+    logger, its handlers and level, and the disabled flags of the loggers that existed
+    before, back afterwards. The target's own loggers keep their handlers."""
+    root, manager = logging.Logger.root, logging.Logger.manager
+    handlers, level = list(logging.root.handlers), logging.root.level
+    disabled = {n: lg.disabled for n, lg in manager.loggerDict.items() if isinstance(lg, logging.Logger)}
+    try:
+        yield
+    finally:
+        logging.Logger.root, logging.Logger.manager = root, manager
+        logging.root.handlers[:] = handlers
+        logging.root.setLevel(level)
+        for name, flag in disabled.items():
+            lg = manager.loggerDict.get(name)
+            if isinstance(lg, logging.Logger):
+                lg.disabled = flag

@@ -1,0 +1,99 @@
+"""verl's own names and shapes, as the adapter speaks them: the modules that hold its loss
+path, the heavy dependencies they import, its KL and estimator names, and stand-ins for the
+objects its trainer functions read (``uid`` arrays, a DataProto-shaped batch, config
+dataclasses built with the fields a version has)."""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import uuid
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..base import Unsupported
+from ..support import group_ids
+
+CORE = "verl.trainer.ppo.core_algos"
+TRAINER = "verl.trainer.ppo.ray_trainer"
+ROLLOUT_CORR = "verl.trainer.ppo.rollout_corr_helper"
+ACTOR_LOSSES_FILE = ("verl", "workers", "utils", "losses.py")
+
+PIP_HINT = "pip install --no-deps verl==0.9.1 && pip install -r requirements/verl.txt"
+
+# Third-party modules verl's import chain (verl/__init__ -> verl.protocol, verl.workers.config,
+# verl.trainer.ppo.ray_trainer) reaches at module level but no boundary calls. Found by
+# importing verl 0.9.1 and 0.8.0.dev in an environment with torch, RL-Sentinel's
+# dependencies and requirements/verl.txt only; stubbed only when not installed.
+HEAVY_DEPS = frozenset({
+    "ray", "tensordict", "transformers", "codetiming", "torchdata", "tqdm", "datasets", "PIL",
+    "pandas", "peft", "cachetools", "uvicorn", "fastapi", "wandb", "swanlab", "mlflow", "tensorboard",
+    "tensorboardX", "vllm", "sglang", "accelerate", "pyarrow", "dill", "pylatexenc", "pybind11",
+    "torchcodec", "qwen_vl_utils", "mathruler", "math_verify", "msgspec", "zmq", "transfer_queue",
+    "liger_kernel", "flash_attn", "megatron", "mbridge", "torch_npu", "hydra", "safetensors",
+    "huggingface_hub", "starlette", "pydantic_settings", "aiohttp", "httpx", "requests", "psutil",
+    "nvtx", "torchvision", "torchaudio", "modelscope", "trl", "cupy", "filelock", "jinja2",
+    "orjson",  # verl.utils.tracking (a logging client)
+    "pkg_resources",  # verl <= 0.4 imports it at top level (used only on Ascend NPUs)
+})
+
+# Canonical KL estimator -> verl kl_penalty name (verl 0.9 also accepts k1/k2/k3; "kl", "mse"
+# and "low_var_kl" exist at every version).
+KL_NAMES = {"k1": "kl", "kl": "kl", "k2": "mse", "mse": "mse", "k3": "low_var_kl", "low_var_kl": "low_var_kl"}
+
+# Canonical estimator aliases (anything else is looked up in verl's registry as given).
+ESTIMATOR_ALIASES = {"ppo": "gae"}
+VECTORIZED = {"grpo": "grpo_vectorized", "rloo": "rloo_vectorized"}
+# Estimators whose group normalisation is GRPO's (norm_adv_by_std_in_grpo applies).
+GRPO_FAMILY = ("grpo", "grpo_vectorized", "grpo_passk")
+# Registered estimators that need inputs no canonical boundary carries.
+NEEDS_MORE = {
+    "remax": "reward_baselines (the greedy-decoding reward of each prompt)",
+    "optimal_token_baseline": "sum_pi_squared (sum over the vocabulary of pi^2, from the actor)",
+    "tir_optimal_token_baseline": "sum_pi_squared (sum over the vocabulary of pi^2, from the actor)",
+    "gdpo": "per-component rewards named by algorithm.gdpo_reward_keys",
+}
+
+
+def uid_array(group: torch.Tensor | None, group_size: int | None, n: int) -> np.ndarray:
+    """Canonical groups -> verl's ``uid`` array (one UUID string per prompt, dtype object);
+    without `group` or `group_size` the batch is one group."""
+    ids = group_ids(group, group_size, n)
+    return np.array([str(uuid.uuid5(uuid.NAMESPACE_OID, f"sentinel-group-{g}")) for g in ids], dtype=object)
+
+
+def last_valid_scores(rewards: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """verl's token_level_scores: each row's scalar reward at its last response token."""
+    scores = torch.zeros(mask.shape, dtype=rewards.dtype if rewards.is_floating_point() else torch.float32,
+                         device=mask.device)
+    for b in range(mask.shape[0]):
+        idx = mask[b].nonzero(as_tuple=True)[0]
+        if len(idx):
+            scores[b, int(idx[-1])] = rewards[b]
+    return scores
+
+
+class _Batch(dict):
+    """Stands in for DataProto.batch (a TensorDict): key access plus ``batch_size``."""
+
+    def __init__(self, n: int, tensors: dict[str, torch.Tensor]):
+        super().__init__(tensors)
+        self.batch_size = torch.Size([n])
+
+
+def data_proto(n: int, tensors: dict[str, torch.Tensor], uids: np.ndarray) -> types.SimpleNamespace:
+    """A DataProto-shaped object for apply_kl_penalty / compute_advantage, which read only
+    ``data.batch[...]``, ``data.batch.batch_size`` and ``data.non_tensor_batch["uid"]``
+    (real DataProto needs tensordict, a heavy dependency)."""
+    return types.SimpleNamespace(batch=_Batch(n, tensors), non_tensor_batch={"uid": uids}, meta_info={})
+
+
+def build(cls: type, boundary: str, values: dict[str, Any]) -> Any:
+    """Instantiate a verl config dataclass with the fields this version has."""
+    if not dataclasses.is_dataclass(cls):
+        raise Unsupported(f"{cls!r} is not a dataclass at this verl version (boundary {boundary!r})")
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in values.items() if k in names})
+

@@ -1,0 +1,163 @@
+"""verl's policy losses on one micro-batch, as its actor calls them.
+
+`PolicyLosses` is mixed into `VerlAdapter` (it uses the adapter's `core`, `_fn`, `_ref`,
+`_config_class` and `batch_info`): verl's ``ActorConfig`` for one rank, one registered policy
+loss with the token loss it hands ``agg_loss`` (`_policy`), and verl's decoupled rollout
+correction (`_decoupled`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Callable
+
+import torch
+
+from ..base import BoundaryResult, Unsupported
+from ..support import bind, parameters, signature_text, spy
+from .conventions import ROLLOUT_CORR, build
+
+
+class PolicyLosses:
+    """verl's policy-loss path, for the loss boundaries of `VerlAdapter`."""
+
+    def _actor_config(self, boundary: str, *, clip_low: float, clip_high: float, clip_c: float, loss_agg: str,
+                      loss_mode: str, mask: torch.Tensor):
+        """verl's ActorConfig (with its PolicyLossConfig) for one micro-batch on one rank."""
+        cls = self._config_class("ActorConfig", "verl.workers.config", "verl.workers.config.actor")
+        if cls is None:
+            raise Unsupported(f"verl has no ActorConfig at this version (boundary {boundary!r})")
+        values: dict[str, Any] = dict(
+            strategy="fsdp", rollout_n=1, ppo_mini_batch_size=int(mask.shape[0]), ppo_micro_batch_size_per_gpu=int(mask.shape[0]),
+            use_dynamic_bsz=False, clip_ratio=clip_low, clip_ratio_low=clip_low, clip_ratio_high=clip_high,
+            clip_ratio_c=clip_c, loss_agg_mode=loss_agg, use_torch_compile=False,
+        )
+        pl_cls = self._config_class("PolicyLossConfig", "verl.workers.config", "verl.workers.config.actor")
+        if pl_cls is not None:
+            values["policy_loss"] = build(pl_cls, boundary, {"loss_mode": loss_mode})
+        missing = [f.name for f in dataclasses.fields(cls)
+                   if f.name not in values and f.default is dataclasses.MISSING
+                   and f.default_factory is dataclasses.MISSING]  # type: ignore[misc]
+        if missing:
+            raise Unsupported(f"signature drift: verl's ActorConfig requires {missing}, which the adapter does not "
+                              f"set (boundary {boundary!r})")
+        try:
+            cfg = build(cls, boundary, values)
+        except (ValueError, AssertionError, TypeError) as e:
+            raise Unsupported(f"verl's ActorConfig rejects this configuration: {e} (boundary {boundary!r})") from e
+        info = getattr(cfg, "global_batch_info", None)
+        if isinstance(info, dict):
+            info.clear()
+            if self.batch_info == "engine":  # workers/utils/losses.ppo_loss
+                info.update(dp_size=1, batch_num_tokens=int(mask.sum().item()), global_batch_size=int(mask.shape[0]),
+                            loss_scale_factor=getattr(cfg, "loss_scale_factor", None))
+        return cfg
+
+    def _policy(self, boundary: str, loss_mode: str, lp: torch.Tensor, old: torch.Tensor, adv: torch.Tensor,
+                mask: torch.Tensor, *, clip_low: float, clip_high: float, clip_c: float | None, loss_agg: str,
+                rollout_is_weights: torch.Tensor | None = None, fn: Callable | None = None,
+                extra: dict[str, Any] | None = None):
+        """One registered policy loss on one micro-batch; returns (token loss, scalar loss, fn)."""
+        core = self.core
+        c = math.inf if clip_c is None else float(clip_c)
+        registry = getattr(core, "get_policy_loss_fn", None)
+        mask_t = mask.bool() if self.batch_info == "engine" else mask.to(torch.int64)
+        if fn is None and registry is not None and not (
+                loss_mode == "vanilla" and "vanilla" not in (getattr(core, "POLICY_LOSS_REGISTRY", None) or {"vanilla"})
+                and callable(getattr(core, "compute_policy_loss", None))):
+            # (verl 0.4 / 0.5 dispatch "vanilla" to compute_policy_loss outside the registry)
+            try:
+                fn = registry(loss_mode)
+            except (ValueError, KeyError) as e:
+                raise Unsupported(f"verl has no registered policy loss {loss_mode!r} at "
+                                  f"{self.facts.get('version')}: {e}") from e
+        if fn is not None:
+            cfg = self._actor_config(boundary, clip_low=clip_low, clip_high=clip_high, clip_c=c, loss_agg=loss_agg,
+                                     loss_mode=loss_mode, mask=mask)
+            kw = bind(fn, boundary, {"old_log_prob": old, "log_prob": lp, "advantages": adv,
+                                        "response_mask": mask_t},
+                         {"loss_agg_mode": loss_agg, "config": cfg, "rollout_is_weights": rollout_is_weights,
+                          **(extra or {})},
+                         aliases={"old_log_prob": ("rollout_log_prob",), "response_mask": ("eos_mask",)})
+        else:  # before the policy-loss registry (verl < 0.4): compute_policy_loss(cliprange=...)
+            if loss_mode != "vanilla":
+                raise Unsupported(f"verl {self.facts.get('version')} has no policy-loss registry (only vanilla PPO)")
+            if rollout_is_weights is not None:
+                raise Unsupported(f"verl {self.facts.get('version')} takes no rollout IS weights in its policy loss")
+            fn = self._fn("compute_policy_loss", boundary=boundary)
+            params = parameters(fn)
+            if clip_c is not None and "clip_ratio_c" not in params:
+                raise Unsupported(f"{signature_text(fn)} has no dual clip (eps_clip_c={clip_c})")
+            if clip_high != clip_low and "cliprange_high" not in params:
+                raise Unsupported(f"{signature_text(fn)} has a symmetric clip only (eps_clip_high={clip_high})")
+            kw = bind(fn, boundary, {"old_log_prob": old, "log_prob": lp, "advantages": adv,
+                                        "response_mask": mask_t, "cliprange": clip_low},
+                         {"cliprange_low": clip_low if "cliprange_low" in params else None,
+                          "cliprange_high": clip_high if "cliprange_high" in params else None,
+                          "clip_ratio_c": c if "clip_ratio_c" in params else None,
+                          "loss_agg_mode": loss_agg if "loss_agg_mode" in params else None},
+                         aliases={"response_mask": ("eos_mask",)})
+            if loss_agg != "token-mean" and "loss_agg_mode" not in params:
+                raise Unsupported(f"{signature_text(fn)} aggregates by token-mean only (loss_agg={loss_agg})")
+        with spy(core, "agg_loss") as agg_calls:  # the token loss verl hands its aggregation
+            out = fn(**kw)
+        loss = out[0] if isinstance(out, tuple) else out
+        token = next((a.get("loss_mat") for a, r in agg_calls if r is loss), None)
+        if token is None and len(agg_calls) == 1:
+            token = agg_calls[0][0].get("loss_mat")
+        return token, loss, fn
+
+    _RS_KEYS = ("rollout_is", "rollout_is_threshold", "rollout_is_batch_normalize", "rollout_rs",
+                "rollout_rs_threshold")
+
+    def _decoupled(self, boundary: str, inputs, config) -> tuple[torch.Tensor | None, torch.Tensor]:
+        """use_decoupled_loss: verl's decoupled rollout correction (old_log_probs = the recomputed
+        pi_old, rollout_log_probs = the rollout engine's): IS weights pi_old / pi_rollout from
+        compute_rollout_correction_weights and, with rollout_rs, the rejection mask from
+        compute_rollout_rejection_mask, as the trainer's compute_rollout_correction_and_add_to_batch
+        combines them. `rejection_sampling` is verl's own rollout_correction keys."""
+        mask = inputs["loss_mask"]
+        if not config["use_decoupled_loss"]:
+            return None, mask
+        spec = config["rejection_sampling"]
+        if not spec:
+            raise Unsupported("use_decoupled_loss: verl's decoupled mode is configured by algorithm.rollout_correction;"
+                              " pass rejection_sampling with its keys (" + ", ".join(self._RS_KEYS) + ")")
+        unknown = sorted(set(spec) - set(self._RS_KEYS))
+        if unknown:
+            raise Unsupported(f"rejection_sampling keys {unknown} are not verl rollout_correction keys "
+                              f"({', '.join(self._RS_KEYS)})")
+        if "rollout_log_probs" not in inputs:
+            raise ValueError("use_decoupled_loss needs input rollout_log_probs (the rollout engine's log-probs)")
+        log_ratio = (inputs["old_log_probs"] - inputs["rollout_log_probs"]).detach()
+        imask = mask.to(torch.int64)
+        weights = None
+        if spec.get("rollout_is") is not None:
+            wfn = self._fn("compute_rollout_correction_weights", ROLLOUT_CORR, boundary=boundary)
+            kw = bind(wfn, boundary, {"log_ratio": log_ratio, "response_mask": imask},
+                         {k: spec[k] for k in ("rollout_is", "rollout_is_threshold", "rollout_is_batch_normalize")
+                          if k in spec})
+            with torch.no_grad():
+                weights, _ = wfn(**kw)
+        if spec.get("rollout_rs") is not None:
+            rfn = self._fn("compute_rollout_rejection_mask", ROLLOUT_CORR, boundary=boundary)
+            kw = bind(rfn, boundary, {"log_ratio": log_ratio, "response_mask": imask},
+                         {k: spec[k] for k in ("rollout_rs", "rollout_rs_threshold") if k in spec})
+            with torch.no_grad():
+                imask, _ = rfn(**kw)
+        return weights, imask
+
+    def _policy_boundary(self, boundary: str, mode: str, inputs, config, low: float, high: float,
+                         clip_c: float | None) -> BoundaryResult:
+        weights, mask = self._decoupled(boundary, inputs, config)
+        token, loss, fn = self._policy(
+            boundary, mode, inputs["log_probs"], inputs["old_log_probs"], inputs["advantages"], mask,
+            clip_low=low, clip_high=high, clip_c=clip_c, loss_agg=config["loss_agg"],
+            rollout_is_weights=weights)
+        outputs: dict[str, Any] = {"loss": loss}
+        if token is not None:
+            outputs["pg_loss"] = token
+        if weights is not None:
+            outputs["weights"] = weights
+        return BoundaryResult(outputs, function=self._ref(fn))
