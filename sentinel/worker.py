@@ -115,6 +115,7 @@ class Worker:
         info.setdefault("stubs", list(self.adapter.stubs))
         info["import_s"] = round(time.perf_counter() - t0, 4)
         info["boundaries"] = self.adapter.supported()
+        info["declined"] = {b: m["declined"] for b, m in type(self.adapter).mapping().items() if m["declined"]}
         # forked isolation needs a worker that never touched CUDA; an adapter that did while
         # loading gets its scenarios run in this process (and the report says so)
         self.fork_ok = hasattr(os, "fork") and not (self.device.type == "cuda" and torch.cuda.is_initialized())

@@ -8,6 +8,9 @@ module-level imports stay free of torch and Hypothesis (`sentinel list`, `--help
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -140,3 +143,36 @@ def test_the_parent_side_imports_no_torch():
     for start in ("sentinel.cli", "sentinel.launch", "sentinel_adapters.plants"):
         assert not {"torch", "hypothesis"} & reach(g, start), start
     assert "torch" not in reach(g, "sentinel.hunt")
+
+
+def test_no_source_file_over_600_lines():
+    long = {str(p.relative_to(ROOT)): n for p in [*ROOT.joinpath("sentinel").rglob("*.py"), *ROOT.joinpath("adapters").rglob("*.py")]
+            if (n := len(p.read_text().splitlines())) > 600}
+    assert not long, long
+
+
+def test_a_new_family_is_one_class_with_its_hunt_properties():
+    """Adding an invariant family touches its module and nothing else: the class registers
+    itself, and the hunt finds its properties."""
+    code = textwrap.dedent("""
+        from sentinel.invariants import REGISTRY
+        from sentinel.invariants.base import Invariant, Outcome, hunted
+
+        class Toy(Invariant):
+            family = "toy"
+            hunt = (hunted("kl", "gae", doc="a toy family"),)
+
+            def evaluate(self, obs, sc):
+                return Outcome("held")
+
+        from sentinel.hunt.properties import PROPERTIES
+        from sentinel.spec import load_text
+        assert REGISTRY["toy"] is Toy
+        assert PROPERTIES["kl.toy"].family == "toy" and "gae.toy" in PROPERTIES
+        (sc,) = load_text("id: t\\ntitle: t\\nboundary: kl\\ninputs: {log_probs: [[0.0]], ref_log_probs: [[0.0]], "
+                          "loss_mask: [[1]]}\\ninvariants: [{toy: {}}]\\n")
+        assert sc.invariants[0].family == "toy"
+        print("ok")
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr

@@ -182,7 +182,9 @@ class Hunter:
             supported = set(info.get("boundaries", []))
             for s in self.states:
                 if not s.done and s.prop.boundary not in supported:
-                    s.status, s.reason = "unsupported", f"target {spec.key!r} has no {s.prop.boundary!r} boundary"
+                    s.status = "unsupported"
+                    s.reason = info.get("declined", {}).get(s.prop.boundary) or \
+                        f"target {spec.key!r} has no {s.prop.boundary!r} boundary"
         return w
 
     def _try_start(self) -> WorkerHandle | None:

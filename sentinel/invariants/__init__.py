@@ -1,16 +1,15 @@
-"""Invariant families. Each is a pydantic model of its YAML body; `REGISTRY` maps the YAML
-key to the family. Invariant code is target-free: it never imports a trainer."""
+"""Invariant families. Each is a pydantic model of its YAML body, in a module of this package
+grouped by theme, with its `sentinel hunt` properties declared beside it. Every module here is
+imported, and every class that names its `family` registers itself in `REGISTRY` (YAML key ->
+family): adding a family is adding a class, nothing else. Invariant code is target-free: it
+never imports a trainer."""
 
-from .base import Invariant, Outcome, RunObservation
-from .exact import Close, Equals
-from .gradient import Detached, Gradient
-from .masking import Finite, MaskedInvariance, PaddingInvariant
-from .relations import Agree, UnchangedUnder
-from .state import Unmutated
-from .structure import GroupIsolation, PermutationEquivariant, SequenceUniform
+import importlib
+import pkgutil
 
-REGISTRY: dict[str, type[Invariant]] = {c.family: c for c in (
-    Equals, Close, MaskedInvariance, Finite, PaddingInvariant, SequenceUniform, PermutationEquivariant,
-    GroupIsolation, Unmutated, Gradient, Detached, Agree, UnchangedUnder)}
+from .base import REGISTRY, Invariant, Outcome, RunObservation
+
+for _m in pkgutil.iter_modules(__path__):
+    importlib.import_module(f"{__name__}.{_m.name}")
 
 __all__ = ["REGISTRY", "Invariant", "Outcome", "RunObservation"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
@@ -133,12 +133,50 @@ def lists(x: Any) -> Any:
     return np.asarray(x).tolist() if x is not None else None
 
 
+REGISTRY: dict[str, type["Invariant"]] = {}  # YAML key -> family; filled as the family modules load
+
+# Two runs of float code may sum in a different order (a permuted batch, padded columns):
+# relations between runs get this much slack. Hunted values are drawn on dyadic grids, so sums
+# of inputs are exact; only transcendental results (exp, log) carry rounding.
+REL = {"atol": 1e-5, "rtol": 1e-4}
+# token boundaries whose inputs live under loss_mask: the mask families hunt on all of them
+LOSS_MASKED = ("opsm_mask", "policy_loss", "cispo_loss", "gspo_kl", "kl", "gae", "is_correction", "loss_agg")
+
+
+@dataclass(frozen=True)
+class Hunted:
+    """A `sentinel hunt` property of a family, declared beside the family: on each of
+    `boundaries`, examples drawn with `draw` (keyword arguments of strategies.examples) are
+    checked with the invariant whose YAML body is `body` (a dict, or a function of the drawn
+    example). Its name is `BOUNDARY.NAME`, NAME defaulting to the family."""
+
+    boundaries: tuple[str, ...]
+    doc: str
+    body: dict[str, Any] | Callable[[Any], dict[str, Any]] | None = None
+    name: str = ""
+    draw: dict[str, Any] = field(default_factory=dict)
+
+
+def hunted(*boundaries: str, doc: str, body=None, name: str = "", **draw: Any) -> Hunted:
+    return Hunted(boundaries, doc, body, name, draw)
+
+
 class Invariant(BaseModel):
     """Base of every family. Subclasses are pydantic models of their YAML body."""
 
     model_config = ConfigDict(extra="forbid")
     family: ClassVar[str] = "?"
     doc: ClassVar[str] = ""
+    hunt: ClassVar[tuple[Hunted, ...]] = ()  # its `sentinel hunt` properties
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        """A class that names its own `family` is registered: a new family is one new class."""
+        super().__pydantic_init_subclass__(**kwargs)
+        if "family" in cls.__dict__:
+            if cls.family in REGISTRY:
+                raise ValueError(f"invariant family {cls.family!r} is defined twice")
+            REGISTRY[cls.family] = cls
 
     def check(self, sc: "Scenario") -> list[tuple[str, str]]:
         """Static checks against the boundary: (field, message) for each problem."""

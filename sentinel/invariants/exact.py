@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import Invariant, Missing, Outcome, ShapeMismatch, compare, evaluate_expected, lists, resolve
+from .base import Invariant, Missing, Outcome, ShapeMismatch, compare, evaluate_expected, hunted, lists, resolve
+
+KL_FORMULA = {
+    "k1": "log_probs - ref_log_probs",
+    "k2": "(log_probs - ref_log_probs) ** 2 / 2",
+    "k3": "exp(ref_log_probs - log_probs) - 1 - (ref_log_probs - log_probs)",
+    "low_var_kl": "clip(exp(ref_log_probs - log_probs) - 1 - (ref_log_probs - log_probs), -10, 10)",
+}
 
 
 class Close(Invariant):
@@ -13,6 +20,13 @@ class Close(Invariant):
     (a mask input) is 1."""
 
     family = "close"
+    hunt = (hunted("advantages", name="logged_kl",
+                   doc="with a KL penalty (kl_coef > 0), the KL kept for logging is still the KL formula of kl_type "
+                   "at valid tokens after the call (a trainer may skip the KL when kl_coef is 0)",
+                   body=lambda ex: {"output": "logged_kl", "expected": KL_FORMULA[ex.config["kl_type"]],
+                                    "where": "loss_mask", "atol": 1e-6, "rtol": 1e-5},
+                   config={"kl_coef": [0.1, 0.05, 1.0], "reward_norm": [None], "mask_no_eos_with_zero": [False],
+                           "reward_clip": [None]}, min_prompt=1),)
     output: str
     expected: Any
     atol: float = 1e-6
@@ -50,5 +64,6 @@ class Equals(Close):
     """`observable` equals `expected` exactly (NaN equals NaN)."""
 
     family = "equals"
+    hunt = ()  # its hunts are Close's
     atol: float = 0.0
     rtol: float = 0.0

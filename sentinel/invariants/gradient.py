@@ -9,13 +9,43 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import Invariant, Missing, Outcome, ShapeMismatch, compare, evaluate_expected, lists
+from .base import Invariant, Missing, Outcome, ShapeMismatch, compare, evaluate_expected, hunted, lists
+
+
+def _cispo_gradient(ex) -> dict[str, Any]:
+    lo, hi = 1 - ex.config["eps_clip"], 1 + ex.config["eps_clip_high"]
+    return {"of": "loss", "wrt": "log_probs", "where": "loss_mask",
+            "expected": (f"-clip(exp(log_probs - old_log_probs), {lo!r}, {hi!r}) * advantages * loss_mask"
+                         " / sum(loss_mask)")}
+
+
+def _ppo_gradient(ex) -> dict[str, Any]:
+    """-ratio * A / N where the unclipped branch is the one PPO keeps (inside the clip range,
+    or outside it on the side that does not help), and not capped by the dual clip."""
+    eps, high, c = ex.config["eps_clip"], ex.config["eps_clip_high"], ex.config["eps_clip_c"]
+    lo, hi = 1 - eps, 1 + (eps if high is None else high)
+    r = "exp(log_probs - old_log_probs)"
+    kept = (f"(({r} >= {lo!r}) & ({r} <= {hi!r}) | (advantages > 0) & ({r} < {lo!r})"
+            f" | (advantages < 0) & ({r} > {hi!r}))")
+    if c is not None:
+        kept += f" & ~((advantages < 0) & ({r} > {c!r}))"
+    return {"of": "loss", "wrt": "log_probs", "where": "loss_mask",
+            "expected": f"-{r} * advantages * loss_mask / sum(loss_mask) * ({kept})"}
 
 
 class Gradient(Invariant):
     """d(of)/d(wrt) equals `expected` (literal or numpy expression over the run)."""
 
     family = "gradient"
+    hunt = (hunted("policy_loss", doc="PPO's gradient is -ratio * A / N at every valid token the clip keeps, "
+                   "0 where it binds", body=_ppo_gradient,
+                   config={"loss_agg": ["token-mean"], "importance_sampling_level": ["token"]}),
+            hunted("cispo_loss", doc="CISPO's gradient flows through log pi only: -sg(clip(ratio)) * A / N at "
+                   "every valid token", body=_cispo_gradient, config={"loss_agg": ["token-mean"]}),
+            hunted("is_correction", doc="off-policy IS: d loss / d log pi = -w * A / N (the weight is a constant)",
+                   body={"of": "loss", "wrt": "log_probs", "where": "loss_mask",
+                         "expected": "-weights * advantages * loss_mask / sum(loss_mask)"},
+                   config={"method": ["off_policy_is"], "loss_agg": ["token-mean"]}))
     of: str
     wrt: str
     expected: Any
@@ -57,6 +87,7 @@ class Detached(Invariant):
     """`output` carries no gradient: it does not require grad, and d(sum output)/d(wrt) is 0."""
 
     family = "detached"
+    hunt = (hunted("is_correction", doc="the IS correction weight carries no gradient", body={"output": "weights"}),)
     output: str
     wrt: str | None = None
 

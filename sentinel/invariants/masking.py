@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Invariant, Outcome, diff_runs, observables
+from .base import LOSS_MASKED, REL, Invariant, Outcome, diff_runs, hunted, observables
 
 
 def _perturbable(sc, mask: str, names: list[str] | None) -> list[str]:
@@ -38,6 +38,10 @@ class MaskedInvariance(_MaskFamily):
     positions where it is 1 (scalar outputs: unchanged)."""
 
     family = "masked_invariance"
+    hunt = (hunted(*LOSS_MASKED, doc="values at masked positions do not change outputs at valid positions",
+                   need_masked=True),
+            hunted("advantages", doc="log-probs and values at masked positions do not change valid advantages, "
+                   "returns or KL", need_masked=True, min_prompt=1))
     value: float = 7.5
     atol: float = 1e-6
     rtol: float = 1e-5
@@ -62,6 +66,9 @@ class Finite(_MaskFamily):
     finite at valid positions."""
 
     family = "finite"
+    hunt = (hunted(*LOSS_MASKED, doc="NaN / +-Inf at masked positions leave valid outputs finite", need_masked=True),
+            hunted("advantages", doc="NaN / +-Inf at masked positions leave valid advantages finite",
+                   need_masked=True, min_prompt=1))
     values: list[str] = ["nan", "inf", "-inf"]
 
     def runs(self, sc):
@@ -97,6 +104,8 @@ class PaddingInvariant(_MaskFamily):
     original valid positions, and every scalar output, unchanged."""
 
     family = "padding_invariant"
+    hunt = (hunted(*(b for b in LOSS_MASKED if b != "is_correction"),
+                   doc="extra masked columns leave every output unchanged", body=REL),)
     width: int = 2
     fill: float = 3.0
     atol: float = 1e-6

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Invariant, diff_runs
+from .. import boundaries
+from .base import Invariant, diff_runs, hunted
 
 
 class Agree(Invariant):
@@ -44,6 +45,17 @@ class UnchangedUnder(Invariant):
     (rows: all, has_eos, no_eos — from attention_mask — or a list of indices)."""
 
     family = "unchanged_under"
+    hunt = (hunted("advantages", name="no_eos_isolation",
+                   doc="with mask_no_eos_with_zero, a no-EOS row's reward does not move any row with EOS",
+                   body={"variant": "no_eos_rewards", "output": "advantages", "rows": "has_eos"},
+                   config={"mask_no_eos_with_zero": [True],
+                           "reward_norm": list(boundaries.get("advantages").option("reward_norm").hunt[1:])},
+                   eos="mixed", min_prompt=1, variant="no_eos_rewards"),
+            hunted("reward_norm", name="masked_rows",
+                   doc="a row with mask 0 (any reward, NaN included) does not move the normalised reward of kept rows",
+                   body=lambda ex: {"variant": "masked_row_rewards", "output": "rewards",
+                                    "rows": list(ex.params["rows"]), "mask": None},
+                   variant="masked_row_rewards"))
     variant: str
     output: str
     rows: str | list[int] = "all"

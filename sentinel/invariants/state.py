@@ -6,13 +6,15 @@ Catches aliasing such as slime's `k *= kl_coef` on the tensors of rollout_data["
 
 from __future__ import annotations
 
-from .base import Invariant, Outcome, compare, lists
+from .base import Invariant, Outcome, compare, hunted, lists
 
 
 class Unmutated(Invariant):
     """After every run, each input in `inputs` (default: all) holds exactly what was sent."""
 
     family = "unmutated"
+    hunt = (hunted("policy_loss", "kl", "is_correction", "advantages",
+                   doc="the call leaves every input tensor as it was"),)
     inputs: list[str] | None = None
 
     def check(self, sc):

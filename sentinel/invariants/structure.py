@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Invariant, Missing, Outcome, diff_runs, lists, observables, resolve
+from .base import LOSS_MASKED, REL, Invariant, Missing, Outcome, diff_runs, hunted, lists, observables, resolve
+
+
+def _perm_body(ex) -> dict:
+    return {"perm": list(ex.params["perm"]), **REL}
 
 
 class SequenceUniform(Invariant):
@@ -14,6 +18,13 @@ class SequenceUniform(Invariant):
     (https://github.com/THUDM/slime/pull/1917)."""
 
     family = "sequence_uniform"
+    hunt = (hunted("opsm_mask", doc="the OPSM decision is one per sequence, never token by token",
+                   body={"output": "opsm_mask"}),
+            hunted("policy_loss", doc="GSPO (importance_sampling_level sequence): with one advantage per sequence, "
+                   "every token of it gets the same clipped loss", body={"output": "pg_loss", "atol": 1e-6},
+                   config={"importance_sampling_level": ["sequence"]}, seq_advantages=True),
+            hunted("gspo_kl", doc="the GSPO sequence KL is one value per sequence",
+                   body={"output": "seq_kl", "atol": 1e-6}))
     output: str
     mask: str = "loss_mask"
     run: str = "base"
@@ -53,6 +64,12 @@ class PermutationEquivariant(Invariant):
     do not change."""
 
     family = "permutation_equivariant"
+    hunt = (hunted(*LOSS_MASKED, doc="permuting rows permutes the outputs; scalars do not change", body=_perm_body,
+                   min_batch=2, perm=True),
+            hunted("advantages", doc="permuting rows (and their group ids) permutes the advantages", body=_perm_body,
+                   min_batch=2, perm=True, min_prompt=1),
+            hunted("reward_norm", doc="permuting rows (and their group ids) permutes the normalised rewards",
+                   body=_perm_body, min_batch=2, perm=True))
     outputs: list[str] | None = None
     perm: list[int] | None = None
     atol: float = 1e-6
@@ -89,6 +106,17 @@ class GroupIsolation(Invariant):
     group unchanged (GRPO statistics are per group)."""
 
     family = "group_isolation"
+    hunt = (hunted("advantages", doc="with per-group statistics only, one group's rewards do not move another "
+                   "group's advantages", body=dict(REL),
+                   config={"estimator": ["grpo", "reinforce_plus_plus_baseline", "gae"],
+                           "reward_norm": [None, {"mean_level": "group", "std_level": "group"},
+                                           {"mean_level": "group", "std_level": None}],
+                           "normalize_advantages": [False]},
+                   groups="always", min_groups=2, min_batch=2, min_prompt=1),
+            hunted("reward_norm", doc="group-level normalisation: one group's rewards do not move another group's",
+                   body={"output": "rewards", "mask": None, **REL},
+                   config={"mean_level": ["group"], "std_level": ["group", None]}, groups="always", min_groups=2,
+                   min_batch=2))
     output: str = "advantages"
     group: str = "group"
     perturb: str = "rewards"

@@ -1,0 +1,213 @@
+"""Commands that read or write files and never run a target: report, check, init, list, schema."""
+
+from __future__ import annotations
+
+import json
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from .. import boundaries, render, verdicts
+from ..catalog import catalog_path
+from ..invariants import REGISTRY
+from ..report import dump, load, schema_text, write_atomic
+from ..schema import scenario_schema_text
+from ..spec import ScenarioModel
+from .. import targets as target_registry
+from ..errors import UsageError
+
+from .common import app, out, err, Format, usage_error, _load
+
+
+@app.command()
+def report(
+    file: Path = typer.Argument(..., help="A JSON report written by run, gate or compare."),
+    format: Format = typer.Option(Format.text, "--format", "-f", help="text (tables and per-token grids), markdown (a pull-request section), junit, json, html (one self-contained page)."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write here instead of stdout."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="text: show passing scenarios too."),
+) -> None:
+    """Render a report: terminal view, PR-ready markdown, JUnit XML, or an HTML page.
+
+    [cyan]sentinel report reports/latest.json --format markdown >> pr.md[/]
+
+    [cyan]sentinel report reports/latest.json --format html -o report.html[/]
+    """
+    if not file.exists():
+        raise usage_error(f"no such report: {file}")
+    try:
+        rep = load(file)
+    except Exception as e:  # noqa: BLE001 - pydantic or JSON errors alike
+        raise usage_error(f"{file} is not an RL-Sentinel report: {str(e).splitlines()[0]}") from None
+    if format == Format.text:
+        if output:
+            with open(output, "w", encoding="utf-8") as f:
+                render.console_report(rep, Console(file=f, width=120), verbose)
+        else:
+            render.console_report(rep, out, verbose)
+    else:
+        if format == Format.html:
+            from ..html_report import page
+            text = page(rep)
+        elif format == Format.markdown:
+            text = render.markdown(rep, source=str(file))
+        else:
+            text = {Format.junit: render.junit, Format.json: dump}[format](rep)
+        if output:
+            write_atomic(output, text)
+        else:
+            sys.stdout.write(text)
+    # the report's own exit code, so `sentinel report X` can gate a CI step too
+    code = rep.exit_code() if rep.kind != "compare" else int(verdicts.compare_exit_code(c.verdict for c in rep.comparisons))
+    if code:
+        s = rep.statistics
+        err.print(f"{escape(str(file))}: {s.violated} violated, {s.errors} error(s) (exit {code})", highlight=False)
+    raise typer.Exit(code)
+
+
+@app.command()
+def check(
+    paths: List[Path] = typer.Argument(..., help="Scenario files or folders (searched for *.yaml)."),
+) -> None:
+    """Validate scenario files without running anything: exit 0, or 2 naming file and line.
+
+    What the pre-commit hook runs (.pre-commit-hooks.yaml): [cyan]sentinel check scenarios/[/]
+    """
+    scenarios = _load(paths)
+    files = {sc.file for sc in scenarios}
+    err.print(f"{len(scenarios)} scenario(s) in {len(files)} file(s): valid", highlight=False)
+
+
+init_app = typer.Typer(help="Write a project file: [cyan]sentinel init ci[/] (a GitHub Actions workflow).",
+                       no_args_is_help=True, rich_markup_mode="rich")
+app.add_typer(init_app, name="init")
+
+
+@init_app.command("ci")
+def init_ci(
+    force: bool = typer.Option(False, "--force", help="Overwrite an existing workflow file."),
+) -> None:
+    """Write .github/workflows/rl-sentinel.yml: install, `gate --junit`, the markdown report in
+    the job summary, the JSON report and JUnit XML uploaded as an artifact."""
+    from .. import scaffold
+    try:
+        path = scaffold.write(Path(scaffold.GITHUB_WORKFLOW), scaffold.WORKFLOW, force)
+    except UsageError as e:
+        raise usage_error(str(e)) from None
+    err.print(f"wrote {path}: commit it, then every push and pull request runs the gate", highlight=False)
+
+
+class What(str, Enum):
+    scenarios = "scenarios"
+    boundaries = "boundaries"
+    targets = "targets"
+    invariants = "invariants"
+    plants = "plants"
+
+
+@app.command("list")
+def list_(
+    what: What = typer.Argument(What.scenarios, help="scenarios, boundaries, targets, invariants or plants."),
+    paths: Optional[List[Path]] = typer.Option(None, "--path", "-p", help="Scenario files or folders (default: the bundled catalog)."),
+    target: Optional[str] = typer.Option(None, "--target", "-t", help="boundaries: the trainer functions this target's adapter calls for each (read from its code; nothing is imported from the trainer)."),
+) -> None:
+    """List the catalog's scenarios, the canonical boundaries, targets, invariant families or planted bugs.
+
+    [cyan]sentinel list boundaries --target verl[/] shows which verl functions each boundary calls.
+    """
+    t = Table(show_lines=False, title_justify="left")
+    if what == What.boundaries and target:
+        _mapping_table(t, target)
+        out.print(t)
+        return
+    if what == What.scenarios:
+        t.title = "scenarios"
+        for c in ("id", "boundary", "invariants", "file"):
+            t.add_column(c, overflow="fold")
+        for sc in _load(paths or [catalog_path()]):
+            t.add_row(sc.id, sc.boundary, ", ".join(i.family for i in sc.invariants), render.Text(_rel(sc.file)))
+    elif what == What.boundaries:
+        t.title = "boundaries (input? = optional; option = default: allowed values)"
+        for c in ("boundary", "inputs", "outputs", "options"):
+            t.add_column(c, overflow="fold")
+        for b in boundaries.BOUNDARIES.values():
+            opts = "\n".join(f"{o.name} = {json.dumps(o.default)}: {o.allowed()}" for o in b.options)
+            t.add_row(b.name, ", ".join(p.name + ("" if p.required else "?") for p in b.inputs),
+                      ", ".join(p.name for p in b.outputs), escape(opts))
+    elif what == What.targets:
+        t.title = "targets"
+        for c in ("target", "located by", "install", "what"):
+            t.add_column(c, overflow="fold")
+        for info in target_registry.registry().values():
+            extra = f"pip install 'rl-sentinel[{info.extra}]'" if info.extra else ""
+            install = "; ".join(x for x in (extra, info.install) if x)
+            t.add_row(info.name, escape(info.located_by), escape(install), escape(f"{info.description} ({info.adapter})"))
+    elif what == What.invariants:
+        t.title = "invariant families"
+        t.add_column("family")
+        t.add_column("checks", overflow="fold")
+        for k, cls in sorted(REGISTRY.items()):
+            t.add_row(k, " ".join((cls.__doc__ or "").split()))
+    else:
+        from sentinel_adapters.plants import PLANTS
+        t.title = "planted bugs (sentinel gate --plant NAME)"
+        for c in ("plant", "trips", "what"):
+            t.add_column(c, overflow="fold")
+        for k, p in sorted(PLANTS.items()):
+            t.add_row(k, ", ".join(p.trips), p.description)
+    out.print(t)
+
+
+def _mapping_table(t: Table, target: str) -> None:
+    """Boundary -> the target functions its adapter calls, or why it declines it."""
+    import importlib
+    try:
+        spec = target_registry.adapter_spec(target)
+    except UsageError as e:
+        raise usage_error(str(e)) from None
+    mod, cls = spec.split(":")
+    try:
+        adapter = getattr(importlib.import_module(mod), cls)
+    except (ImportError, AttributeError) as e:
+        raise usage_error(f"cannot import the adapter {spec}: {e}") from None
+    t.title = f"boundaries on {target} ({spec})"
+    for c in ("boundary", "calls", "adapter method"):
+        t.add_column(c, overflow="fold")
+    for b, m in adapter.mapping().items():
+        calls = "\n".join(m["calls"]) if m["calls"] else f"declined: {m['declined']}"
+        t.add_row(b, escape(calls), m["method"] or "")
+
+
+def _rel(f: str) -> str:
+    try:
+        return str(Path(f).relative_to(Path.cwd()))
+    except ValueError:
+        return f
+
+
+class SchemaKind(str, Enum):
+    scenario = "scenario"
+    report = "report"
+
+
+@app.command()
+def schema(
+    kind: SchemaKind = typer.Argument(SchemaKind.scenario, help="scenario (for editors) or report."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write here instead of stdout."),
+) -> None:
+    """Print a JSON Schema: scenario files (point your editor's YAML support at it) or reports."""
+    if kind == SchemaKind.report:
+        text = schema_text()
+    else:
+        text = scenario_schema_text(ScenarioModel.model_json_schema())
+    if output:
+        write_atomic(output, text)
+    else:
+        sys.stdout.write(text)
+
+
