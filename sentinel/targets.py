@@ -17,11 +17,12 @@ Third-party adapters register through the entry-point group `rl_sentinel.targets
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import metadata
 
-from .errors import UsageError
+from .errors import TargetLoadError, UsageError
 
 ENTRY_POINT_GROUP = "rl_sentinel.targets"
 
@@ -86,3 +87,21 @@ def get(name: str) -> TargetInfo:
 
 def adapter_spec(name: str) -> str:
     return get(name).adapter
+
+
+def adapter_class(name: str) -> type:
+    """Import the adapter class of target `name` (TargetLoadError naming the fix when it fails)."""
+    try:
+        spec = adapter_spec(name)
+    except UsageError as e:
+        raise TargetLoadError(str(e)) from None
+    mod, cls = spec.split(":")
+    try:
+        return getattr(importlib.import_module(mod), cls)
+    except (ImportError, AttributeError) as e:
+        if ":" not in name:
+            raise  # a built-in adapter's own import failure: its traceback says more
+        raise TargetLoadError(
+            f"cannot load the adapter {spec}: {e}. The worker imports {mod!r} as Python would from the "
+            f"current folder: run sentinel from the folder that holds it, or put that folder on "
+            f"PYTHONPATH (PYTHONPATH=path/to/folder sentinel run ...)") from None

@@ -20,7 +20,6 @@ a grandchild the target forked can neither hold the answer back nor linger.
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import platform
@@ -38,7 +37,6 @@ from typing import Any, Callable
 os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
 
 from . import targets  # noqa: E402
-from .errors import UsageError  # noqa: E402
 from .observe import observe  # noqa: E402
 from .tensors import decode, encode  # noqa: E402
 
@@ -94,20 +92,7 @@ class Worker:
         if dev.startswith("cuda") and not torch.cuda.is_available():
             raise TargetLoadError("--device cuda was asked for but torch sees no CUDA device")
         self.torch, self.device = torch, torch.device(dev)
-        try:
-            spec = targets.adapter_spec(h["target"])
-        except UsageError as e:
-            raise TargetLoadError(str(e)) from None
-        mod, cls = spec.split(":")
-        try:
-            adapter_cls = getattr(importlib.import_module(mod), cls)
-        except (ImportError, AttributeError) as e:
-            if ":" not in h["target"]:
-                raise
-            raise TargetLoadError(
-                f"cannot load the adapter {spec}: {e}. The worker imports {mod!r} as Python would from the "
-                f"current folder: run sentinel from the folder that holds it, or put that folder on "
-                f"PYTHONPATH (PYTHONPATH=path/to/folder sentinel run ...)") from None
+        adapter_cls = targets.adapter_class(h["target"])
         root = Path(h["root"]) if h.get("root") else None
         self.adapter = adapter_cls(root, self.device, h.get("options") or {})
         t0 = time.perf_counter()

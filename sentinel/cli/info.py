@@ -20,7 +20,7 @@ from ..report import dump, load, schema_text, write_atomic
 from ..schema import scenario_schema_text
 from ..spec import ScenarioModel
 from .. import targets as target_registry
-from ..errors import UsageError
+from ..errors import TargetError, UsageError
 
 from .common import app, out, err, Format, usage_error, _load
 
@@ -165,17 +165,11 @@ def list_(
 
 def _mapping_table(t: Table, target: str) -> None:
     """Boundary -> the target functions its adapter calls, or why it declines it."""
-    import importlib
     try:
-        spec = target_registry.adapter_spec(target)
-    except UsageError as e:
+        adapter = target_registry.adapter_class(target)
+    except (TargetError, ImportError) as e:
         raise usage_error(str(e)) from None
-    mod, cls = spec.split(":")
-    try:
-        adapter = getattr(importlib.import_module(mod), cls)
-    except (ImportError, AttributeError) as e:
-        raise usage_error(f"cannot import the adapter {spec}: {e}") from None
-    t.title = f"boundaries on {target} ({spec})"
+    t.title = f"boundaries on {target} ({target_registry.adapter_spec(target)})"
     for c in ("boundary", "calls", "adapter method"):
         t.add_column(c, overflow="fold")
     for b, m in adapter.mapping().items():
