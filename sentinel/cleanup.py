@@ -73,6 +73,22 @@ def stale_worktree_folders(tmp: Path | None = None) -> list[tuple[Path, dict]]:
     return out
 
 
+def sweep_lock_files(tmp: Path | None = None) -> None:
+    """Worktree lock files nobody holds (their holder was killed before deleting them)."""
+    try:
+        import fcntl
+    except ImportError:
+        return
+    for f in Path(tmp or tempfile.gettempdir()).glob("sentinel-worktree-*.lock"):
+        try:
+            with open(f, "a") as fh:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                if os.fstat(fh.fileno()).st_ino == os.stat(f).st_ino:
+                    f.unlink()
+        except OSError:
+            continue  # held right now, or gone already
+
+
 def remove_tree(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
 

@@ -119,6 +119,8 @@ def sweep_stale() -> list[str]:
                 pass
         cleanup.remove_tree(folder)
         removed.append(str(folder))
+    if removed:
+        cleanup.sweep_lock_files()
     return removed
 
 

@@ -183,6 +183,11 @@ class Worker:
         if pid == 0:  # child
             os.setpgid(0, 0)  # its own group: whatever it forks is killed with it
             _die_with_parent()
+            # stdin is the worker's job stream: target code that reads it must not eat the next jobs
+            devnull = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(devnull, 0)
+            os.close(devnull)
+            sys.stdin = open(0, closefd=False)
             os.close(r)
             # drop the protocol pipe: if the worker dies, the runner must see EOF at once,
             # not when this child finishes

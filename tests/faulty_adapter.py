@@ -18,6 +18,10 @@ misbehaves, by its code in `CODES` (scenarios validate, since config values are 
   shape-7, shape-2x4, list, complex, no-outputs, extra-output, string
                 the loss broken against the boundary's output contract (an error verdict)
   int-loss      the right loss as an int64 0-d tensor (keeps the contract)
+  busy ... sleep-past-timeout   further faults (tests/test_faults.py)
+  grandchild    fork a grandchild that holds the result pipe and sleeps, then answer right
+  thread-left-running, stdout-flood, stderr-flood, chdir, environ
+                misbehave around a right answer
 
 `BrokenLoadAdapter.load()` raises, so the target cannot be loaded at all.
 """
@@ -27,7 +31,9 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 import time
+from pathlib import Path
 
 import torch
 
@@ -35,7 +41,14 @@ from sentinel_adapters.base import Adapter, BoundaryResult, FunctionRef, Unsuppo
 
 COUNTER = 0  # module-level state a misbehaving call mutates
 MODES = ("ok", "raise", "exit", "segv", "hang", "kill-parent", "mutate", "read-state", "print", "unsupported",
-         "shape-7", "shape-2x4", "list", "complex", "no-outputs", "extra-output", "int-loss", "string")
+         "shape-7", "shape-2x4", "list", "complex", "no-outputs", "extra-output", "int-loss", "string",
+         # more ways to fail (tests/test_faults.py): each must end as an error or a violation
+         "busy", "abort", "os-exit-0", "sys-exit-0", "keyboard-interrupt", "base-exception", "recursion",
+         "sigterm-self", "sigkill-self", "close-fds", "read-stdin", "nan-loss", "wrong-loss", "inf-loss",
+         "none-loss", "dict-loss", "grad-loss-wrong-shape", "bool-list", "sleep-past-timeout",
+         "memory-error", "os-error", "python-float-wrong", "shape-1",
+         # misbehaviour around a correct answer: the answer must come back, and nothing may linger
+         "grandchild", "thread-left-running", "stdout-flood", "stderr-flood", "chdir", "environ", "raise-in-del")
 CODES = {m: 100.0 + i for i, m in enumerate(MODES)}  # mode -> the value that selects it
 
 
@@ -75,6 +88,8 @@ class FaultyAdapter(Adapter):
             COUNTER += 1000
         if mode == "read-state":
             return BoundaryResult({"loss": torch.tensor(float(COUNTER))}, function=FunctionRef.of(_token_mean))
+        if mode in FAULTS:
+            return FAULTS[mode](values, mask)
         wrong = {"shape-7": torch.full((7,), 2.0), "shape-2x4": torch.full((2, 4), 2.0), "list": [2.0],
                  "complex": torch.tensor(2.0 + 0j), "string": "2.0", "int-loss": torch.tensor(2)}
         if mode in wrong:
@@ -88,6 +103,92 @@ class FaultyAdapter(Adapter):
             print("not json at all {{{", flush=True)
             os.write(1, b'{"event": "ready"}\nraw fd 1 junk\n')
         return BoundaryResult({"loss": _token_mean(values, mask)}, function=FunctionRef.of(_token_mean))
+
+
+def _recurse(n: int = 0) -> int:
+    return _recurse(n + 1) + 1
+
+
+class _Del:
+    def __del__(self):
+        raise RuntimeError("planted: raised in __del__")
+
+
+def _grandchild(values, mask):
+    if os.fork() == 0:  # the grandchild keeps every inherited fd, the result pipe included
+        Path(os.environ.get("FAULTY_PID_FILE", os.devnull)).write_text(str(os.getpid()))
+        time.sleep(300)
+        os._exit(0)
+    return BoundaryResult({"loss": _token_mean(values, mask)})
+
+
+def _thread_left_running(values, mask):
+    threading.Thread(target=time.sleep, args=(300,)).start()  # non-daemon
+    return BoundaryResult({"loss": _token_mean(values, mask)})
+
+
+def _flood(stream):
+    def fault(values, mask):
+        stream.write("x" * (5 << 20))
+        stream.flush()
+        return BoundaryResult({"loss": _token_mean(values, mask)})
+    return fault
+
+
+def _then_right(action):
+    def fault(values, mask):
+        action()
+        return BoundaryResult({"loss": _token_mean(values, mask)})
+    return fault
+
+
+def _loss(value):
+    return lambda values, mask: BoundaryResult({"loss": value() if callable(value) else value})
+
+
+def _busy():
+    while True:
+        pass
+
+
+def _raise(exc):
+    def fault():
+        raise exc
+    return fault
+
+
+FAULTS = {
+    "busy": _then_right(_busy),
+    "abort": _then_right(os.abort),
+    "os-exit-0": _then_right(lambda: os._exit(0)),
+    "sys-exit-0": _then_right(lambda: sys.exit(0)),
+    "keyboard-interrupt": _then_right(_raise(KeyboardInterrupt())),
+    "base-exception": _then_right(_raise(BaseException("planted"))),
+    "recursion": _then_right(_recurse),
+    "sigterm-self": _then_right(lambda: (os.kill(os.getpid(), signal.SIGTERM), time.sleep(5))),
+    "sigkill-self": _then_right(lambda: os.kill(os.getpid(), signal.SIGKILL)),
+    "close-fds": _then_right(lambda: os.closerange(3, 4096)),
+    "read-stdin": _then_right(lambda: sys.stdin.read()),
+    "nan-loss": _loss(lambda: torch.tensor(float("nan"))),
+    "wrong-loss": _loss(lambda: torch.tensor(0.0)),
+    "inf-loss": _loss(lambda: torch.tensor(float("inf"))),
+    "none-loss": _loss(None),
+    "dict-loss": _loss({"loss": 2.0}),
+    "raise-in-del": _then_right(lambda: (_Del(), None)[1]),
+    "grad-loss-wrong-shape": _loss(lambda: torch.full((1, 1), 2.0, requires_grad=True)),
+    "bool-list": _loss([True]),
+    "sleep-past-timeout": _then_right(lambda: time.sleep(30)),
+    "memory-error": _then_right(_raise(MemoryError("planted"))),
+    "os-error": _then_right(_raise(OSError(5, "planted I/O error"))),
+    "python-float-wrong": _loss(0.5),
+    "shape-1": _loss(lambda: torch.tensor([2.0])),
+    "grandchild": _grandchild,
+    "thread-left-running": _thread_left_running,
+    "stdout-flood": _flood(sys.stdout),
+    "stderr-flood": _flood(sys.stderr),
+    "chdir": _then_right(lambda: os.chdir("/")),
+    "environ": _then_right(lambda: os.environ.update(PYTHONPATH="/nonexistent")),
+}
 
 
 class BrokenLoadAdapter(FaultyAdapter):
