@@ -24,6 +24,8 @@ AROUND_A_RIGHT_ANSWER = ("grandchild", "thread-left-running", "stdout-flood", "s
 NOT_FAULTS = ("ok", "mutate", "read-state", "int-loss", "unsupported", *AROUND_A_RIGHT_ANSWER)
 FAULTS = [m for m in MODES if m not in NOT_FAULTS]
 TIMEOUT = 3.0
+# benchmarks/gpu_check.sh runs this corpus with SENTINEL_TEST_DEVICE=cuda on a GPU machine
+DEVICE = os.environ.get("SENTINEL_TEST_DEVICE", "cpu")
 
 
 def scenario(mode: str) -> str:
@@ -41,7 +43,7 @@ def corpus(tmp_path_factory):
         modes = [*FAULTS, *AROUND_A_RIGHT_ANSWER, "ok"]
         scs = load_text("---\n".join(scenario(m) for m in modes), "faults.yaml")
         t0 = time.monotonic()
-        report = run(scs, [TargetSpec(FAULTY)], timeout=TIMEOUT)
+        report = run(scs, [TargetSpec(FAULTY, device=DEVICE)], timeout=TIMEOUT)
         return report, {r.id: r for r in report.results}, pid_file, time.monotonic() - t0
 
 

@@ -17,6 +17,8 @@ from faulty_adapter import CODES
 TESTS = Path(__file__).resolve().parent
 FAULTY = "faulty_adapter:FaultyAdapter"
 BROKEN = "faulty_adapter:BrokenLoadAdapter"
+# benchmarks/gpu_check.sh runs these with SENTINEL_TEST_DEVICE=cuda on a GPU machine
+DEVICE = os.environ.get("SENTINEL_TEST_DEVICE", "cpu")
 
 
 def scenario(sid: str, mode: str) -> str:
@@ -57,7 +59,7 @@ def misbehaving(module_env):
         ("unsupported", "unsupported"), ("after-unsupported", "ok"),
         ("kills-worker", "kill-parent"), ("after-worker-death", "ok"),
     )
-    report = run(scs, [TargetSpec(FAULTY)], timeout=2.0)
+    report = run(scs, [TargetSpec(FAULTY, device=DEVICE)], timeout=2.0)
     return report, {r.id: r for r in report.results}
 
 
@@ -224,7 +226,7 @@ CONTRACT_BREAKS = {
 @pytest.fixture(scope="module")
 def contract_report(module_env):
     pairs = [(f"contract-{m}", m) for m in [*CONTRACT_BREAKS, "int-loss"]]
-    return run(scenarios(*pairs), [TargetSpec(FAULTY)], timeout=20)
+    return run(scenarios(*pairs), [TargetSpec(FAULTY, device=DEVICE)], timeout=20)
 
 
 @pytest.mark.parametrize("mode", list(CONTRACT_BREAKS))
