@@ -63,7 +63,8 @@ Import shims
 ------------
 ``import areal`` pulls in its whole runtime (ray, transformers, tracking clients, async
 HTTP, ...). The boundary code needs none of it: `_STUBS` are replaced by permissive stubs
-(see ``shims.py``) when not installed; requirements/areal.txt lists the light packages
+(see ``shims.py``) when not installed; the ``areal`` extra (``pip install 'rl-sentinel[areal]'``,
+pyproject.toml) lists the light packages
 that are imported for real. Two more side effects of the import are contained:
 AReaL reconfigures process-wide logging (``areal.utils.logging.getLogger`` replaces
 ``Logger.root`` / ``Logger.manager``), which the adapter restores afterwards (and quiets
@@ -90,11 +91,11 @@ import torch
 
 from .base import Adapter, BoundaryResult, TargetLoadError, Unsupported, implements
 from .shims import install_stubs
-from .support import bind, first_on_path, group_ids, group_layout, keep_host_logging, locate, unpermute
+from .support import bind, first_on_path, group_ids, group_layout, keep_host_logging, locate, pip_hint, unpermute
 
 # Heavy runtime dependencies that `import areal.trainer.ppo.actor` reaches at module level
 # but that no boundary calls (found by importing 1.0.4 and git HEAD in an environment with
-# only torch, RL-Sentinel's dependencies and requirements/areal.txt).
+# only torch, RL-Sentinel's dependencies and the `areal` extra).
 _STUBS = [
     "ray", "transformers", "datasets", "torchdata", "hydra", "numba", "PIL",
     "wandb", "swanlab", "trackio", "tensorboardX", "torch_memory_saver",
@@ -106,7 +107,7 @@ _MODULES = ["areal", "areal.api.cli_args", "areal.utils.data", "areal.utils.func
             "areal.trainer.ppo.actor"]
 ACTOR, DATA, FUNCTIONAL = "areal.trainer.ppo.actor", "areal.utils.data", "areal.utils.functional"
 
-_PIP_HINT = "pip install --no-deps areal==1.0.4 && pip install -r requirements/areal.txt"
+_PIP_HINT = pip_hint("areal", "pip install --no-deps areal==1.0.4")
 
 # Canonical KL type -> AReaL KLEstimator name (same formulas, same +-10 clamp).
 _KL_TYPES = {"k1": "k1", "kl": "k1", "k2": "k2", "mse": "k2", "k3": "k3", "low_var_kl": "k3"}
@@ -226,8 +227,8 @@ class ArealAdapter(Adapter):
         except ModuleNotFoundError as e:
             raise TargetLoadError(
                 f"target 'areal' ({where}): importing it needs module {e.name!r}, which is neither "
-                f"installed nor stubbed; install requirements/areal.txt, or pass it in the adapter "
-                f"option 'stubs' if no boundary uses it") from e
+                f"installed nor stubbed; install it: {pip_hint('areal')} (or pass it in the adapter "
+                f"option 'stubs' if no boundary uses it)") from e
         except Exception as e:  # an import-time failure of the target is a load error
             raise TargetLoadError(f"target 'areal' ({where}): import failed: {type(e).__name__}: {e}") from e
         import_s = time.perf_counter() - t0
@@ -269,8 +270,7 @@ class ArealAdapter(Adapter):
 
     # --- config translation -------------------------------------------------------------
 
-    def _norm_config(self, boundary: str, spec: Any, *, sizes: list[int], has_groups: bool, group_size: int | None,
-                     supports_sizes: bool) -> Any:
+    def _norm_config(self, boundary: str, spec: Any, *, sizes: list[int], has_groups: bool, group_size: int | None) -> Any:
         """A canonical normalisation dict -> AReaL NormConfig (None stays None).
 
         `sizes` are the trajectory group sizes the adapter hands AReaL; `group_size` is the
@@ -285,13 +285,11 @@ class ArealAdapter(Adapter):
             if not has_groups:
                 raise ValueError("group-level normalisation needs `group` ids or config `group_size`")
             if not gs:
-                if len(set(sizes)) == 1:
-                    gs = sizes[0]
-                elif supports_sizes:
-                    gs = max(sizes)  # not read: this version normalises per trajectory group
-                else:
-                    raise Unsupported("this AReaL version normalises groups by a fixed group_size; "
-                                      f"groups of sizes {sizes} need config group_size")
+                # the configured samples per prompt: the largest group (smaller ones lost samples,
+                # as filtering leaves them). Versions with variable-size groups (#1454) read the
+                # trajectory groups instead; older ones slice by this size, whatever the groups
+                # are: fed as the trainer would, and observed.
+                gs = max(sizes)
         cls = self._cli.NormConfig
         return cls(**bind(cls, boundary, {"mean_level": mean_level, "std_level": std_level,
                                            "group_size": int(gs or 1)},
@@ -341,8 +339,7 @@ class ArealAdapter(Adapter):
         group = inputs.get("group")
         group_size = config["group_size"] or (config["reward_norm"] or {}).get("group_size")
         perm, sizes = _layout(group, B, group_size)
-        groups = dict(sizes=sizes, has_groups=group is not None or bool(group_size), group_size=group_size,
-                      supports_sizes=self._supports_group_sizes())
+        groups = dict(sizes=sizes, has_groups=group is not None or bool(group_size), group_size=group_size)
         norm = self._norm_config("advantages", config["reward_norm"], **groups)
         adv_spec = config["adv_norm"] or ({} if config["normalize_advantages"] else None)
         adv_norm = self._norm_config("advantages", adv_spec, **groups)
@@ -440,7 +437,7 @@ class ArealAdapter(Adapter):
         supports_sizes = self._supports_group_sizes()
         spec = {k: config[k] for k in ("mean_level", "std_level", "eps", "mean_leave1out", "std_unbiased")}
         norm_cfg = self._norm_config("reward_norm", spec, sizes=sizes, has_groups=group is not None or bool(group_size),
-                                     group_size=group_size, supports_sizes=supports_sizes)
+                                     group_size=group_size)
         norm = self._data.Normalization(norm_cfg)
         idx = torch.tensor(perm, device=x.device)
         kw: dict[str, Any] = {}

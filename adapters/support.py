@@ -1,11 +1,13 @@
 """Helpers the real adapters share: one meaning per name, whatever the target.
 
-- spans:     `rows` / `unrows` (canonical ``[B, T]`` <-> one response span per sequence);
+- rows:      `rows` / `unrows` (canonical ``[B, T]`` <-> one whole response per sequence; no
+  position is cut, masked head and tail included);
 - signatures: `parameters`, `signature_text`, `bind` (a canonical call bound to a target
   signature that drifts between versions);
 - lookups:   `lookup` (a function by name in the target's loaded modules, else `Unsupported`),
   `resolve` (what a declared ``module:qualname`` call names in this process);
-- location:  `locate` (a checkout, or the installed package), `first_on_path`, `version_facts`;
+- location:  `locate` (a checkout, or the installed package), `first_on_path`, `version_facts`,
+  `module_exists`, `pip_hint` (the command that installs a target's extra);
 - groups:    `group_ids`, `group_layout`, `unpermute` (canonical ``group`` ids -> the
   group-by-group row order a trainer wants, and back);
 - spying:    `spy` (record the calls of a target function, calling through);
@@ -33,26 +35,21 @@ import torch
 from .base import TargetLoadError, Unsupported
 from .shims import is_stub
 
-# --- canonical rows <-> per-sequence spans ------------------------------------------------
+# --- canonical rows <-> per-sequence tensors ---------------------------------------------
 
 
-def rows(t: torch.Tensor, mask: torch.Tensor) -> list[torch.Tensor]:
-    """Per-sequence tensors of the response span: each row cut to [first valid, last valid]."""
-    out = []
-    for r, m in zip(t, mask):
-        idx = m.nonzero(as_tuple=True)[0]
-        out.append(r[int(idx[0]): int(idx[-1]) + 1] if len(idx) else r[:0])
-    return out
+def rows(t: torch.Tensor) -> list[torch.Tensor]:
+    """One tensor per sequence: each whole row, every position (masked ones included), as a
+    clone, so a target's in-place change is seen afterwards and autograd reaches `t`."""
+    return [r.clone() for r in t]
 
 
-def unrows(parts: list[torch.Tensor], mask: torch.Tensor, fill: float = 0.0) -> torch.Tensor:
-    """Inverse of `rows`: scatter per-sequence tensors back into a padded [B, T] batch."""
-    out = torch.full(mask.shape, fill, dtype=parts[0].dtype if parts else torch.float32, device=mask.device)
-    for b, (p, m) in enumerate(zip(parts, mask)):
-        idx = m.nonzero(as_tuple=True)[0]
-        if len(idx):
-            out[b, int(idx[0]): int(idx[0]) + p.numel()] = p.reshape(-1)
-    return out
+def unrows(parts: list[torch.Tensor] | tuple[torch.Tensor, ...], like: torch.Tensor) -> torch.Tensor:
+    """Inverse of `rows`: per-sequence tensors (of the row length) back into a ``[B, T]`` batch
+    (keeping their autograd graph); an empty batch gives an empty float tensor shaped like `like`."""
+    if not parts:
+        return torch.zeros(like.shape, dtype=torch.float32, device=like.device)
+    return torch.stack([p.reshape(-1) for p in parts])
 
 
 # --- signatures ---------------------------------------------------------------------------
@@ -172,6 +169,18 @@ def locate(target: str, package: str, marker: str, root: Path | None, *, hint: s
             raise TargetLoadError(f"{target} target: another {package} is already imported from {where}; "
                                   f"one interpreter can hold one {package} version")
     return found
+
+
+def pip_hint(extra: str, then: str = "") -> str:
+    """The one command that installs the light packages target extra `extra` needs (and `then`)."""
+    return f"pip install 'rl-sentinel[{extra}]'" + (f" && {then}" if then else "")
+
+
+def module_exists(root: Path, name: str) -> bool:
+    """Whether module `name` has a file under `root` (a module absent at a version is
+    `Unsupported` where a boundary needs it; one that is there but fails to import is a load error)."""
+    base = Path(root).joinpath(*name.split("."))
+    return base.with_suffix(".py").is_file() or (base / "__init__.py").is_file()
 
 
 def first_on_path(folder: Path) -> None:

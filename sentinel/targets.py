@@ -57,7 +57,7 @@ BUILTIN = (
                package="verl", extra="verl", repo_env="SENTINEL_VERL_REPO",
                install="pip install --no-deps verl==0.9.1"),
     TargetInfo("slime", "sentinel_adapters.slime:SlimeAdapter", "THUDM/slime (Megatron loss path, shimmed)",
-               needs_repo=True, repo_env="SENTINEL_SLIME_REPO"),
+               needs_repo=True, extra="slime", repo_env="SENTINEL_SLIME_REPO"),
 )
 
 

@@ -11,6 +11,7 @@ PPO_UTILS = "slime.utils.ppo_utils"
 CP_UTILS = "slime.backends.megatron_utils.cp_utils"
 LOSS = "slime.backends.megatron_utils.loss"
 ROLLOUT = "slime.ray.rollout"
+EXTRA = "slime"  # pip install 'rl-sentinel[slime]': the light packages slime's import path needs (pyproject.toml)
 BOUNDARY_MODULES = (PPO_UTILS, CP_UTILS, LOSS)
 # Packages entered without executing their __init__ (see the module docstring).
 BARE_PACKAGES = ("slime.backends.megatron_utils",)
