@@ -243,14 +243,19 @@ def unpermute(x: torch.Tensor, order: list[int]) -> torch.Tensor:
 
 
 @contextlib.contextmanager
-def spy(module: types.ModuleType, name: str,
+def spy(module: Any, name: str,
         before: Callable[[dict[str, Any]], None] | None = None) -> Iterator[list[tuple[dict[str, Any], Any]]]:
-    """Replace ``module.name`` by a call-through wrapper for the duration; yields the list of
-    (bound arguments, result) of every call. `before` sees the bound arguments before the
-    real call (to copy what the call may change). Target code that looks the name up in the
-    module at call time reaches the wrapper. A module without `name` is left alone (no calls)."""
+    """Replace ``module.name`` (a module's or class's attribute, or the entry `name` of a dict
+    such as a trainer's function registry) by a call-through wrapper for the duration; yields
+    the list of (bound arguments, result) of every call. `before` sees the bound arguments
+    before the real call (to copy what the call may change). Target code that looks the name
+    up at call time reaches the wrapper. Where there is no `name`, nothing changes (no calls)."""
     calls: list[tuple[dict[str, Any], Any]] = []
-    real = getattr(module, name, None)
+    if isinstance(module, dict):
+        get, put = module.get, module.__setitem__
+    else:
+        get, put = (lambda k, d=None: getattr(module, k, d)), (lambda k, v: setattr(module, k, v))
+    real = get(name, None)
     if real is None:
         yield calls
         return
@@ -272,11 +277,11 @@ def spy(module: types.ModuleType, name: str,
         calls.append((arguments(args, kwargs), out))
         return out
 
-    setattr(module, name, wrapper)
+    put(name, wrapper)
     try:
         yield calls
     finally:
-        setattr(module, name, real)
+        put(name, real)
 
 
 # --- the host's logging -------------------------------------------------------------------
