@@ -90,8 +90,9 @@ from typing import Any
 import torch
 
 from .base import Adapter, BoundaryResult, TargetLoadError, Unsupported, implements
-from .shims import install_stubs
-from .support import bind, first_on_path, group_ids, group_layout, keep_host_logging, locate, pip_hint, unpermute
+from .shims import import_with_stubs, install_stubs
+from .support import (bare_package, bind, first_on_path, group_ids, group_layout, keep_host_logging, locate,
+                      module_exists, pip_hint, unpermute)
 
 # Heavy runtime dependencies that `import areal.trainer.ppo.actor` reaches at module level
 # but that no boundary calls (found by importing 1.0.4 and git HEAD in an environment with
@@ -100,12 +101,17 @@ _STUBS = [
     "ray", "transformers", "datasets", "torchdata", "hydra", "numba", "PIL",
     "wandb", "swanlab", "trackio", "tensorboardX", "torch_memory_saver",
     "aiohttp", "httpx", "aiofiles", "uvloop", "openai", "pybase64", "psutil",
-    "flask", "werkzeug", "requests", "orjson",
+    "flask", "werkzeug", "requests", "orjson", "tensordict", "megatron", "mbridge", "peft",
 ]
 
-_MODULES = ["areal", "areal.api.cli_args", "areal.utils.data", "areal.utils.functional",
-            "areal.trainer.ppo.actor"]
 ACTOR, DATA, FUNCTIONAL = "areal.trainer.ppo.actor", "areal.utils.data", "areal.utils.functional"
+# where each module lives at a version, the first that exists wins (the PPO actor sat in
+# areal/engine/ppo/ before areal/trainer/ppo/)
+# The light third-party modules AReaL's import path needs for real: the `areal` extra
+# (pyproject.toml); any other missing one is stubbed on the way (`shims.import_with_stubs`).
+_LIGHT = frozenset({"omegaconf", "colorlog", "einops", "tabulate", "lark", "tenacity"})
+_HOMES = {"areal.api.cli_args": ("areal.api.cli_args",), DATA: (DATA,), FUNCTIONAL: (FUNCTIONAL,),
+          ACTOR: (ACTOR, "areal.engine.ppo.actor")}
 
 _PIP_HINT = pip_hint("areal", "pip install --no-deps areal==1.0.4")
 
@@ -191,6 +197,7 @@ class ArealAdapter(Adapter):
         """Where AReaL comes from, for messages; a checkout goes first on sys.path (an
         installed package stays where it is: `self.root` stays None)."""
         found = locate("areal", "areal", "areal.api.cli_args", self.root, hint=_PIP_HINT, one_version=False)
+        self._found = found
         if self.root is None:
             return "installed package"
         first_on_path(found)
@@ -220,21 +227,26 @@ class ArealAdapter(Adapter):
         where = self._locate()
         self._forget_other_areal()
         self.stubs = install_stubs(_STUBS + list(self.options.get("stubs", [])))
+        if self.root is not None and not (self._found / "areal" / "__init__.py").is_file():
+            bare_package("areal", self._found)  # early AReaL: no __init__.py; the installed one must not win
+        homes = {k: next((m for m in c if module_exists(self._found, m)), c[0]) for k, c in _HOMES.items()}
         t0 = time.perf_counter()
         try:
             with keep_host_logging(), _deferred_torch_compile():
-                mods = {n: importlib.import_module(n) for n in _MODULES}
-        except ModuleNotFoundError as e:
-            raise TargetLoadError(
-                f"target 'areal' ({where}): importing it needs module {e.name!r}, which is neither "
-                f"installed nor stubbed; install it: {pip_hint('areal')} (or pass it in the adapter "
-                f"option 'stubs' if no boundary uses it)") from e
+                mods = {k: import_with_stubs(m, target="areal", own="areal", allowed=None, light=_LIGHT,
+                                             stubs=self.stubs, hint=f"install it: {pip_hint('areal')}")
+                        for k, m in {"areal": "areal", **homes}.items()}
+        except TargetLoadError as e:  # a light dependency is missing: the message names the extra
+            raise TargetLoadError(f"target 'areal' ({where}): {e}") from e
+        except SyntaxError as e:  # newer syntax than this interpreter reads (PEP 695 generics, ...)
+            raise TargetLoadError(f"target 'areal' ({where}): this version's code needs a newer Python than "
+                                  f"{sys.version_info.major}.{sys.version_info.minor}: SyntaxError: {e}") from e
         except Exception as e:  # an import-time failure of the target is a load error
             raise TargetLoadError(f"target 'areal' ({where}): import failed: {type(e).__name__}: {e}") from e
         import_s = time.perf_counter() - t0
         _last_root.append(Path(self.root).resolve() if self.root is not None else None)
 
-        pkg_parent = Path(mods["areal"].__file__).resolve().parent.parent
+        pkg_parent = Path(mods["areal.api.cli_args"].__file__).resolve().parents[2]
         if self.root is not None and pkg_parent != Path(self.root).resolve():
             raise TargetLoadError(f"target 'areal': imported from {pkg_parent}, not from the checkout "
                                   f"{self.root} (another areal shadows it on sys.path)")
@@ -248,9 +260,10 @@ class ArealAdapter(Adapter):
         version = getattr(self._areal, "__version__", None)
         if self.root is not None:  # a checkout reports the installed dist's metadata version
             version = self._checkout_version(Path(self.root)) or version
-        files = sorted({str(Path(m.__file__).resolve().relative_to(pkg_parent)) for m in mods.values()}
+        files = sorted({str(Path(m.__file__).resolve().relative_to(pkg_parent)) for m in mods.values() if m.__file__}
                        | {str(Path(inspect.getsourcefile(f)).resolve().relative_to(pkg_parent))
-                          for f in (self._data.Normalization, self._functional.ppo_actor_loss_fn)})
+                          for f in (getattr(self._data, "Normalization", None),
+                                    getattr(self._functional, "ppo_actor_loss_fn", None)) if f is not None})
         return {"version": version, "module_files": files, "stubs": list(self.stubs),
                 "import_s": round(import_s, 3), "location": str(pkg_parent / "areal")}
 
@@ -290,17 +303,25 @@ class ArealAdapter(Adapter):
                 # trajectory groups instead; older ones slice by this size, whatever the groups
                 # are: fed as the trainer would, and observed.
                 gs = max(sizes)
-        cls = self._cli.NormConfig
+        cls = self._need(self._cli, "NormConfig", boundary)
         return cls(**bind(cls, boundary, {"mean_level": mean_level, "std_level": std_level,
                                            "group_size": int(gs or 1)},
                           {k: spec.get(k) for k in ("eps", "mean_leave1out", "std_unbiased")}))
 
     def _supports_group_sizes(self) -> bool:
-        return "group_sizes" in inspect.signature(self._data.Normalization.__call__).parameters
+        return "group_sizes" in inspect.signature(self._need(self._data, "Normalization", "reward_norm").__call__).parameters
+
+    @staticmethod
+    def _need(mod: types.ModuleType, name: str, boundary: str) -> Any:
+        """AReaL's `name` from `mod`, or `Unsupported` where this version has none."""
+        obj = getattr(mod, name, None)
+        if obj is None:
+            raise Unsupported(f"AReaL has no {mod.__name__}.{name} at this version (boundary {boundary!r})")
+        return obj
 
     def _actor(self, **kw: Any) -> Any:
         """A PPOActor built by AReaL's own constructor from its own config class."""
-        cls = self._cli.PPOActorConfig
+        cls = self._need(self._cli, "PPOActorConfig", "advantages")
         cfg = cls(**bind(cls, "advantages", {"experiment_name": "rl-sentinel", "trial_name": "adapter"}, kw))
         params = inspect.signature(self._actor_mod.PPOActor.__init__).parameters
         args = {"config": cfg}
@@ -438,7 +459,7 @@ class ArealAdapter(Adapter):
         spec = {k: config[k] for k in ("mean_level", "std_level", "eps", "mean_leave1out", "std_unbiased")}
         norm_cfg = self._norm_config("reward_norm", spec, sizes=sizes, has_groups=group is not None or bool(group_size),
                                      group_size=group_size)
-        norm = self._data.Normalization(norm_cfg)
+        norm = self._need(self._data, "Normalization", "reward_norm")(norm_cfg)
         idx = torch.tensor(perm, device=x.device)
         kw: dict[str, Any] = {}
         mask = inputs.get("mask")
@@ -479,7 +500,7 @@ class ArealAdapter(Adapter):
     @implements("policy_loss", calls=(f"{FUNCTIONAL}:ppo_actor_loss_fn",))
     def b_policy_loss(self, inputs: dict[str, torch.Tensor], config: dict[str, Any]) -> BoundaryResult:
         kw = self._loss_common(inputs, config)
-        fn = self._functional.ppo_actor_loss_fn
+        fn = self._need(self._functional, "ppo_actor_loss_fn", "policy_loss")
         loss, stat = fn(**bind(fn, "policy_loss", {**kw, "eps_clip": float(config["eps_clip"])},
                                {"eps_clip_higher": config["eps_clip_high"], "c_clip": config["eps_clip_c"],
                                 "rejection_sampling": self._rejection_sampling("policy_loss",
@@ -516,7 +537,7 @@ class ArealAdapter(Adapter):
         rs = {"level": "token", "action": actions[method], "metric": "ratio",
               "upper": float(config["tis_clip"]), "lower": float(low) if low else None}
         kw = self._loss_common(inputs, {**config, "use_decoupled_loss": True})
-        fn = self._functional.ppo_actor_loss_fn
+        fn = self._need(self._functional, "ppo_actor_loss_fn", "policy_loss")
         loss, stat = fn(**bind(fn, "is_correction", {**kw, "eps_clip": float(config["eps_clip"])},
                                {"eps_clip_higher": config["eps_clip_high"],
                                 "rejection_sampling": self._rejection_sampling("is_correction", rs)}))
@@ -529,6 +550,6 @@ class ArealAdapter(Adapter):
         kl_type = _KL_TYPES.get(config["kl_type"])
         if kl_type is None:
             raise Unsupported(f"AReaL's KLEstimator has no {config['kl_type']!r} (k1, k2, k3)")
-        est = self._data.KLEstimator(kl_type)
+        est = self._need(self._data, "KLEstimator", "kl")(kl_type)
         kl = est(_floating(inputs["log_probs"]), _floating(inputs["ref_log_probs"]))
         return BoundaryResult({"kl": kl}, {}, self._ref(self._data.KLEstimator._compute_approx_kl))

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
+import importlib.machinery
 import importlib.util
 import inspect
 import logging
@@ -181,6 +182,46 @@ def module_exists(root: Path, name: str) -> bool:
     `Unsupported` where a boundary needs it; one that is there but fails to import is a load error)."""
     base = Path(root).joinpath(*name.split("."))
     return base.with_suffix(".py").is_file() or (base / "__init__.py").is_file()
+
+
+def bare_package(name: str, root: Path) -> types.ModuleType:
+    """Register package `name` from the checkout `root` without executing its ``__init__``
+    (which may wire a whole runtime), or a folder without ``__init__.py`` as that package (so
+    an installed copy elsewhere on the path cannot shadow it). A name the ``__init__`` would
+    have re-exported (``from .arguments import x``) is imported from its submodule on first
+    use, so code that reads it from the package still finds it."""
+    if name in sys.modules:
+        return sys.modules[name]
+    path = Path(root).joinpath(*name.split("."))
+    spec = importlib.machinery.ModuleSpec(name, None, is_package=True)
+    spec.submodule_search_locations = [str(path)]
+    mod = importlib.util.module_from_spec(spec)
+    mod.__path__ = [str(path)]
+    mod.__file__ = None
+    exports = _reexports(path / "__init__.py")
+
+    def __getattr__(attr: str) -> Any:
+        if attr in exports:
+            return getattr(importlib.import_module(f"{name}.{exports[attr]}"), attr)
+        raise AttributeError(f"module {name!r} (entered without its __init__) has no attribute {attr!r}")
+
+    mod.__getattr__ = __getattr__
+    sys.modules[name] = mod
+    parent, _, child = name.rpartition(".")
+    if parent:
+        setattr(importlib.import_module(parent), child, mod)
+    return mod
+
+
+def _reexports(init: Path) -> dict[str, str]:
+    """name -> submodule, for each ``from .sub import name`` at the top of an ``__init__.py``."""
+    import ast
+    try:
+        tree = ast.parse(init.read_text(errors="replace"))
+    except (OSError, SyntaxError, ValueError):
+        return {}
+    return {(a.asname or a.name): node.module for node in tree.body
+            if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module for a in node.names}
 
 
 def first_on_path(folder: Path) -> None:

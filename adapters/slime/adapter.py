@@ -18,8 +18,8 @@ from ..base import Adapter, BoundaryResult, Unsupported, implements
 from ..shims import import_with_stubs
 from ..support import (bind, first_on_path, group_ids, group_layout, locate, lookup, module_exists, parameters,
                        pip_hint, rows, signature_text, spy, unrows, version_facts)
-from .conventions import (BARE_PACKAGES, BOUNDARY_MODULES, CP_UTILS, ESTIMATORS, EXTRA, GROUP_NORMALISED, HEAVY_DEPS,
-                          LOSS, PPO_UTILS, ROLLOUT, slime_args)
+from .conventions import (BARE_PACKAGES, BOUNDARY_MODULES, CP_UTILS, ESTIMATORS, EXTRA, GROUP_NORMALISED, LIGHT, LOSS,
+                          MODULE_HOMES, PPO_UTILS, ROLLOUT, slime_args)
 from .entry import EntryLoss
 from .megatron import bare_package, install_megatron_shim
 
@@ -48,8 +48,7 @@ class SlimeAdapter(EntryLoss, Adapter):
 
     def _import(self, name: str) -> types.ModuleType:
         return import_with_stubs(name, target="slime", own="slime", stubs=self.stubs,
-                                 allowed=HEAVY_DEPS | set(self.options.get("extra_stubs") or ()),
-                                 hint=f"install it: {pip_hint(EXTRA)}")
+                                 allowed=None, light=LIGHT, hint=f"install it: {pip_hint(EXTRA)}")
 
     def load(self) -> dict[str, Any]:
         root = locate("slime", "slime", PPO_UTILS, self.root)
@@ -67,13 +66,20 @@ class SlimeAdapter(EntryLoss, Adapter):
 
         self.stubs = install_megatron_shim()
         importlib.import_module("slime")
-        for pkg in BARE_PACKAGES:
+        bare = [p for p in BARE_PACKAGES if root.joinpath(*p.split(".")).is_dir()]
+        for pkg in bare:
             parent = pkg.rpartition(".")[0]
             if parent:
                 self._import(parent)
             bare_package(pkg, root)
-        for name in BOUNDARY_MODULES:
-            self.mods[name] = self._import(name)
+        # each loss-path module where this commit keeps it; one absent everywhere leaves its
+        # functions to `Unsupported` (lookup), one present but not importable fails the load
+        self.located: dict[str, str] = {}
+        for key in BOUNDARY_MODULES:
+            where = next((m for m in MODULE_HOMES[key] if module_exists(root, m)), None)
+            if where is not None:
+                self.mods[key] = self._import(where)
+                self.located[key] = where
         boundary_s = time.perf_counter() - t0
         # reward post-processing (reward_norm, group-normalised advantages): absent at a commit,
         # its boundaries are unsupported; present but not importable, the target does not load
@@ -87,7 +93,7 @@ class SlimeAdapter(EntryLoss, Adapter):
             **self._version(root),
             "module_files": [str(Path(m.__file__).resolve().relative_to(root)) for m in self.mods.values()],
             "stubs": list(self.stubs),
-            "bare_packages": list(BARE_PACKAGES),
+            "bare_packages": bare,
             "boundary_import_s": round(boundary_s, 4),
             "eager": not compile_,
         }

@@ -19,7 +19,7 @@ from ..base import Adapter, BoundaryResult, TargetLoadError, Unsupported, implem
 from ..shims import import_with_stubs, is_stub
 from ..support import (bind, first_on_path, keep_host_logging, locate, lookup, module_exists, parameters, pip_hint,
                        signature_text, spy, version_facts)
-from .conventions import (ACTOR_LOSSES_FILE, CORE, ESTIMATOR_ALIASES, GRPO_FAMILY, HEAVY_DEPS, KL_NAMES, NEEDS_MORE,
+from .conventions import (ACTOR_LOSSES_FILE, CORE, ESTIMATOR_ALIASES, GRPO_FAMILY, KL_NAMES, LIGHT, NEEDS_MORE,
                           PIP_HINT, ROLLOUT_CORR, TRAINER, VECTORIZED, build, data_proto, last_valid_scores, uid_array)
 from .losses import PolicyLosses
 
@@ -71,8 +71,7 @@ class VerlAdapter(PolicyLosses, Adapter):
 
     def _import(self, name: str) -> types.ModuleType:
         return import_with_stubs(name, target="verl", own="verl", stubs=self.stubs,
-                                 allowed=HEAVY_DEPS | set(self.options.get("extra_stubs") or ()),
-                                 hint=f"install it: {pip_hint('verl')}; or options.extra_stubs if no boundary calls it")
+                                 allowed=None, light=LIGHT, hint=f"install it: {pip_hint('verl')}")
 
     def _optional(self, root: Path, name: str, enabled: bool = True) -> None:
         """A module some boundaries need: absent at this version (or disabled), they fall back
