@@ -332,6 +332,7 @@ def page(report: Report) -> str:
     failing, rest = ordered(report)
     parts = [f'<div class="verdict-line">{_badge("holds" if report.success else "violated", word.split()[-1])} {e(line)}</div>',
              f'<div class="small muted">{s.holds} hold · {s.violated} violated · {s.errors} error · {s.unsupported} unsupported '
+             + (f"· {s.excluded} excluded " if s.excluded else "") +
              f"({s.invariants_held} invariants held, {s.invariants_violated} violated) · {e(env.device or 'cpu')}, torch {e(env.torch)}, "
              f"rl-sentinel {e(env.tool_version)} · {report.duration_s:.2f} s · {e(report.created_at)}</div>",
              f'<ul class="small">{targets}</ul>']
