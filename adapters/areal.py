@@ -89,6 +89,7 @@ from typing import Any
 
 import torch
 
+from .backport import backport_type_params
 from .base import Adapter, BoundaryResult, TargetLoadError, Unsupported, implements
 from .shims import import_with_stubs, install_stubs
 from .support import (bare_package, bind, first_on_path, group_ids, group_layout, keep_host_logging, locate,
@@ -227,6 +228,7 @@ class ArealAdapter(Adapter):
         where = self._locate()
         self._forget_other_areal()
         self.stubs = install_stubs(_STUBS + list(self.options.get("stubs", [])))
+        backport_type_params("areal")  # AReaL used Python 3.12 generics for a while (2026-01 to 03)
         if self.root is not None and not (self._found / "areal" / "__init__.py").is_file():
             bare_package("areal", self._found)  # early AReaL: no __init__.py; the installed one must not win
         homes = {k: next((m for m in c if module_exists(self._found, m)), c[0]) for k, c in _HOMES.items()}
@@ -238,7 +240,7 @@ class ArealAdapter(Adapter):
                         for k, m in {"areal": "areal", **homes}.items()}
         except TargetLoadError as e:  # a light dependency is missing: the message names the extra
             raise TargetLoadError(f"target 'areal' ({where}): {e}") from e
-        except SyntaxError as e:  # newer syntax than this interpreter reads (PEP 695 generics, ...)
+        except SyntaxError as e:  # newer syntax than this interpreter reads, beyond PEP 695 generics
             raise TargetLoadError(f"target 'areal' ({where}): this version's code needs a newer Python than "
                                   f"{sys.version_info.major}.{sys.version_info.minor}: SyntaxError: {e}") from e
         except Exception as e:  # an import-time failure of the target is a load error

@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 import torch
 
+from ..backport import backport_type_params
 from ..base import Adapter, BoundaryResult, Unsupported, implements
 from ..shims import import_with_stubs
 from ..support import (bind, first_on_path, group_ids, group_layout, locate, lookup, module_exists, parameters,
@@ -65,6 +66,7 @@ class SlimeAdapter(EntryLoss, Adapter):
         self.root = root
 
         self.stubs = install_megatron_shim()
+        backport_type_params("slime")
         importlib.import_module("slime")
         bare = [p for p in BARE_PACKAGES if root.joinpath(*p.split(".")).is_dir()]
         for pkg in bare:

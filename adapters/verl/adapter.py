@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 import torch
 
+from ..backport import backport_type_params
 from ..base import Adapter, BoundaryResult, TargetLoadError, Unsupported, implements
 from ..shims import import_with_stubs, is_stub
 from ..support import (bind, first_on_path, keep_host_logging, locate, lookup, module_exists, parameters, pip_hint,
@@ -102,6 +103,7 @@ class VerlAdapter(PolicyLosses, Adapter):
         self.root = root
         if _last_root and _last_root[0] != root:
             raise TargetLoadError(f"verl target: this process already imported verl from {_last_root[0]}")
+        backport_type_params("verl")
         with _quiet_import():
             self.mods[CORE] = self._import(CORE)
             boundary_s = time.perf_counter() - t0
