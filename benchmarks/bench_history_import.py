@@ -71,7 +71,10 @@ def sample(repo: str, how: tuple[str, str | None], n: int) -> list[str]:
     """n commits evenly spread over the mainline from the start commit to HEAD (both included)."""
     first = start_commit(repo, how)
     line = git(repo, "rev-list", "--first-parent", "--reverse", "HEAD").splitlines()
-    line = line[line.index(first):] if first in line else line
+    if first in line:
+        line = line[line.index(first):]
+    else:  # a tag off the mainline (a release branch): the mainline commits after it forked
+        line = git(repo, "rev-list", "--first-parent", "--reverse", f"{first}..HEAD").splitlines()
     if len(line) <= n:
         return line
     return [line[round(i * (len(line) - 1) / (n - 1))] for i in range(n)]
