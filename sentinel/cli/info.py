@@ -102,6 +102,34 @@ def init_ci(
     err.print(f"wrote {path}: commit it, then every push and pull request runs the gate", highlight=False)
 
 
+new_app = typer.Typer(help="Start something new from a template: [cyan]sentinel new adapter mytrainer[/].",
+                      no_args_is_help=True, rich_markup_mode="rich")
+app.add_typer(new_app, name="new")
+
+
+@new_app.command("adapter")
+def new_adapter(
+    name: str = typer.Argument(..., help="Your trainer's name, e.g. mytrainer."),
+    folder: Path = typer.Option(Path("."), "--dir", help="Where to write the two files."),
+    force: bool = typer.Option(False, "--force", help="Overwrite existing files."),
+) -> None:
+    """Write NAME_adapter.py (a commented adapter with one boundary, kl, that runs as written) and
+    test_NAME_adapter.py (it runs the catalog's KL scenarios through the real worker).
+
+    Then: [cyan]sentinel run <catalog>/kl --target NAME_adapter:NameAdapter[/] from that folder.
+    """
+    from .. import scaffold
+    try:
+        written = [scaffold.write(folder / f, text, force) for f, text in scaffold.adapter_files(name).items()]
+    except UsageError as e:
+        raise usage_error(str(e)) from None
+    for p in written:
+        err.print(f"wrote {escape(str(p))}", highlight=False)
+    module = written[0].stem
+    err.print(f"next: python -m pytest {escape(str(written[1]))}   and   "
+              f"sentinel list boundaries --target {module}:{module.title().replace('_', '')}", highlight=False)
+
+
 class What(str, Enum):
     scenarios = "scenarios"
     boundaries = "boundaries"
