@@ -44,6 +44,11 @@ PLANT_BOUNDARY = {
     "input-mutation": "kl",
     "row-order": "reward_norm",
     "gspo-token-ratio": "policy_loss",
+    "logprobs-temperature-inplace": "logprobs",
+    "logprobs-temperature-twice": "logprobs",
+    "values-shifted": "values",
+    "metrics-over-padding": "metrics",
+    "masked-reduce-multiplies": "masked_reduce",
 }
 
 
@@ -67,7 +72,7 @@ def reference_hunts(tmp_path_factory):
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))
     jobs = {plant: (TargetSpec("reference", plant=plant), root / plant, {"boundaries": [b], "first": True})
             for plant, b in PLANT_BOUNDARY.items()}
-    jobs["reference"] = (TargetSpec("reference"), root / "reference", {"max_examples": 10, "time_budget": 15.0})
+    jobs["reference"] = (TargetSpec("reference"), root / "reference", {"max_examples": 10, "time_budget": 60.0})
     jobs["crash"] = (TargetSpec("hunt_crash_adapter:CrashAdapter"), root / "crash",
                      {"boundaries": ["loss_agg", "kl", "policy_loss"], "max_examples": 10})
     return concurrently(jobs)
