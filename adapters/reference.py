@@ -368,5 +368,5 @@ REFERENCE_OPS = dict(
     reward_norm=reward_norm, task_rewards=task_rewards, shape_token_rewards=shape_token_rewards,
     whiten=whiten, vanilla_tis=vanilla_tis, icepop=icepop, off_policy_is=off_policy_is,
     aggregate=aggregate, token_log_probs=token_log_probs, critic_values=critic_values,
-    policy_metrics=policy_metrics, masked_reduce=masked_reduce,
+    policy_metrics=policy_metrics, metric_mean=metric_mean, masked_reduce=masked_reduce,
 )

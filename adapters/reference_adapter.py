@@ -222,7 +222,7 @@ class ReferenceAdapter(Adapter):
                                       config["eps_clip"], config["eps_clip_high"], config["eps_clip_c"], agg)
         if "ref_log_probs" in inputs:
             kl = self.ops.kl_estimator(inputs["log_probs"], inputs["ref_log_probs"], m, config["kl_type"])
-            out["kl_loss"] = R.metric_mean(kl, m, agg)
+            out["kl_loss"] = self.ops.metric_mean(kl, m, agg)
         return self._result(out, "policy_metrics")
 
     @implements("masked_reduce", calls=(R.masked_reduce,))
