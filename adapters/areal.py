@@ -88,6 +88,7 @@ from typing import Any
 
 import torch
 
+from .areal_surfaces import Surfaces
 from .base import Adapter, BoundaryResult, TargetLoadError, Unsupported, implements
 from .shims import install_stubs
 from .support import bind, first_on_path, group_ids, group_layout, keep_host_logging, locate, unpermute
@@ -179,7 +180,7 @@ class _NoEngine:
 
 # --- the adapter -------------------------------------------------------------------------
 
-class ArealAdapter(Adapter):
+class ArealAdapter(Surfaces, Adapter):
     name = "areal"
     description = ("AReaL PPOActor advantages, Normalization, ppo_actor_loss_fn / cispo_loss_fn "
                    "and KLEstimator, called through import shims on CPU or GPU.")

@@ -44,6 +44,11 @@ PLANT_BOUNDARY = {
     "input-mutation": "kl",
     "row-order": "reward_norm",
     "gspo-token-ratio": "policy_loss",
+    "logprobs-temperature-inplace": "logprobs",
+    "logprobs-temperature-twice": "logprobs",
+    "values-shifted": "values",
+    "metrics-over-padding": "metrics",
+    "masked-reduce-multiplies": "masked_reduce",
 }
 
 

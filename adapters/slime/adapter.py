@@ -22,6 +22,7 @@ from .conventions import (BARE_PACKAGES, BOUNDARY_MODULES, CP_UTILS, ESTIMATORS,
                           PPO_UTILS, ROLLOUT, slime_args)
 from .entry import EntryLoss
 from .megatron import bare_package, install_megatron_shim
+from .surfaces import Surfaces
 
 # The loss entry every loss boundary's reduced loss goes through (`EntryLoss._entry_loss`).
 ENTRY_CALLS = (f"{LOSS}:loss_function", f"{LOSS}:policy_loss_function", f"{CP_UTILS}:get_sum_of_sample_mean")
@@ -43,7 +44,7 @@ def _scatter_back(parts: list[torch.Tensor], original: torch.Tensor, mask: torch
     return out
 
 
-class SlimeAdapter(EntryLoss, Adapter):
+class SlimeAdapter(EntryLoss, Surfaces, Adapter):
     """THUDM/slime from a checkout (``--repo``) or an installed package."""
 
     name = "slime"

@@ -21,6 +21,7 @@ from ..support import (bind, first_on_path, keep_host_logging, locate, lookup, p
 from .conventions import (ACTOR_LOSSES_FILE, CORE, ESTIMATOR_ALIASES, GRPO_FAMILY, HEAVY_DEPS, KL_NAMES, NEEDS_MORE,
                           PIP_HINT, ROLLOUT_CORR, TRAINER, VECTORIZED, build, data_proto, last_valid_scores, uid_array)
 from .losses import PolicyLosses
+from .surfaces import Surfaces
 
 _last_root: list[Path] = []  # where `verl` was imported from in this process
 
@@ -41,7 +42,7 @@ def _quiet_import():
             os.environ.pop(env_key, None)
 
 
-class VerlAdapter(PolicyLosses, Adapter):
+class VerlAdapter(PolicyLosses, Surfaces, Adapter):
     """volcengine/verl from a checkout (``--repo``) or the installed package."""
 
     name = "verl"

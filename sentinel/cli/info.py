@@ -160,13 +160,14 @@ def list_(
         for sc in _load(paths or [catalog_path()]):
             t.add_row(sc.id, sc.boundary, ", ".join(i.family for i in sc.invariants), render.Text(_rel(sc.file)))
     elif what == What.boundaries:
-        t.title = "boundaries (input? = optional; option = default: allowed values)"
+        t.title = "boundaries (input? / output? = optional; option = default: allowed values (what it does))"
         for c in ("boundary", "inputs", "outputs", "options"):
             t.add_column(c, overflow="fold")
         for b in boundaries.BOUNDARIES.values():
-            opts = "\n".join(f"{o.name} = {json.dumps(o.default)}: {o.allowed()}" for o in b.options)
+            opts = "\n".join(f"{o.name} = {json.dumps(o.default)}: {o.allowed()}" + (f" ({o.doc})" if o.doc else "")
+                             for o in b.options)
             t.add_row(b.name, ", ".join(p.name + ("" if p.required else "?") for p in b.inputs),
-                      ", ".join(p.name for p in b.outputs), escape(opts))
+                      ", ".join(p.name + ("" if p.required else "?") for p in b.outputs), escape(opts))
     elif what == What.targets:
         t.title = "targets"
         for c in ("target", "located by", "install", "what"):
