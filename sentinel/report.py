@@ -356,7 +356,7 @@ class HistoryCost(_Model):
     cached: int = Field(description="scenario evaluations answered from the cache")
     tasks: int = Field(description="(commit, scenario batch) tasks sent to the executor")
     duration_s: float
-    commits_per_minute_per_core: float = 0.0
+    commits_per_minute_per_core: float = Field(0.0, description="(commit, scenario batch) tasks run per minute per core")
 
 
 class HistorySummary(_Model):

@@ -270,7 +270,7 @@ class Scan:
                            runs=runs, exhaustive_runs=len(self.commits) * len(self.scenarios),
                            evaluated=self.counts["evaluated"], cached=self.counts["cached"], tasks=self.counts["tasks"],
                            duration_s=round(duration, 3),
-                           commits_per_minute_per_core=round(len(evaluated) / max(duration, 1e-9) * 60 / cores, 2))
+                           commits_per_minute_per_core=round(self.counts["tasks"] / max(duration, 1e-9) * 60 / cores, 2))
         summary = HistorySummary(target=o.target, repo=o.repo, since=o.since or "(first commit)", until=o.until,
                                  all_commits=o.all_commits, stride=self.stride, executor=self.executor.name,
                                  jobs=self.executor.jobs, cache=str(self.cache.root) if self.cache.root else None,
