@@ -12,13 +12,17 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
 
 from sentinel.errors import GitError
-from sentinel.history import walk
+from sentinel.history import Options, Scan, exit_code, walk
+from sentinel.history.cache import Cache
+from sentinel.history.executors import Executor
 from sentinel.report import load
+from sentinel.spec import load_paths
 
 from test_compare import BUGGY, FIXED, SCENARIO
 
@@ -182,6 +186,28 @@ def test_killed_scan_resumes_from_the_cache(trainer, local_scan, tmp_path):
     cost = load(out).history.cost
     assert cost.cached >= done and cost.evaluated == cost.runs - cost.cached
     assert comparable(out) == comparable(local_scan["out"])
+
+
+class LosingExecutor(Executor):
+    """Every task lost, as when a pool process dies or a Ray node goes away."""
+
+    name = "losing"
+
+    def submit(self, task):
+        f = Future()
+        f.set_exception(RuntimeError("node lost"))
+        return f
+
+
+def test_a_lost_task_is_undecided_and_not_cached(trainer, tmp_path):
+    scenarios = load_paths([trainer["scenario"]])
+    opts = Options(target=TARGET, repo=str(trainer["repo"]), since=trainer["shas"][0], loss_path_files=("tinytrainer.py",))
+    cache = Cache(tmp_path / "cache", TARGET, TARGET)
+    rep = Scan(scenarios, opts, LosingExecutor(1), cache).run()
+    evaluated = [c for c in rep.history.commits if c.role == "sample"]
+    assert evaluated and all(c.verdicts == {"tiny-opsm": "not-loaded"} and "node lost" in c.load_error for c in evaluated)
+    assert rep.history.flips == [] and exit_code(rep) == 3
+    assert not list((tmp_path / "cache").rglob("*.json"))
 
 
 def test_plot_and_refusals(trainer, local_scan, tmp_path):

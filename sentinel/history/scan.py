@@ -9,6 +9,7 @@ never a verdict, so a flip is only ever found between commits that decided one.
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -18,8 +19,8 @@ from datetime import datetime, timezone
 from typing import Any, Protocol
 
 from .. import compare, verdicts
-from ..report import (Environment, HistoryCommit, HistoryCost, HistoryFlip, HistorySummary, Report, ScenarioResult,
-                      Target, statistics)
+from ..report import (Environment, ExceptionInfo, HistoryCommit, HistoryCost, HistoryFlip, HistorySummary, Report,
+                      ScenarioResult, Target, statistics)
 from ..spec import Scenario, load_paths
 from . import hunting
 from . import walk as walking
@@ -177,31 +178,45 @@ class Scan:
                 if hit is None:
                     missing.append(sc)
                 else:
-                    self._record(sha, sc, hit)
-                    self.counts["cached"] += 1
+                    self._record(sha, sc, hit, "cached")
             if missing:
                 task = Task(self.opts.target, self.opts.repo, sha, missing, self.opts.device, self.opts.timeout)
                 futures.append((sha, missing, self.executor.submit(task)))
-                self.counts["tasks"] += 1
+                with self._lock:
+                    self.counts["tasks"] += 1
             else:
                 self._commit_done(sha)
         for sha, missing, fut in futures:
-            self._absorb(sha, missing, fut.result())
+            try:
+                answer = fut.result()
+            except Exception as e:  # noqa: BLE001 - the executor lost the task: undecided here, tried again next scan
+                answer = self._lost(sha, missing, e)
+            self._absorb(sha, missing, answer)
             self._commit_done(sha)
 
+    def _lost(self, sha: str, scenarios: list[Scenario], e: Exception) -> str:
+        """A task the executor could not run (its process died, Ray lost it): the commit is
+        undecided, as where the target does not load; WorkerDied keeps it out of the cache."""
+        info = ExceptionInfo(type="WorkerDied", message=f"the {self.executor.name} executor lost the task: "
+                                                        f"{type(e).__name__}: {e}")
+        key = f"{self.opts.target}@{sha[:12]}"
+        target = Target(name=self.opts.target, repo=self.opts.repo, commit=sha, load_error=info)
+        results = [ScenarioResult.for_scenario(sc, key, "error", info.message, exception_info=info) for sc in scenarios]
+        return json.dumps({"commit": sha, "target": json.loads(target.model_dump_json()), "environment": {},
+                           "results": [json.loads(r.model_dump_json()) for r in results]})
+
     def _absorb(self, sha: str, scenarios: list[Scenario], answer: str) -> None:
-        import json
         d = json.loads(answer)
         target = Target.model_validate(d["target"])
         by_id = {r["id"]: ScenarioResult.model_validate(r) for r in d["results"]}
         for sc in scenarios:
             entry = Entry(by_id[sc.id], target, d.get("environment") or {})
             self.cache.put(sha, sc, entry)
-            self._record(sha, sc, entry)
-            self.counts["evaluated"] += 1
+            self._record(sha, sc, entry, "evaluated")
 
-    def _record(self, sha: str, sc: Scenario, entry: Entry) -> None:
+    def _record(self, sha: str, sc: Scenario, entry: Entry, how: str) -> None:
         with self._lock:
+            self.counts[how] += 1
             self.results[(sha, sc.id)] = entry.result
             self.targets.setdefault(sha, entry.target)
             if entry.environment and not self.environment:
@@ -276,21 +291,23 @@ class Scan:
                                  jobs=self.executor.jobs, cache=str(self.cache.root) if self.cache.root else None,
                                  loss_path_files=list(o.loss_path_files), scenarios=[sc.id for sc in self.scenarios],
                                  commits=rows, flips=self.flips, hunt=self.hunt_note, cost=cost)
-        still = {r.id for r in results if r.verdict == "violated"}
-        success = not any(f.change == "regressed" and f.scenario in still for f in self.flips)
-        return Report(kind="history", success=success, created_at=created, duration_s=round(duration, 3),
+        stats = statistics(results)
+        return Report(kind="history", success=verdicts.run_success(stats.violated, stats.errors), created_at=created, duration_s=round(duration, 3),
                       command=o.command, environment=Environment(**self.environment),
                       targets={f"{o.target}@{r.id[:12]}": self.targets[r.id] for r in evaluated if r.id in self.targets},
-                      results=results, statistics=statistics(results), history=summary)
+                      results=results, statistics=stats, history=summary)
 
 
 def exit_code(report: Report) -> int:
     """0 the range left no regression in place, 1 a scenario regressed in it and is still
-    violated at its end, 3 the target loaded at no evaluated commit."""
+    violated at its end, 3 the target loaded at no evaluated commit. (`success` and
+    `results` describe the range's last sample, as a run there would.)"""
     h = report.history
     if h is None:
         return int(verdicts.ExitCode.TARGET_ERROR)
     evaluated = [c for c in h.commits if c.role in ("sample", "probe")]
     if evaluated and all(c.load_error for c in evaluated):
         return int(verdicts.ExitCode.TARGET_ERROR)
-    return int(verdicts.ExitCode.OK if report.success else verdicts.ExitCode.VIOLATED)
+    still = {r.id for r in report.results if r.verdict == "violated"}
+    regressed = any(f.change == "regressed" and f.scenario in still for f in h.flips)
+    return int(verdicts.ExitCode.VIOLATED if regressed else verdicts.ExitCode.OK)
