@@ -60,7 +60,8 @@ def plot(report: Report, path: Path) -> Path:
             ax.plot(at[f.commit], y, marker="^" if f.change == "fixed" else "v", markersize=9, color="black",
                     markerfacecolor="white" if f.change == "fixed" else "black", markeredgewidth=1.5)
     handles = [Patch(facecolor=v, edgecolor="#bbbbbb", label=k) for k, v in COLOURS.items()]
-    handles += [plt.Line2D([], [], marker="^", color="black", markerfacecolor="white", linestyle="", label="fixed here"),
+    handles += [plt.Line2D([], [], marker="^", color="black", markerfacecolor="white", linestyle="",
+                           label="fixed here"),
                 plt.Line2D([], [], marker="v", color="black", linestyle="", label="regressed here")]
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, frameon=False)
     ax.set_title(f"{h.target}  {h.since} .. {h.until}\n{len(cols)} evaluated commits (oldest left), "

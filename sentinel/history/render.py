@@ -80,9 +80,10 @@ def timeline(report: Report, console: Console, verbose: bool = False) -> None:
         axis = Text(" " * (name_w + 2), no_wrap=True)
         axis.append(f"{cols[0].id[:9]} → {cols[-1].id[:9]}", style="dim")
         console.print(axis, overflow="crop")
-    console.print(Text.assemble("legend: ", ("■", "green"), " holds  ", ("■", "red"), " violated  ", ("■", "magenta"),
-                                " error  ", ("·", "yellow"), " unsupported  ", ("░", "grey50"), " not loading  ",
-                                ("F", FLIP["fixed"][1]), " fixed here  ", ("R", FLIP["regressed"][1]), " regressed here"))
+    console.print(Text.assemble(
+        "legend: ", ("■", "green"), " holds  ", ("■", "red"), " violated  ", ("■", "magenta"), " error  ",
+        ("·", "yellow"), " unsupported  ", ("░", "grey50"), " not loading  ",
+        ("F", FLIP["fixed"][1]), " fixed here  ", ("R", FLIP["regressed"][1]), " regressed here"))
     if h.flips:
         t = Table(title="flips", title_justify="left")
         for c in ("change", "scenario", "commit", "PR", "date", "subject"):

@@ -109,7 +109,8 @@ class Scan:
         self.hunted = {sc.id for sc in new}
         self.scenarios = [*self.scenarios, *new]
         self.evaluate([self.commits[i].sha for i in idx], new)
-        self.hunt_note = f"{len(pairs)} pair(s) of neighbouring samples hunted for {seconds:g} s each: {len(new)} finding(s)"
+        self.hunt_note = (f"{len(pairs)} pair(s) of neighbouring samples hunted for {seconds:g} s each: "
+                          f"{len(new)} finding(s)")
 
     def bisect_flips(self) -> None:
         """For each scenario, each pair of neighbouring samples that decided different verdicts."""
@@ -283,18 +284,20 @@ class Scan:
                            skipped_no_loss_path=sum(1 for r in rows if r.role == "skipped"),
                            samples=len(self.samples), probes=sum(1 for r in rows if r.role == "probe"),
                            runs=runs, exhaustive_runs=len(self.commits) * len(self.scenarios),
-                           evaluated=self.counts["evaluated"], cached=self.counts["cached"], tasks=self.counts["tasks"],
-                           duration_s=round(duration, 3),
-                           commits_per_minute_per_core=round(self.counts["tasks"] / max(duration, 1e-9) * 60 / cores, 2))
+                           evaluated=self.counts["evaluated"], cached=self.counts["cached"],
+                           tasks=self.counts["tasks"], duration_s=round(duration, 3),
+                           commits_per_minute_per_core=round(self.counts["tasks"] / max(duration, 1e-9) * 60 / cores,
+                                                             2))
         summary = HistorySummary(target=o.target, repo=o.repo, since=o.since or "(first commit)", until=o.until,
                                  all_commits=o.all_commits, stride=self.stride, executor=self.executor.name,
                                  jobs=self.executor.jobs, cache=str(self.cache.root) if self.cache.root else None,
                                  loss_path_files=list(o.loss_path_files), scenarios=[sc.id for sc in self.scenarios],
                                  commits=rows, flips=self.flips, hunt=self.hunt_note, cost=cost)
         stats = statistics(results)
-        return Report(kind="history", success=verdicts.run_success(stats.violated, stats.errors), created_at=created, duration_s=round(duration, 3),
-                      command=o.command, environment=Environment(**self.environment),
-                      targets={f"{o.target}@{r.id[:12]}": self.targets[r.id] for r in evaluated if r.id in self.targets},
+        return Report(kind="history", success=verdicts.run_success(stats.violated, stats.errors), created_at=created,
+                      duration_s=round(duration, 3), command=o.command, environment=Environment(**self.environment),
+                      targets={f"{o.target}@{r.id[:12]}": self.targets[r.id]
+                               for r in evaluated if r.id in self.targets},
                       results=results, statistics=stats, history=summary)
 
 
