@@ -184,6 +184,9 @@ class ArealAdapter(Surfaces, Adapter):
     name = "areal"
     description = ("AReaL PPOActor advantages, Normalization, ppo_actor_loss_fn / cispo_loss_fn "
                    "and KLEstimator, called through import shims on CPU or GPU.")
+    loss_path_files = ("areal/trainer/ppo/actor.py", "areal/engine/ppo/actor.py", "areal/trainer/ppo/gae.py",
+                       "areal/utils/functional.py", "areal/utils/functional/", "areal/utils/data.py",
+                       "areal/api/cli_args.py")
 
     # --- loading ------------------------------------------------------------------------
 

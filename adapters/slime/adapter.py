@@ -50,6 +50,8 @@ class SlimeAdapter(EntryLoss, Surfaces, Adapter):
     name = "slime"
     description = ("THUDM/slime: ppo_utils / megatron_utils.loss / cp_utils called on one process "
                    "(context parallel size 1) with per-sample response tensors.")
+    loss_path_files = ("slime/utils/ppo_utils.py", "slime/backends/megatron_utils/loss.py",
+                       "slime/backends/megatron_utils/cp_utils.py", "slime/ray/rollout.py")
 
     def __init__(self, root: Path | None, device: torch.device, options: dict[str, Any] | None = None):
         super().__init__(root, device, options)

@@ -48,6 +48,9 @@ class VerlAdapter(PolicyLosses, Surfaces, Adapter):
     name = "verl"
     description = ("volcengine/verl: trainer.ppo.core_algos (estimators, policy losses, agg_loss, kl_penalty), "
                    "ray_trainer.apply_kl_penalty / compute_advantage and rollout_corr_helper, on one process.")
+    loss_path_files = ("verl/trainer/ppo/core_algos.py", "verl/trainer/ppo/ray_trainer.py",
+                       "verl/trainer/ppo/rollout_corr_helper.py", "verl/utils/torch_functional.py",
+                       "verl/trainer/config/algorithm.py", "verl/workers/config/actor.py")
     declines = {
         "gspo_kl": "verl computes the GSPO sequence log-ratio inside compute_policy_loss_gspo (registered "
                    "policy loss 'gspo') and returns only the aggregated loss: no function exposes the "

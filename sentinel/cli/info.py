@@ -170,12 +170,17 @@ def list_(
                       ", ".join(p.name + ("" if p.required else "?") for p in b.outputs), escape(opts))
     elif what == What.targets:
         t.title = "targets"
-        for c in ("target", "located by", "install", "what"):
+        for c in ("target", "located by", "install", "loss-path files (history)", "what"):
             t.add_column(c, overflow="fold")
         for info in target_registry.registry().values():
             extra = f"pip install 'rl-sentinel[{info.extra}]'" if info.extra else ""
             install = "; ".join(x for x in (extra, info.install) if x)
-            t.add_row(info.name, escape(info.located_by), escape(install), escape(f"{info.description} ({info.adapter})"))
+            try:
+                files = getattr(target_registry.adapter_class(info.name), "loss_path_files", ())
+            except Exception:  # noqa: BLE001 - an adapter that cannot be imported here still gets its row
+                files = ()
+            t.add_row(info.name, escape(info.located_by), escape(install), escape("\n".join(files) or "-"),
+                      escape(f"{info.description} ({info.adapter})"))
     elif what == What.invariants:
         t.title = "invariant families"
         t.add_column("family")
