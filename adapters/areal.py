@@ -90,6 +90,7 @@ from typing import Any
 import torch
 
 from .backport import backport_type_params
+from .areal_surfaces import Surfaces
 from .base import Adapter, BoundaryResult, TargetLoadError, Unsupported, implements
 from .shims import import_with_stubs, install_stubs
 from .support import (bare_package, bind, first_on_path, group_ids, group_layout, keep_host_logging, locate,
@@ -187,10 +188,13 @@ class _NoEngine:
 
 # --- the adapter -------------------------------------------------------------------------
 
-class ArealAdapter(Adapter):
+class ArealAdapter(Surfaces, Adapter):
     name = "areal"
     description = ("AReaL PPOActor advantages, Normalization, ppo_actor_loss_fn / cispo_loss_fn "
                    "and KLEstimator, called through import shims on CPU or GPU.")
+    loss_path_files = ("areal/trainer/ppo/actor.py", "areal/engine/ppo/actor.py", "areal/trainer/ppo/gae.py",
+                       "areal/utils/functional.py", "areal/utils/functional/", "areal/utils/data.py",
+                       "areal/api/cli_args.py")
 
     # --- loading ------------------------------------------------------------------------
 

@@ -149,6 +149,8 @@ class Adapter:
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        # a mixin of boundary methods (adapters/<target>/surfaces.py) may decline boundaries too
+        cls.declines = {k: v for klass in reversed(cls.__mro__) for k, v in vars(klass).get("declines", {}).items()}
         table: dict[str, Implementation] = {}
         for attr in dir(cls):
             fn = getattr(cls, attr, None)

@@ -86,6 +86,46 @@ def gspo_token_ratio(log_probs, old_log_probs, loss_mask):
     return log_probs - old_log_probs
 
 
+def log_probs_scaling_in_place(logits, tokens, loss_mask, temperature=1.0):
+    """Temperature applied to the caller's logits in place, to save a [B, T, V] copy."""
+    with torch.no_grad():
+        logits.div_(temperature)
+    return R.token_log_probs(logits, tokens, loss_mask, 1.0)
+
+
+def log_probs_temperature_twice(logits, tokens, loss_mask, temperature=1.0):
+    """Temperature applied by the caller and again by the log-prob helper."""
+    return R.token_log_probs(logits / temperature, tokens, loss_mask, temperature)
+
+
+def values_one_late(value_head, loss_mask):
+    """values[b, t] = value_head[b, t + 1]: the head output one position late (0 past the end)."""
+    late = torch.cat([value_head[:, 1:], torch.zeros_like(value_head[:, :1])], dim=1)
+    return R.keep(late, loss_mask)
+
+
+def metrics_over_padding(log_probs, old_log_probs, advantages, loss_mask, eps_clip=0.2, eps_clip_high=None,
+                         eps_clip_c=None, agg="token-mean"):
+    """Every position counted as valid when the metrics are reduced (padding included)."""
+    return R.policy_metrics(log_probs, old_log_probs, advantages, torch.ones_like(loss_mask), eps_clip,
+                            eps_clip_high, eps_clip_c, agg)
+
+
+def masked_reduce_by_product(x, loss_mask, op="mean", dim="all", unbiased=True, shift_mean=True, eps=1e-8):
+    """Masked reductions as sums of x * mask: 0 * NaN is NaN, so a NaN under the mask poisons them."""
+    m = loss_mask.to(x.dtype)
+    kw = {} if dim == "all" else {"dim": -1, "keepdim": True}
+    n = m.sum(**kw)
+    total = (x * m).sum(**kw)
+    mean = total / n.clamp_min(1)
+    var = ((x - mean) ** 2 * m).sum(**kw) / (n - (1 if unbiased else 0)).clamp_min(1)
+    if op == "whiten":
+        out = (x - mean) / torch.sqrt(var + eps)
+        return R.keep(out if shift_mean else out + mean, loss_mask)
+    out = {"mean": mean, "sum": total, "var": var}[op]
+    return out if dim == "all" else out.squeeze(-1)
+
+
 # plant name (plants.PLANTS) -> the function that replaces its table entry
 BUGS: dict[str, Callable] = {
     "opsm-token-level": opsm_token_level,
@@ -98,4 +138,9 @@ BUGS: dict[str, Callable] = {
     "input-mutation": kl_in_ref_storage,
     "gspo-token-ratio": gspo_token_ratio,
     "row-order": contiguous_groups,
+    "logprobs-temperature-inplace": log_probs_scaling_in_place,
+    "logprobs-temperature-twice": log_probs_temperature_twice,
+    "values-shifted": values_one_late,
+    "metrics-over-padding": metrics_over_padding,
+    "masked-reduce-multiplies": masked_reduce_by_product,
 }

@@ -57,4 +57,24 @@ PLANTS: dict[str, Plant] = {
     "row-order": Plant(
         "GRPO groups taken as contiguous chunks, ignoring the group ids: permuting rows regroups them.",
         ("permutation_equivariant", "group_isolation"), "group_index"),
+    "logprobs-temperature-inplace": Plant(
+        "Temperature applied to the caller's logits in place (logits.div_(T), verl's post_process_logits "
+        "pattern): the log-probs are right, but the logits the caller still holds are divided by T.",
+        ("unmutated",), "token_log_probs"),
+    "logprobs-temperature-twice": Plant(
+        "Temperature applied twice (the engine divides the logits, then the log-prob helper divides again): "
+        "log-probs and entropy are those of softmax(logits / T^2).",
+        ("close",), "token_log_probs"),
+    "values-shifted": Plant(
+        "Values read one position late (value_head[b, t + 1], an off-by-one in the prompt/response "
+        "slicing): a masked position's head output becomes the last response token's value.",
+        ("close", "masked_invariance", "finite"), "critic_values"),
+    "metrics-over-padding": Plant(
+        "Logged metrics averaged over every position, padding included: clipfrac and approx_kl move with "
+        "values under the mask and with extra padding.",
+        ("masked_invariance", "padding_invariant", "close"), "policy_metrics"),
+    "masked-reduce-multiplies": Plant(
+        "Masked reductions as (x * mask).sum() instead of selecting valid values: NaN or Inf at a masked "
+        "position makes the mean, sum, variance and whitening NaN.",
+        ("finite",), "masked_reduce"),
 }

@@ -247,6 +247,118 @@ def aggregate(x, loss_mask, mode="token-mean"):
     return keep(per_seq, has).sum() / has.sum().clamp_min(1)
 
 
+# --- log-probabilities and entropy from logits -------------------------------------------
+
+def token_log_probs(logits, tokens, loss_mask, temperature=1.0):
+    """Log-probability of each token under softmax(logits / T) and the entropy of that
+    distribution. The rollout engine samples from softmax(logits / T) (temperature sampling,
+    Ackley, Hinton & Sejnowski 1985, sec. 3), so the trainer's log pi must divide by the same
+    T exactly once (OpenRLHF PR https://github.com/OpenRLHF/OpenRLHF/pull/853), and the
+    entropy H = -sum_v p_v log p_v (Shannon 1948) is that same tempered distribution's
+    (OpenRLHF PR https://github.com/OpenRLHF/OpenRLHF/pull/1319). Returns (log_probs [B, T],
+    entropy [B, T]), 0 at masked positions; the caller's logits are read, never written."""
+    m = loss_mask.bool()[..., None]
+    scaled = keep(logits, m) / temperature  # a new tensor: the caller's logits stay as they were
+    logp = torch.log_softmax(scaled, dim=-1)
+    log_probs = logp.gather(-1, tokens.long().unsqueeze(-1)).squeeze(-1)
+    entropy = -(logp.exp() * logp).sum(-1)
+    return keep(log_probs, loss_mask), keep(entropy, loss_mask)
+
+
+# --- the critic's value path -------------------------------------------------------------
+
+def critic_values(value_head, loss_mask):
+    """V(s_t), the value of the state before token t, is the critic head's output at the
+    position that predicts token t: GAE's delta_t = r_t + gamma V(s_{t+1}) - V(s_t) (arXiv
+    1506.02438 eq. 10) reads it there, unscaled: the sampling temperature shapes the policy,
+    not the value (slime's value path passes apply_temperature=False, see
+    https://github.com/THUDM/slime/pull/2197). Returns values [B, T], 0 at masked positions."""
+    return keep(value_head, loss_mask)
+
+
+# --- metrics logged beside the policy loss -----------------------------------------------
+
+def metric_mean(x, loss_mask, agg="token-mean"):
+    """A per-token metric reduced over valid tokens, as the loss is: token-mean or
+    seq-mean-token-mean (sequences with no valid token do not count); 0 with none."""
+    if agg not in ("token-mean", "seq-mean-token-mean"):
+        raise ValueError(f"unknown metric_agg {agg!r}")
+    return aggregate(x.float(), loss_mask, agg)
+
+
+def valid_extreme(x, loss_mask, largest=True):
+    """max (or min) of x over valid tokens; 0 with none."""
+    m = loss_mask.bool()
+    if not bool(m.any()):
+        return x.new_zeros(())
+    return x[m].max() if largest else x[m].min()
+
+
+def policy_metrics(log_probs, old_log_probs, advantages, loss_mask, eps_clip=0.2, eps_clip_high=None,
+                   eps_clip_c=None, agg="token-mean"):
+    """What a PPO loss logs beside itself: clipfrac, the share of valid tokens whose clipped
+    surrogate -A clip(r) exceeds -A r, i.e. the clipped branch is the one taken (TRL's
+    PPOTrainer, https://github.com/huggingface/trl, pg_clipfrac); clipfrac_lower, the share
+    where the dual clip -A c binds (A < 0, arXiv 1912.09729); approx_kl, the k1 estimate of
+    KL(pi_old || pi) on tokens sampled from pi_old, mean(old - new) >= 0 in expectation
+    (http://joschu.net/blog/kl-approx.html; TRL logs k2 instead, verl and slime log this k1 as
+    ppo_kl); ratio mean / max / min of r = pi / pi_old. Each reduced as the loss is
+    (`metric_mean`)."""
+    eps_high = eps_clip if eps_clip_high is None else eps_clip_high
+    m = loss_mask.bool()
+    lp, old, adv = keep(log_probs, m), keep(old_log_probs, m), keep(advantages, m)
+    ratio = torch.exp(lp - old)
+    unclipped = -adv * ratio
+    clipped = -adv * ratio.clamp(1.0 - eps_clip, 1.0 + eps_high)
+    loss = torch.maximum(unclipped, clipped)
+    lower = torch.zeros_like(m) if eps_clip_c is None else (adv < 0) & (loss > -adv * eps_clip_c)
+    return {"clipfrac": metric_mean(clipped > unclipped, m, agg),
+            "clipfrac_lower": metric_mean(lower, m, agg),
+            "approx_kl": metric_mean(old - lp, m, agg),
+            "ratio_mean": metric_mean(ratio, m, agg),
+            "ratio_max": valid_extreme(ratio, m, True),
+            "ratio_min": valid_extreme(ratio, m, False)}
+
+
+# --- masked reductions -------------------------------------------------------------------
+
+def masked_stats(x, loss_mask, dim="all", unbiased=True):
+    """(mean, variance, count) of the valid values, over the batch (dim all: scalars) or per
+    row (dim row: [B, 1]); the variance divides by n - 1 with Bessel's correction. A row or
+    batch with no valid value (or one, unbiased) has mean / variance 0, not 0 / 0."""
+    m = loss_mask.bool()
+    axis = None if dim == "all" else -1
+    kw = {} if axis is None else {"dim": axis, "keepdim": True}
+    n = m.sum(**kw)
+    mean = keep(x, m).sum(**kw) / n.clamp_min(1)
+    sq = keep((x - mean) ** 2, m).sum(**kw)
+    var = sq / (n - (1 if unbiased else 0)).clamp_min(1)
+    return mean, var, n
+
+
+def masked_reduce(x, loss_mask, op="mean", dim="all", unbiased=True, shift_mean=True, eps=1e-8):
+    """Masked mean / sum / variance (textbook: selection, then sum / n, Bessel's n - 1) and
+    whitening (x - mean) / sqrt(var + eps) over valid positions (the advantage whitening of
+    arXiv 2501.03262 eq. 11; shift_mean False adds the mean back, as verl's masked_whiten).
+    Values at masked positions are selected away, never multiplied by 0. Returns the scalar
+    (dim all), [B] (dim row) or the whitened [B, T] (op whiten), 0 at masked positions."""
+    if dim not in ("all", "row"):
+        raise ValueError(f"unknown dim {dim!r}")
+    mean, var, n = masked_stats(x, loss_mask, dim, unbiased)
+    if op == "whiten":
+        out = (x - mean) / torch.sqrt(var + eps)
+        return keep(out + mean if not shift_mean else out, loss_mask)
+    if op == "mean":
+        out = mean
+    elif op == "sum":
+        out = keep(x, loss_mask).sum(**({} if dim == "all" else {"dim": -1, "keepdim": True}))
+    elif op == "var":
+        out = var
+    else:
+        raise ValueError(f"unknown op {op!r} (mean, sum, var, whiten)")
+    return out if dim == "all" else out.squeeze(-1)
+
+
 # --- the table the adapter calls through (a plant replaces one entry) -------------------
 
 REFERENCE_OPS = dict(
@@ -255,5 +367,6 @@ REFERENCE_OPS = dict(
     kl_estimator=kl_estimator, gae=gae, group_index=group_index,
     reward_norm=reward_norm, task_rewards=task_rewards, shape_token_rewards=shape_token_rewards,
     whiten=whiten, vanilla_tis=vanilla_tis, icepop=icepop, off_policy_is=off_policy_is,
-    aggregate=aggregate,
+    aggregate=aggregate, token_log_probs=token_log_probs, critic_values=critic_values,
+    policy_metrics=policy_metrics, metric_mean=metric_mean, masked_reduce=masked_reduce,
 )

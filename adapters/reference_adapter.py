@@ -199,3 +199,37 @@ class ReferenceAdapter(Adapter):
     def b_loss_agg(self, inputs, config):
         loss = self.ops.aggregate(inputs["values"], inputs["loss_mask"], config.get("mode", "token-mean"))
         return self._result({"loss": loss}, "aggregate")
+
+    # --- surfaces beside the loss ---------------------------------------------------------
+
+    @implements("logprobs", calls=(R.token_log_probs,))
+    def b_logprobs(self, inputs, config):
+        log_probs, entropy = self.ops.token_log_probs(inputs["logits"], inputs["tokens"], inputs["loss_mask"],
+                                                      config["temperature"])
+        return self._result({"log_probs": log_probs, "entropy": entropy}, "token_log_probs")
+
+    @implements("values", calls=(R.critic_values,))
+    def b_values(self, inputs, config):
+        # the rollout temperature is the policy's; the value path takes none
+        return self._result({"values": self.ops.critic_values(inputs["value_head"], inputs["loss_mask"])},
+                            "critic_values")
+
+    @implements("metrics", calls=(R.policy_metrics, R.kl_estimator, R.metric_mean))
+    def b_metrics(self, inputs, config):
+        m = inputs["loss_mask"]
+        agg = config["metric_agg"]
+        out = self.ops.policy_metrics(inputs["log_probs"], inputs["old_log_probs"], inputs["advantages"], m,
+                                      config["eps_clip"], config["eps_clip_high"], config["eps_clip_c"], agg)
+        if "ref_log_probs" in inputs:
+            kl = self.ops.kl_estimator(inputs["log_probs"], inputs["ref_log_probs"], m, config["kl_type"])
+            out["kl_loss"] = self.ops.metric_mean(kl, m, agg)
+        return self._result(out, "policy_metrics")
+
+    @implements("masked_reduce", calls=(R.masked_reduce,))
+    def b_masked_reduce(self, inputs, config):
+        op, dim = config["op"], config["dim"]
+        eps = 1e-8 if config["eps"] is None else float(config["eps"])
+        out = self.ops.masked_reduce(inputs["values"], inputs["loss_mask"], op, dim, config["unbiased"],
+                                     config["shift_mean"], eps)
+        name = "whitened" if op == "whiten" else "result" if dim == "all" else "row_result"
+        return self._result({name: out}, "masked_reduce")

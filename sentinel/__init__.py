@@ -3,7 +3,7 @@
 The public Python API (everything else is internal and may move):
 
     from sentinel import load_scenarios, run, TargetSpec, Report        # run scenarios
-    from sentinel import Adapter, BoundaryResult, FunctionRef, Unsupported  # write an adapter
+    from sentinel import Adapter, BoundaryResult, FunctionRef, Unsupported, implements  # an adapter
     from sentinel import SentinelError                                    # every error's root
 
 Names are imported on first use, so `import sentinel` stays cheap (no torch until an
@@ -33,6 +33,7 @@ _API = {
     "Adapter": "sentinel_adapters.base:Adapter",
     "BoundaryResult": "sentinel_adapters.base:BoundaryResult",
     "FunctionRef": "sentinel_adapters.base:FunctionRef",
+    "implements": "sentinel_adapters.base:implements",
 }
 __all__ = ["__version__", *_API]
 

@@ -12,6 +12,9 @@ Canonical layout
 - ``attention_mask`` marks real tokens (prompt and response); a row with no padding at all
   ran to the length limit without emitting EOS.
 - scalars are 0-d.
+- vocab tensors are ``[B, T, V]``: one distribution over a V-token vocabulary per position,
+  aligned as token tensors are (``logits[b, t]`` predicts token ``t``); their mask is the
+  ``[B, T]`` mask of the position.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-Kind = Literal["token", "row", "scalar"]
+Kind = Literal["token", "row", "scalar", "vocab"]
 DType = Literal["float", "mask", "int"]
 
 
@@ -33,6 +36,15 @@ class Port:
     required: bool = True
     mask: str | None = None  # the mask that says where this tensor's values matter
     doc: str = ""
+    # required only under these option values: ((option, (value, ...)), ...), all of them
+    # (an output the config asks for; `required` is then False)
+    required_when: tuple[tuple[str, tuple[Any, ...]], ...] = ()
+
+    def required_under(self, config: dict[str, Any]) -> bool:
+        """Whether a call with `config` (normalised) must produce this port."""
+        if self.required:
+            return True
+        return bool(self.required_when) and all(config.get(k) in vs for k, vs in self.required_when)
 
 
 OptionKind = Literal["number", "bool", "choice", "mapping"]
@@ -319,6 +331,87 @@ _register(Boundary(
     inputs=(_tok("values"), LOSS_MASK),
     outputs=(Port("loss", "scalar"),),
     options=(Option("mode", "token-mean", "choice", LOSS_AGG, hunt=LOSS_AGG),),
+    grad_inputs=("values",),
+))
+
+# --- surfaces beside the loss: log-probs from logits, the critic's values, logged metrics,
+# and the masked reductions every loss uses ------------------------------------------------
+
+_register(Boundary(
+    "logprobs",
+    "Per-token log-probabilities and entropy from the policy's logits: log_probs[b, t] = "
+    "log_softmax(logits[b, t] / temperature)[tokens[b, t]], entropy[b, t] the entropy of that "
+    "softmax. logits[b, t] is the distribution that predicts token t (the model's output one "
+    "position earlier); only loss_mask positions (the response) matter. The caller's logits "
+    "must be left as they were.",
+    inputs=(Port("logits", "vocab", mask="loss_mask", doc="[B, T, V] logits that predict token t"),
+            Port("tokens", "token", "int", mask="loss_mask", doc="the token id at each position, in [0, V)"),
+            LOSS_MASK),
+    outputs=(_tok("log_probs"), _tok("entropy", required=False)),
+    options=(Option("temperature", 1.0, hunt=(1.0, 0.5, 2.0),
+                    doc="the sampling temperature: logits are divided by it exactly once before the softmax"),),
+    grad_inputs=("logits",),
+))
+
+_register(Boundary(
+    "values",
+    "The critic's value path: the value head's scalar output per position -> the per-token "
+    "values GAE reads. value_head[b, t] is the head's output at the position that predicts "
+    "token t (aligned as logits are); values[b, t] must equal it at every loss_mask token: no "
+    "temperature, no shift.",
+    inputs=(_tok("value_head", "the value head's output at the position that predicts token t"), LOSS_MASK),
+    outputs=(_tok("values"),),
+    options=(Option("temperature", 1.0, hunt=(1.0, 0.5, 2.0),
+                    doc="the rollout temperature configured beside the critic; values must not depend on it"),),
+    grad_inputs=("value_head",),
+))
+
+METRIC_AGG = ("token-mean", "seq-mean-token-mean")
+
+_register(Boundary(
+    "metrics",
+    "The metrics a policy loss logs beside the loss, each reduced over valid tokens "
+    "(metric_agg): clipfrac, the share of tokens where PPO's clipped branch is the one taken; "
+    "clipfrac_lower, the share where the dual clip (A < 0) binds; approx_kl, the k1 estimate "
+    "of KL(pi_old || pi) = old_log_probs - log_probs; ratio_mean / ratio_max / ratio_min of "
+    "pi / pi_old; kl_loss, the KL estimator of kl_type against ref_log_probs.",
+    inputs=(_tok("log_probs"), _tok("old_log_probs"), _tok("advantages"), LOSS_MASK,
+            _tok("ref_log_probs", required=False)),
+    outputs=(Port("clipfrac", "scalar", doc="every trainer logs it"),
+             Port("clipfrac_lower", "scalar", required=False, doc="the dual-clip fraction, where logged"),
+             Port("approx_kl", "scalar", required=False, doc="the policy-vs-old KL metric, where logged"),
+             Port("ratio_mean", "scalar", required=False), Port("ratio_max", "scalar", required=False),
+             Port("ratio_min", "scalar", required=False),
+             Port("kl_loss", "scalar", required=False, doc="the logged KL-to-reference loss, where logged")),
+    options=(*_clip(0.2, None, (0.2, 0.1, 0.3), (None, 0.28)),
+             Option("eps_clip_c", None, nullable=True, hunt=(None, 3.0), doc="dual-clip constant (negative advantages)"),
+             Option("metric_agg", "token-mean", "choice", METRIC_AGG, hunt=METRIC_AGG,
+                    doc="how a per-token metric is reduced: over all valid tokens, or per sequence then over sequences"),
+             Option("kl_type", "k1", "choice", KL_TYPES, hunt=("k1", "k3"),
+                    doc="the estimator kl_loss logs (with ref_log_probs)")),
+))
+
+_NOT_WHITEN = ("op", ("mean", "sum", "var"))
+
+_register(Boundary(
+    "masked_reduce",
+    "The masked reductions every loss uses, over loss_mask positions only: mean, sum, variance "
+    "(op) of the valid values of the batch (dim all -> result) or of each row (dim row -> "
+    "row_result), or whitening (op whiten -> whitened, (x - mean) / sqrt(var + eps) at valid "
+    "positions). Values at masked positions, NaN and Inf included, must not matter; a row or "
+    "batch with no valid value gives 0.",
+    inputs=(_tok("values"), LOSS_MASK),
+    outputs=(Port("result", "scalar", required=False, required_when=(_NOT_WHITEN, ("dim", ("all",)))),
+             Port("row_result", "row", required=False, required_when=(_NOT_WHITEN, ("dim", ("row",)))),
+             Port("whitened", "token", required=False, mask="loss_mask", required_when=(("op", ("whiten",)),))),
+    options=(Option("op", "mean", "choice", ("mean", "sum", "var", "whiten"), hunt=("mean", "sum", "var", "whiten"),
+                    doc="the reduction"),
+             Option("dim", "all", "choice", ("all", "row"), hunt=("all", "row"),
+                    doc="all: over every valid value of the batch; row: over each row's valid values"),
+             Option("unbiased", True, "bool", hunt=(True, False), doc="var and whiten: Bessel's correction n / (n - 1)"),
+             Option("shift_mean", True, "bool", hunt=(True, False),
+                    doc="whiten: false adds the mean back after scaling"),
+             Option("eps", None, nullable=True, doc="whiten: the stabiliser; null: the target's default")),
     grad_inputs=("values",),
 ))
 

@@ -69,22 +69,28 @@ def commits_between(repo: str, good: str, bad: str) -> list[tuple[str, str]]:
 
 
 def bisect(scenario: Scenario, target: str, repo: str, good: str, bad: str, *, device: str = "cpu",
-           timeout: float = 60.0, on_probe: Callable[[Probe], None] | None = None) -> BisectResult:
+           timeout: float = 60.0, on_probe: Callable[[Probe], None] | None = None,
+           evaluate: Callable[[str], ScenarioResult] | None = None,
+           relevant: Callable[[str], bool] | None = None) -> BisectResult:
     """The first commit in good..bad whose verdict equals bad's (git-bisect semantics);
-    commits where the target does not import (error/unsupported) are skipped, not blamed."""
+    commits where the target does not import (error/unsupported) are skipped, not blamed.
+    `evaluate(sha)` runs the scenario at a commit (default: a worker here; `sentinel history`
+    passes its executor and cache); `relevant(sha)` False leaves a commit out of the search
+    (history: it touches no loss-path file, so it cannot change the verdict)."""
     t0 = time.perf_counter()
     good_sha, _ = git.resolve(Path(repo), good)
     bad_sha, _ = git.resolve(Path(repo), bad)
     chain = commits_between(repo, good_sha, bad_sha)
     if not chain or chain[-1][0] != bad_sha:
         raise git.GitError(f"{bad} is not a descendant of {good}")
+    if relevant is not None:
+        chain = [c for c in chain if c[0] == bad_sha or relevant(c[0])]
     probes: list[Probe] = []
     cache: dict[str, Probe] = {}
 
     def probe(sha: str, subject: str) -> Probe:
         if sha not in cache:
-            g = run_group([scenario], TargetSpec(target, repo, sha, device), timeout)
-            r = g.results[0]
+            r = evaluate(sha) if evaluate else run_group([scenario], TargetSpec(target, repo, sha, device), timeout).results[0]
             verdict = verdicts.bisect_verdict(r.verdict)
             cache[sha] = Probe(sha, subject, verdict, r.reason)
             probes.append(cache[sha])

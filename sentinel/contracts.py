@@ -1,7 +1,8 @@
 """Output contracts: what a boundary call must return, checked on every observation.
 
-Each boundary declares its outputs (sentinel/boundaries.py): kind token `[B, T]`, row `[B]`
-or scalar `[]`, a real dtype, and whether the output is required. A target whose call
+Each boundary declares its outputs (sentinel/boundaries.py): kind token `[B, T]`, row `[B]`,
+scalar `[]` or vocab `[B, T, V]`, a real dtype, and whether the output is required (always,
+or under the option values that ask for it: `Port.required_when`). A target whose call
 breaks the contract (a loss of shape `[7]`, a Python list, a complex tensor, a required
 output missing) gets an `error` verdict naming the output: a wrong-shaped answer must never
 be compared, broadcast, and found to "hold".
@@ -33,17 +34,21 @@ def batch_shape(boundary: str, input_shapes: dict[str, tuple[int, ...]]) -> tupl
     return (rows[0][0] if rows and rows[0] else None), None
 
 
-def problems(boundary: str, returned: dict[str, Returned], batch: tuple[int | None, int | None]) -> list[str]:
-    """Every way `returned` breaks `boundary`'s output contract (empty: it keeps it)."""
+def problems(boundary: str, returned: dict[str, Returned], batch: tuple[int | None, int | None],
+             config: dict | None = None) -> list[str]:
+    """Every way `returned` breaks `boundary`'s output contract (empty: it keeps it); `config`
+    (normalised) decides the outputs an option asks for."""
     spec = boundaries.get(boundary)
     out = []
     for p in spec.outputs:
         if p.name not in returned:
-            if p.required:
-                out.append(f"output {p.name!r} is missing (the {boundary} boundary requires it)")
+            if p.required_under(config or {}):
+                why = "requires it" if p.required else "requires it under " + ", ".join(
+                    f"{k} {'/'.join(map(str, vs))}" for k, vs in p.required_when)
+                out.append(f"output {p.name!r} is missing (the {boundary} boundary {why})")
             continue
         r = returned[p.name]
-        want = {"token": batch, "row": batch[:1], "scalar": ()}[p.kind]
+        want = {"token": batch, "row": batch[:1], "scalar": (), "vocab": (*batch, None)}[p.kind]
         if r.type == "number":
             if p.kind != "scalar":
                 out.append(f"output {p.name!r} is a Python number, expected a {p.kind} tensor of shape {_shape(want)}")
@@ -62,4 +67,4 @@ def problems(boundary: str, returned: dict[str, Returned], batch: tuple[int | No
 
 
 def _shape(shape: tuple) -> str:
-    return "[" + ", ".join("B" if i == 0 and s is None else "T" if s is None else str(s) for i, s in enumerate(shape)) + "]"
+    return "[" + ", ".join(str(s) if s is not None else "BTV"[i] if i < 3 else "?" for i, s in enumerate(shape)) + "]"

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from . import contracts
+from . import boundaries, contracts
 from .errors import ContractError
 
 
@@ -32,7 +32,8 @@ def observe(adapter, device, boundary: str, inputs: dict[str, np.ndarray], confi
             tensors[w].requires_grad_(True)
     res = adapter.call(boundary, tensors, config)
     returned = {n: _returned(v) for n, v in res.outputs.items()}
-    bad = contracts.problems(boundary, returned, contracts.batch_shape(boundary, {n: a.shape for n, a in inputs.items()}))
+    bad = contracts.problems(boundary, returned, contracts.batch_shape(boundary, {n: a.shape for n, a in inputs.items()}),
+                             boundaries.get(boundary).normalise(config))
     if bad:
         raise ContractError("; ".join(bad))
     outputs, rg, gr = {}, {}, {}

@@ -200,7 +200,7 @@ class HuntSummary(_Model):
 
 class Report(_Model):
     schema_version: str = REPORT_SCHEMA_VERSION
-    kind: Literal["run", "compare", "hunt"] = "run"
+    kind: Literal["run", "compare", "hunt", "history"] = "run"
     success: bool
     created_at: str
     duration_s: float
@@ -212,6 +212,7 @@ class Report(_Model):
     statistics: Statistics
     extra: dict[str, Any] = Field(default_factory=dict)
     hunt: HuntSummary | None = Field(None, description="kind hunt: examples, time and findings of `sentinel hunt`")
+    history: "HistorySummary | None" = Field(None, description="kind history: verdicts over a commit range and their flips")
 
     def exit_code(self) -> int:
         """0 all hold, 1 a violation, 3 a target error (sentinel/verdicts.py decides)."""
@@ -311,3 +312,77 @@ def json_schema() -> dict[str, Any]:
 
 def schema_text() -> str:
     return json.dumps(json_schema(), indent=2, sort_keys=True) + "\n"
+
+
+# --- kind history: `sentinel history` ----------------------------------------------------
+
+HistoryCell = Literal["holds", "violated", "error", "unsupported", "not-loaded"]
+
+
+class HistoryCommit(_Model):
+    """One first-parent commit of the scanned range (and any commit a bisect probed)."""
+
+    id: str = Field(description="full sha")
+    date: str = Field(description="committer date, ISO 8601")
+    subject: str
+    pr: int | None = Field(None, description="pull request number, when the subject carries one (#123)")
+    touches_loss_path: bool = Field(description="changes one of the target's loss-path files (vs its first parent)")
+    role: Literal["sample", "probe", "skipped", "between"] = Field(
+        description="sample: evaluated on the stride; probe: evaluated by a bisect; skipped: touches no "
+                    "loss-path file; between: not evaluated (its verdicts are those of the sample before)")
+    load_error: str | None = Field(None, description="why the target does not load here (shown grey, never blamed)")
+    verdicts: dict[str, HistoryCell] = Field(default_factory=dict, description="scenario id -> verdict here")
+
+
+class HistoryFlip(_Model):
+    """A scenario whose verdict differs between two neighbouring samples, bisected to a commit."""
+
+    scenario: str
+    change: CompareVerdict = Field(description="fixed (violated -> holds) or regressed (holds -> violated)")
+    commit: str | None = Field(None, description="the introducing or fixing commit; None when commits that do not "
+                                                   "load leave several candidates")
+    subject: str = ""
+    pr: int | None = None
+    date: str = ""
+    candidates: list[str] = Field(default_factory=list)
+    between: list[str] = Field(description="the two neighbouring samples the flip was found between")
+    tried: int = Field(0, description="commits the bisect evaluated (probes, the two samples included)")
+    source: Literal["catalog", "hunt"] = "catalog"
+    before: ScenarioResult = Field(description="evidence: the scenario at the last commit with the old verdict")
+    after: ScenarioResult = Field(description="evidence: the scenario at the flip commit")
+
+
+class HistoryCost(_Model):
+    commits_in_range: int
+    skipped_no_loss_path: int = Field(description="commits touching no loss-path file (not evaluated)")
+    samples: int
+    probes: int = Field(description="commits evaluated by bisects")
+    runs: int = Field(description="scenario evaluations the scan needed (cache hits included)")
+    exhaustive_runs: int = Field(description="scenario evaluations of an exhaustive walk: commits x scenarios")
+    evaluated: int = Field(description="scenario evaluations actually run (cache misses)")
+    cached: int = Field(description="scenario evaluations answered from the cache")
+    tasks: int = Field(description="(commit, scenario batch) tasks sent to the executor")
+    duration_s: float
+    commits_per_minute_per_core: float = Field(0.0, description="(commit, scenario batch) tasks run per minute per core")
+
+
+class HistorySummary(_Model):
+    target: str
+    repo: str
+    since: str
+    until: str
+    first_parent: bool = True
+    all_commits: bool = False
+    stride: int
+    executor: str
+    jobs: int
+    cache: str | None = None
+    loss_path_files: list[str] = Field(default_factory=list)
+    scenarios: list[str] = Field(default_factory=list)
+    commits: list[HistoryCommit] = Field(default_factory=list, description="oldest first")
+    flips: list[HistoryFlip] = Field(default_factory=list)
+    hunt: str | None = Field(None, description="what the differential hunt did, or why it did not run")
+    cost: HistoryCost
+
+
+Report.model_rebuild()

@@ -38,8 +38,9 @@ def _config(b: boundaries.Boundary) -> dict[str, Any]:
 
 
 def _port(p: boundaries.Port) -> dict[str, Any]:
-    row = {"type": "array", "items": _NUMBER}
-    plain = {"token": {"type": "array", "items": row}, "row": row, "scalar": _NUMBER}[p.kind]
+    row = {"type": "array", "items": {"type": "integer"} if p.dtype == "int" else _NUMBER}
+    token = {"type": "array", "items": row}
+    plain = {"token": token, "row": row, "scalar": _NUMBER, "vocab": {"type": "array", "items": token}}[p.kind]
     typed = {"type": "object", "required": ["values"], "properties": {
         "values": plain, "dtype": {"enum": ["float32", "float64", "float16", "bfloat16"]}, "pad": {"type": "number"}}}
     return {"anyOf": [plain, typed], "description": p.doc or f"{p.kind} {p.dtype}"}

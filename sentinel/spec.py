@@ -444,6 +444,16 @@ def _depth(x: Any) -> int:
     return 1 + _depth(x[0]) if isinstance(x, list) and x else (1 if isinstance(x, list) else 0)
 
 
+_LOOKS = {0: "a number", 1: "[...]", 2: "[[...], ...]", 3: "[[[...], ...], ...]"}
+
+
+def _rectangular(x: Any) -> bool:
+    """Every sub-list at each level has the same length (a [B, T, V] block, no padding)."""
+    if not isinstance(x, list) or not x or not isinstance(x[0], list):
+        return True
+    return len({len(r) if isinstance(r, list) else -1 for r in x}) == 1 and all(_rectangular(r) for r in x)
+
+
 def _parse_inputs(raw: dict[str, Any], spec: boundaries.Boundary, ctx: _Ctx, path: tuple,
                   base: dict[str, np.ndarray] | None) -> dict[str, np.ndarray] | None:
     out: dict[str, np.ndarray] = {}
@@ -473,9 +483,13 @@ def _parse_inputs(raw: dict[str, Any], spec: boundaries.Boundary, ctx: _Ctx, pat
         except ValueError as e:
             ctx.add(p, str(e))
             continue
-        want = {"token": 2, "row": 1, "scalar": 0}[port.kind]
+        want = {"token": 2, "row": 1, "scalar": 0, "vocab": 3}[port.kind]
         if _depth(value) != want:
-            ctx.add(p, f"{port.kind} input needs {want}-d values ({'[[...], ...]' if want == 2 else '[...]' if want else 'a number'}), got {_depth(value)}-d")
+            ctx.add(p, f"{port.kind} input needs {want}-d values ({_LOOKS[want]}), got {_depth(value)}-d")
+            continue
+        if want == 3 and not _rectangular(value):
+            ctx.add(p, "ragged tensor where a rectangle is needed: a vocab input is [B, T, V], every row "
+                       "T positions of V values")
             continue
         if want == 2:
             lens = [len(r) for r in value]
@@ -507,6 +521,9 @@ def _parse_inputs(raw: dict[str, Any], spec: boundaries.Boundary, ctx: _Ctx, pat
         if port.dtype == "mask" and not np.isin(arr, (0, 1)).all():
             ctx.add(p, "a mask holds only 0 and 1")
             continue
+        if port.dtype == "int" and not np.array_equal(np.asarray(value, dtype=np.float64), arr):
+            ctx.add(p, "an integer input holds whole numbers only")
+            continue
         out[name] = arr
     if len(ctx.problems) > before:
         return None
@@ -522,13 +539,20 @@ def _parse_inputs(raw: dict[str, Any], spec: boundaries.Boundary, ctx: _Ctx, pat
 
 
 def _check_shapes(inputs: dict[str, np.ndarray], spec: boundaries.Boundary, ctx: _Ctx, path: tuple) -> None:
-    token = {n: a.shape for n, a in inputs.items() if spec.input(n).kind == "token"}
+    # a vocab tensor [B, T, V] shares [B, T] with the token tensors
+    token = {n: a.shape[:2] for n, a in inputs.items() if spec.input(n).kind in ("token", "vocab")}
     rows = {n: a.shape for n, a in inputs.items() if spec.input(n).kind == "row"}
     shapes = set(token.values())
     if len(shapes) > 1:
-        desc = ", ".join(f"{n} {list(s)}" for n, s in token.items())
+        desc = ", ".join(f"{n} {list(inputs[n].shape)}" for n in token)
         ctx.add(path, f"token tensors and masks must share one [B, T] shape: {desc}")
         return
+    for v, a in ((n, a) for n, a in inputs.items() if spec.input(n).kind == "vocab"):
+        for n, ids in inputs.items():  # token ids index the vocabulary
+            port = spec.input(n)
+            if port.kind == "token" and port.dtype == "int" and ids.size and not (
+                    (ids >= 0).all() and (ids < a.shape[2]).all()):
+                ctx.add(path + (n,), f"token ids must lie in [0, {a.shape[2]}): {v} has a vocabulary of {a.shape[2]}")
     batch = next(iter(shapes))[0] if shapes else None
     for n, s in rows.items():
         if batch is not None and s[0] != batch:

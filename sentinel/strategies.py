@@ -60,8 +60,13 @@ VALUES: dict[str, st.SearchStrategy[float]] = {
     "values": grid(-1.0, 1.0, 0.125),
     "token_rewards": grid(-2.0, 2.0, 0.25),
     "rewards": grid(-2.0, 2.0, 0.25),
+    "value_head": grid(-1.0, 1.0, 0.125),
 }
 LOSS_AGG_VALUES = grid(-4.0, 4.0, 0.25)  # loss_agg's `values` are per-token losses
+# vocab tensors ([B, T, V] logits): a small vocabulary, drawn per example (shrinking to 2), and
+# logits on a dyadic grid, so log-softmax differences are exact up to the exp / log rounding
+VOCAB_SIZES = (2, 3, 4, 5)
+LOGITS = grid(-4.0, 4.0, 0.25)
 
 # what masked positions hold: zeros, moderate junk, extremes (exp() of them overflows).
 # NaN and +-Inf there come from the `finite` family, which poisons every masked position.
@@ -106,23 +111,41 @@ def layout_arrays(lengths: list[tuple[int, int]], holes: list[list[bool]], width
     return loss, attn
 
 
-def _token(tensors: tuple[str, ...], holes: bool, values: dict[str, st.SearchStrategy[float]]):
+def _token(tensors: tuple[str, ...], holes: bool, values: dict[str, st.SearchStrategy[Any]],
+           junk: dict[str, st.SearchStrategy[Any]]):
     """(is_hole, value per token tensor) of one response token."""
     valid = st.tuples(st.just(False), st.tuples(*(values[n] if n in values else VALUES[n] for n in tensors)))
     if not holes:
         return valid
-    return st.one_of(valid, st.tuples(st.just(True), st.tuples(*(JUNK for _ in tensors))))  # shrinks to trained
+    return st.one_of(valid, st.tuples(st.just(True), st.tuples(*(junk.get(n, JUNK) for n in tensors))))  # shrinks to trained
+
+
+def _vocab_values(spec, vocab: int | None) -> tuple[dict[str, st.SearchStrategy[Any]], dict[str, st.SearchStrategy[Any]]]:
+    """(valid, masked) value strategies of the boundary's vocab tensors (V logits per position)
+    and token ids (in [0, V) everywhere: an id outside the vocabulary is no input a trainer gets)."""
+    valid: dict[str, st.SearchStrategy[Any]] = {}
+    junk: dict[str, st.SearchStrategy[Any]] = {}
+    if vocab is None:
+        return valid, junk
+    for p in spec.inputs:
+        if p.kind == "vocab":
+            valid[p.name], junk[p.name] = st.tuples(*[LOGITS] * vocab), st.tuples(*[JUNK] * vocab)
+        elif p.kind == "token" and p.dtype == "int":
+            valid[p.name] = junk[p.name] = st.integers(0, vocab - 1)
+    return valid, junk
 
 
 def _row(tensors: tuple[str, ...], *, min_prompt: int, max_len: int, reward: bool, group: bool,
-         holes: bool, values: dict[str, st.SearchStrategy[float]]) -> st.SearchStrategy[dict[str, Any]]:
+         holes: bool, values: dict[str, st.SearchStrategy[Any]],
+         junk_of: dict[str, st.SearchStrategy[Any]] | None = None) -> st.SearchStrategy[dict[str, Any]]:
     """One sequence: prompt tokens (masked), then response tokens (trained, or holes: tool
     output, rejected spans), each token carrying a value for every token tensor; what its
     padding holds; its reward and group id. Drawn as one unit, so the shrinker can delete
     a whole row, or one token of it."""
-    junk = st.tuples(*(JUNK for _ in tensors))
+    junk_of = junk_of or {}
+    junk = st.tuples(*(junk_of.get(n, JUNK) for n in tensors))
     prompts = st.lists(junk, min_size=min_prompt, max_size=max(min_prompt, 2))
-    token = _token(tensors, holes, values)
+    token = _token(tensors, holes, values, junk_of)
     responses = {room: st.lists(token, max_size=room) for room in range(max_len + 1)}
     group_s = st.integers(0, 2)
 
@@ -208,27 +231,36 @@ def examples(boundary: str, *, config: dict[str, list[Any]] | None = None, min_b
                 and (variant != "masked_row_rewards" or 0 < sum(r[1] for r in rs) < len(rs))
                 and (not g or len({r[2] for r in rs}) >= min(min_groups, len(rs))))
     else:
-        tensors = tuple(p.name for p in spec.inputs if p.kind == "token" and p.dtype == "float")
-        values = {"values": LOSS_AGG_VALUES} if boundary == "loss_agg" else {}
+        # float token tensors, vocab tensors ([B, T, V] logits) and token ids
+        tensors = tuple(p.name for p in spec.inputs if p.kind == "vocab" or p.kind == "token" and p.dtype != "mask")
         has_rewards = spec.input("rewards") is not None
-        for g in (False, True):
-            row = _row(tensors, min_prompt=min_prompt, max_len=max_len, reward=has_rewards, group=g,
-                       holes=holes, values=values)
+        for vocab in (VOCAB_SIZES if any(p.kind == "vocab" for p in spec.inputs) else (None,)):
+            valid, junk = _vocab_values(spec, vocab)
+            values = {**valid, **({"values": LOSS_AGG_VALUES} if boundary in ("loss_agg", "masked_reduce") else {})}
+            for g in (False, True):
+                row = _row(tensors, min_prompt=min_prompt, max_len=max_len, reward=has_rewards, group=g,
+                           holes=holes, values=values, junk_of=junk)
 
-            def ok(rs: list[dict[str, Any]], g: bool = g) -> bool:
-                lens = [_len(r) for r in rs]
-                if max(lens) == 0 or (eos == "mixed" and len(set(lens)) < 2):
-                    return False
-                return not g or len({r["group"] for r in rs}) >= min(min_groups, len(rs))
+                def ok(rs: list[dict[str, Any]], g: bool = g) -> bool:
+                    lens = [_len(r) for r in rs]
+                    if max(lens) == 0 or (eos == "mixed" and len(set(lens)) < 2):
+                        return False
+                    return not g or len({r["group"] for r in rs}) >= min(min_groups, len(rs))
 
-            rows_s[g] = st.lists(row, max_size=max_batch).filter(lambda rs, ok=ok: len(rs) >= min_batch and ok(rs))
+                rows_s[(g, vocab)] = st.lists(row, max_size=max_batch).filter(
+                    lambda rs, ok=ok: len(rs) >= min_batch and ok(rs))
+    vocab_s = st.sampled_from(VOCAB_SIZES)
     extra_s = st.integers(0, 2)
 
     @st.composite
     def draw_example(draw) -> Example:
         cfg = draw(cfg_s)
         want_groups = has_group and (groups == "always" or (groups == "auto" and _uses_groups(boundary, cfg)))
-        rows = draw(rows_s[want_groups])
+        if boundary == "reward_norm":
+            rows = draw(rows_s[want_groups])
+        else:
+            vocab = draw(vocab_s) if (False, VOCAB_SIZES[0]) in rows_s else None
+            rows = draw(rows_s[(want_groups, vocab)])
         inputs: dict[str, np.ndarray] = {}
         variants: dict[str, dict[str, np.ndarray]] = {}
         params: dict[str, Any] = {}
@@ -253,10 +285,13 @@ def examples(boundary: str, *, config: dict[str, list[Any]] | None = None, min_b
             loss, attn = layout_arrays([(len(r["prompt"]), len(r["response"])) for r in rows],
                                        [[h for h, _ in r["response"]] for r in rows], width)
             for k, name in enumerate(tensors):
-                a = np.empty((len(rows), width), F32)
+                port = spec.input(name)
+                a = np.empty((len(rows), width) + ((vocab,) if port.kind == "vocab" else ()),
+                             np.int64 if port.dtype == "int" else F32)
                 for i, r in enumerate(rows):
                     cells = [t[k] for t in r["prompt"]] + [v[k] for _, v in r["response"]]
-                    a[i, :len(cells)] = cells
+                    if cells:
+                        a[i, :len(cells)] = cells
                     a[i, len(cells):] = r["pad"][k]
                 inputs[name] = a
             inputs["loss_mask"] = loss

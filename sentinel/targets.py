@@ -18,6 +18,8 @@ Third-party adapters register through the entry-point group `rl_sentinel.targets
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import metadata
@@ -96,6 +98,8 @@ def adapter_class(name: str) -> type:
     except UsageError as e:
         raise TargetLoadError(str(e)) from None
     mod, cls = spec.split(":")
+    if ":" in name and "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # as `python -m` gives the worker: your adapter's folder
     try:
         return getattr(importlib.import_module(mod), cls)
     except (ImportError, AttributeError) as e:

@@ -147,6 +147,9 @@ except TargetLoadError as e:
     out["bad_root"] = str(e)
 out["seq_sum"] = call("loss_agg", {"values": T([[1.0, 2.0]]), "loss_mask": T([[1.0, 1.0]])},
                       {"mode": "seq-mean-token-sum"})
+# the surfaces' modules (observability.train_metric_utils) are imported on first use
+out["metrics"] = call("metrics", {"log_probs": T([[-0.25, -1.5]]), "old_log_probs": T([[-0.5, -1.0]]),
+                                  "advantages": T([[1.0, 1.0]]), "loss_mask": T([[1.0, 1.0]])}, {})
 from sentinel_adapters.support import resolve
 out["unresolved"] = sorted(c for row in SlimeAdapter.mapping().values() for c in row["calls"] if resolve(c) is None)
 """

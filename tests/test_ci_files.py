@@ -58,3 +58,22 @@ def test_pre_commit_hook_rejects_a_bad_scenario(tmp_path):
     (tmp_path / "scenarios" / "bad.yaml").write_text(BAD)
     p = run("scenarios/kl.yaml", "scenarios/bad.yaml")
     assert p.returncode == 2 and "scenarios/bad.yaml:4: config.mode" in p.stderr, p.stderr
+
+
+def test_new_adapter_template_runs_as_written(tmp_path):
+    """`sentinel new adapter` writes an adapter and a test that pass as written, from the folder
+    a user would run them in."""
+    p = subprocess.run([str(BIN / "sentinel"), "new", "adapter", "my-trainer"], cwd=tmp_path, env=_env(),
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["my_trainer_adapter.py", "test_my_trainer_adapter.py"]
+    test = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_my_trainer_adapter.py"],
+                          cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=180)
+    assert test.returncode == 0, test.stdout + test.stderr
+    kl = catalog_path() / "kl" / "kl-estimators.yaml"
+    run = subprocess.run([str(BIN / "sentinel"), "run", str(kl), "--target", "my_trainer_adapter:MyTrainerAdapter",
+                          "-o", "-"], cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=180)
+    assert run.returncode == 0 and "kl-k1" in run.stdout and "holds" in run.stdout, run.stdout + run.stderr
+    again = subprocess.run([str(BIN / "sentinel"), "new", "adapter", "my-trainer"], cwd=tmp_path, env=_env(),
+                           capture_output=True, text=True, timeout=60)
+    assert again.returncode == 2 and "--force" in again.stderr

@@ -44,6 +44,11 @@ PLANT_BOUNDARY = {
     "input-mutation": "kl",
     "row-order": "reward_norm",
     "gspo-token-ratio": "policy_loss",
+    "logprobs-temperature-inplace": "logprobs",
+    "logprobs-temperature-twice": "logprobs",
+    "values-shifted": "values",
+    "metrics-over-padding": "metrics",
+    "masked-reduce-multiplies": "masked_reduce",
 }
 
 
@@ -67,7 +72,8 @@ def reference_hunts(tmp_path_factory):
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))
     jobs = {plant: (TargetSpec("reference", plant=plant), root / plant, {"boundaries": [b], "first": True})
             for plant, b in PLANT_BOUNDARY.items()}
-    jobs["reference"] = (TargetSpec("reference"), root / "reference", {"max_examples": 10, "time_budget": 15.0})
+    # the budget only caps a stuck hunt: each property stops at 10 examples (no speed is asserted)
+    jobs["reference"] = (TargetSpec("reference"), root / "reference", {"max_examples": 10, "time_budget": 180.0})
     jobs["crash"] = (TargetSpec("hunt_crash_adapter:CrashAdapter"), root / "crash",
                      {"boundaries": ["loss_agg", "kl", "policy_loss"], "max_examples": 10})
     return concurrently(jobs)
@@ -110,7 +116,7 @@ def test_reference_hunt_finds_nothing(reference_hunts):
     h = rep.hunt
     assert h.findings == [] and rep.exit_code() == 0 and rep.success
     assert {p.status for p in h.properties} == {"holds"}, [(p.property, p.status, p.reason) for p in h.properties]
-    assert h.examples >= 10 * len(h.properties) and h.examples_per_s > 0
+    assert h.examples >= 10 * len(h.properties)  # every property reached its examples (no speed asserted)
     assert set(h.invariants_per_boundary) >= {"opsm_mask", "advantages", "policy_loss", "kl", "is_correction"}
     assert "sequence_uniform" in h.invariants_per_boundary["opsm_mask"]
     data = json.loads(rep.model_dump_json())  # the report's JSON carries the hunt section

@@ -275,12 +275,12 @@ def _inputs(boundary):
     g = torch.Generator().manual_seed(0)
     out = {}
     for p in BOUNDARIES[boundary].inputs:
-        shape = (3, 4) if p.kind == "token" else (3,)
+        shape = {"token": (3, 4), "vocab": (3, 4, 5)}.get(p.kind, (3,))
         if p.dtype == "mask":
             out[p.name] = torch.ones(shape) if p.kind == "row" or p.name == "attention_mask" else t(
                 [[1.0, 1.0, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0], [0.0, 1.0, 1.0, 0.0]])
         elif p.dtype == "int":
-            out[p.name] = t([0, 1, 0])
+            out[p.name] = torch.randint(0, 5, shape, generator=g) if p.kind == "token" else t([0, 1, 0])
         else:
             out[p.name] = -torch.rand(shape, generator=g)
     return out

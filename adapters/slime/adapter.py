@@ -23,17 +23,20 @@ from .conventions import (BARE_PACKAGES, BOUNDARY_MODULES, CP_UTILS, ESTIMATORS,
                           MODULE_HOMES, PPO_UTILS, ROLLOUT, slime_args)
 from .entry import EntryLoss
 from .megatron import bare_package, install_megatron_shim
+from .surfaces import Surfaces
 
 # The loss entry every loss boundary's reduced loss goes through (`EntryLoss._entry_loss`).
 ENTRY_CALLS = (f"{LOSS}:loss_function", f"{LOSS}:policy_loss_function", f"{CP_UTILS}:get_sum_of_sample_mean")
 
 
-class SlimeAdapter(EntryLoss, Adapter):
+class SlimeAdapter(EntryLoss, Surfaces, Adapter):
     """THUDM/slime from a checkout (``--repo``) or an installed package."""
 
     name = "slime"
     description = ("THUDM/slime: ppo_utils / megatron_utils.loss / cp_utils called on one process "
                    "(context parallel size 1) with per-sample response tensors.")
+    loss_path_files = ("slime/utils/ppo_utils.py", "slime/backends/megatron_utils/loss.py",
+                       "slime/backends/megatron_utils/cp_utils.py", "slime/ray/rollout.py")
 
     def __init__(self, root: Path | None, device: torch.device, options: dict[str, Any] | None = None):
         super().__init__(root, device, options)

@@ -23,6 +23,7 @@ from ..support import (bind, first_on_path, keep_host_logging, locate, lookup, m
 from .conventions import (ACTOR_LOSSES_FILE, CORE, ESTIMATOR_ALIASES, GRPO_FAMILY, KL_NAMES, LIGHT, NEEDS_MORE,
                           PIP_HINT, ROLLOUT_CORR, TRAINER, VECTORIZED, build, data_proto, last_valid_scores, uid_array)
 from .losses import PolicyLosses
+from .surfaces import Surfaces
 
 _last_root: list[Path] = []  # where `verl` was imported from in this process
 
@@ -43,12 +44,15 @@ def _quiet_import():
             os.environ.pop(env_key, None)
 
 
-class VerlAdapter(PolicyLosses, Adapter):
+class VerlAdapter(PolicyLosses, Surfaces, Adapter):
     """volcengine/verl from a checkout (``--repo``) or the installed package."""
 
     name = "verl"
     description = ("volcengine/verl: trainer.ppo.core_algos (estimators, policy losses, agg_loss, kl_penalty), "
                    "ray_trainer.apply_kl_penalty / compute_advantage and rollout_corr_helper, on one process.")
+    loss_path_files = ("verl/trainer/ppo/core_algos.py", "verl/trainer/ppo/ray_trainer.py",
+                       "verl/trainer/ppo/rollout_corr_helper.py", "verl/utils/torch_functional.py",
+                       "verl/trainer/config/algorithm.py", "verl/workers/config/actor.py")
     declines = {
         "gspo_kl": "verl computes the GSPO sequence log-ratio inside compute_policy_loss_gspo (registered "
                    "policy loss 'gspo') and returns only the aggregated loss: no function exposes the "

@@ -102,6 +102,34 @@ def init_ci(
     err.print(f"wrote {path}: commit it, then every push and pull request runs the gate", highlight=False)
 
 
+new_app = typer.Typer(help="Start something new from a template: [cyan]sentinel new adapter mytrainer[/].",
+                      no_args_is_help=True, rich_markup_mode="rich")
+app.add_typer(new_app, name="new")
+
+
+@new_app.command("adapter")
+def new_adapter(
+    name: str = typer.Argument(..., help="Your trainer's name, e.g. mytrainer."),
+    folder: Path = typer.Option(Path("."), "--dir", help="Where to write the two files."),
+    force: bool = typer.Option(False, "--force", help="Overwrite existing files."),
+) -> None:
+    """Write NAME_adapter.py (a commented adapter with one boundary, kl, that runs as written) and
+    test_NAME_adapter.py (it runs the catalog's KL scenarios through the real worker).
+
+    Then: [cyan]sentinel run <catalog>/kl --target NAME_adapter:NameAdapter[/] from that folder.
+    """
+    from .. import scaffold
+    try:
+        written = [scaffold.write(folder / f, text, force) for f, text in scaffold.adapter_files(name).items()]
+    except UsageError as e:
+        raise usage_error(str(e)) from None
+    for p in written:
+        err.print(f"wrote {escape(str(p))}", highlight=False)
+    module = written[0].stem
+    err.print(f"next: python -m pytest {escape(str(written[1]))}   and   "
+              f"sentinel list boundaries --target {module}:{module.title().replace('_', '')}", highlight=False)
+
+
 class What(str, Enum):
     scenarios = "scenarios"
     boundaries = "boundaries"
@@ -132,21 +160,27 @@ def list_(
         for sc in _load(paths or [catalog_path()]):
             t.add_row(sc.id, sc.boundary, ", ".join(i.family for i in sc.invariants), render.Text(_rel(sc.file)))
     elif what == What.boundaries:
-        t.title = "boundaries (input? = optional; option = default: allowed values)"
+        t.title = "boundaries (input? / output? = optional; option = default: allowed values (what it does))"
         for c in ("boundary", "inputs", "outputs", "options"):
             t.add_column(c, overflow="fold")
         for b in boundaries.BOUNDARIES.values():
-            opts = "\n".join(f"{o.name} = {json.dumps(o.default)}: {o.allowed()}" for o in b.options)
+            opts = "\n".join(f"{o.name} = {json.dumps(o.default)}: {o.allowed()}" + (f" ({o.doc})" if o.doc else "")
+                             for o in b.options)
             t.add_row(b.name, ", ".join(p.name + ("" if p.required else "?") for p in b.inputs),
-                      ", ".join(p.name for p in b.outputs), escape(opts))
+                      ", ".join(p.name + ("" if p.required else "?") for p in b.outputs), escape(opts))
     elif what == What.targets:
         t.title = "targets"
-        for c in ("target", "located by", "install", "what"):
+        for c in ("target", "located by", "install", "loss-path files (history)", "what"):
             t.add_column(c, overflow="fold")
         for info in target_registry.registry().values():
             extra = f"pip install 'rl-sentinel[{info.extra}]'" if info.extra else ""
             install = "; ".join(x for x in (extra, info.install) if x)
-            t.add_row(info.name, escape(info.located_by), escape(install), escape(f"{info.description} ({info.adapter})"))
+            try:
+                files = getattr(target_registry.adapter_class(info.name), "loss_path_files", ())
+            except Exception:  # noqa: BLE001 - an adapter that cannot be imported here still gets its row
+                files = ()
+            t.add_row(info.name, escape(info.located_by), escape(install), escape("\n".join(files) or "-"),
+                      escape(f"{info.description} ({info.adapter})"))
     elif what == What.invariants:
         t.title = "invariant families"
         t.add_column("family")

@@ -141,6 +141,9 @@ REGISTRY: dict[str, type["Invariant"]] = {}  # YAML key -> family; filled as the
 REL = {"atol": 1e-5, "rtol": 1e-4}
 # token boundaries whose inputs live under loss_mask: the mask families hunt on all of them
 LOSS_MASKED = ("opsm_mask", "policy_loss", "cispo_loss", "gspo_kl", "kl", "gae", "is_correction", "loss_agg")
+# the surfaces beside the loss (log-probs from logits, the critic's values, logged metrics, masked
+# reductions): the generic families hunt on each of them too
+SURFACES = ("logprobs", "values", "metrics", "masked_reduce")
 
 
 @dataclass(frozen=True)

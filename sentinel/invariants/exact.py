@@ -4,14 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import formulas
 from .base import Invariant, Missing, Outcome, ShapeMismatch, compare, evaluate_expected, hunted, lists, resolve
-
-KL_FORMULA = {
-    "k1": "log_probs - ref_log_probs",
-    "k2": "(log_probs - ref_log_probs) ** 2 / 2",
-    "k3": "exp(ref_log_probs - log_probs) - 1 - (ref_log_probs - log_probs)",
-    "low_var_kl": "clip(exp(ref_log_probs - log_probs) - 1 - (ref_log_probs - log_probs), -10, 10)",
-}
+from .formulas import KL_FORMULA
 
 
 class Close(Invariant):
@@ -26,7 +21,8 @@ class Close(Invariant):
                    body=lambda ex: {"output": "logged_kl", "expected": KL_FORMULA[ex.config["kl_type"]],
                                     "where": "loss_mask", "atol": 1e-6, "rtol": 1e-5},
                    config={"kl_coef": [0.1, 0.05, 1.0], "reward_norm": [None], "mask_no_eos_with_zero": [False],
-                           "reward_clip": [None]}, min_prompt=1),)
+                           "reward_clip": [None]}, min_prompt=1),
+            *formulas.HUNTS)
     output: str
     expected: Any
     atol: float = 1e-6

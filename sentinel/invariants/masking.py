@@ -6,14 +6,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import LOSS_MASKED, REL, Invariant, Outcome, diff_runs, hunted, observables
+from .base import LOSS_MASKED, REL, SURFACES, Invariant, Outcome, diff_runs, hunted, observables
 
 
 def _perturbable(sc, mask: str, names: list[str] | None) -> list[str]:
     if names is not None:
         return names
     return [p.name for p in sc.spec.inputs
-            if p.kind == "token" and p.dtype == "float" and p.mask == mask and p.name in sc.inputs]
+            if p.kind in ("token", "vocab") and p.dtype == "float" and p.mask == mask and p.name in sc.inputs]
+
+
+def _spread(free: np.ndarray, a: np.ndarray) -> np.ndarray:
+    """A [B, T] position mask over a tensor's trailing axes (a vocab tensor's V values per position)."""
+    return free.reshape(free.shape + (1,) * (a.ndim - free.ndim))
 
 
 class _MaskFamily(Invariant):
@@ -41,7 +46,9 @@ class MaskedInvariance(_MaskFamily):
     hunt = (hunted(*LOSS_MASKED, doc="values at masked positions do not change outputs at valid positions",
                    need_masked=True),
             hunted("advantages", doc="log-probs and values at masked positions do not change valid advantages, "
-                   "returns or KL", need_masked=True, min_prompt=1))
+                   "returns or KL", need_masked=True, min_prompt=1),
+            hunted(*SURFACES, doc="logits, head outputs and values at masked positions do not change log-probs, "
+                   "values, metrics or reductions at valid positions", need_masked=True))
     value: float = 7.5
     atol: float = 1e-6
     rtol: float = 1e-5
@@ -51,8 +58,9 @@ class MaskedInvariance(_MaskFamily):
         new = dict(sc.inputs)
         for k, n in enumerate(_perturbable(sc, self.mask, self.perturb)):
             # a different bump per input, so differences of inputs (log-ratios) change too
-            bump = self.value * (k + 1) * (1 + np.arange(free.size).reshape(free.shape) % 3)
-            new[n] = np.where(free, sc.inputs[n] + bump, sc.inputs[n]).astype(sc.inputs[n].dtype)
+            a = sc.inputs[n]
+            bump = self.value * (k + 1) * (1 + np.arange(a.size).reshape(a.shape) % 3)
+            new[n] = np.where(_spread(free, a), a + bump, a).astype(a.dtype)
         return {f"~masked:{self.mask}": (new, {})}
 
     def evaluate(self, obs, sc):
@@ -68,7 +76,9 @@ class Finite(_MaskFamily):
     family = "finite"
     hunt = (hunted(*LOSS_MASKED, doc="NaN / +-Inf at masked positions leave valid outputs finite", need_masked=True),
             hunted("advantages", doc="NaN / +-Inf at masked positions leave valid advantages finite",
-                   need_masked=True, min_prompt=1))
+                   need_masked=True, min_prompt=1),
+            hunted(*SURFACES, doc="NaN / +-Inf at masked positions leave valid log-probs, values, metrics and "
+                   "reductions finite, a fully masked row's included", need_masked=True))
     values: list[str] = ["nan", "inf", "-inf"]
 
     def runs(self, sc):
@@ -77,7 +87,8 @@ class Finite(_MaskFamily):
         for v in self.values:
             new = dict(sc.inputs)
             for n in _perturbable(sc, self.mask, self.perturb):
-                new[n] = np.where(free, np.float32(float(v)), sc.inputs[n]).astype(sc.inputs[n].dtype)
+                a = sc.inputs[n]
+                new[n] = np.where(_spread(free, a), np.float32(float(v)), a).astype(a.dtype)
             out[f"~poison:{v}"] = (new, {})
         return out
 
@@ -105,7 +116,9 @@ class PaddingInvariant(_MaskFamily):
 
     family = "padding_invariant"
     hunt = (hunted(*(b for b in LOSS_MASKED if b != "is_correction"),
-                   doc="extra masked columns leave every output unchanged", body=REL),)
+                   doc="extra masked columns leave every output unchanged", body=REL),
+            hunted(*SURFACES, doc="extra masked columns leave log-probs, values, metrics and reductions unchanged",
+                   body=REL))
     width: int = 2
     fill: float = 3.0
     atol: float = 1e-6
@@ -118,11 +131,11 @@ class PaddingInvariant(_MaskFamily):
         new = {}
         for n, a in sc.inputs.items():
             port = sc.spec.input(n)
-            if port.kind != "token":
+            if port.kind not in ("token", "vocab"):
                 new[n] = a
                 continue
-            fill = 0.0 if port.dtype == "mask" else self.fill
-            new[n] = np.concatenate([a, np.full((a.shape[0], self.width), fill, a.dtype)], axis=1)
+            fill = 0.0 if port.dtype in ("mask", "int") else self.fill  # id 0: a token every vocabulary has
+            new[n] = np.concatenate([a, np.full((a.shape[0], self.width) + a.shape[2:], fill, a.dtype)], axis=1)
         return {"~padded": (new, {})}
 
     def evaluate(self, obs, sc):

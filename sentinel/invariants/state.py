@@ -14,7 +14,9 @@ class Unmutated(Invariant):
 
     family = "unmutated"
     hunt = (hunted("policy_loss", "kl", "is_correction", "advantages",
-                   doc="the call leaves every input tensor as it was"),)
+                   doc="the call leaves every input tensor as it was"),
+            hunted("logprobs", "values", "masked_reduce",
+                   doc="the call leaves the caller's logits, head outputs and values as they were"))
     inputs: list[str] | None = None
 
     def check(self, sc):

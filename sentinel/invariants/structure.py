@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import LOSS_MASKED, REL, Invariant, Missing, Outcome, diff_runs, hunted, lists, observables, resolve
+from .base import LOSS_MASKED, REL, SURFACES, Invariant, Missing, Outcome, diff_runs, hunted, lists, observables, resolve
 
 
 def _perm_body(ex) -> dict:
@@ -69,7 +69,9 @@ class PermutationEquivariant(Invariant):
             hunted("advantages", doc="permuting rows (and their group ids) permutes the advantages", body=_perm_body,
                    min_batch=2, perm=True, min_prompt=1),
             hunted("reward_norm", doc="permuting rows (and their group ids) permutes the normalised rewards",
-                   body=_perm_body, min_batch=2, perm=True))
+                   body=_perm_body, min_batch=2, perm=True),
+            hunted(*SURFACES, doc="permuting rows permutes log-probs, values and row reductions; metrics and "
+                   "batch reductions do not change", body=_perm_body, min_batch=2, perm=True))
     outputs: list[str] | None = None
     perm: list[int] | None = None
     atol: float = 1e-6

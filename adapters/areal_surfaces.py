@@ -1,0 +1,121 @@
+"""AReaL's surfaces beside the loss: log-probs and entropy from logits, the metrics its actor
+loss logs, and its masked normalisation.
+
+`Surfaces` is mixed into `ArealAdapter` (it uses the adapter's `_functional`, `_actor_mod`,
+`_data`, `_norm_config`, `_ref` and `options`).
+
+=============  =================================================================================
+logprobs       ``areal.utils.functional.gather_logprobs_entropy(logits, labels, temperature)``; the
+               canonical ``logits[b, t]`` predicts ``tokens[b, t]``, AReaL's layout once its
+               engine has rolled the labels (``torch.roll(input_ids, -1)``). AReaL wraps the
+               kernel in ``torch.compile``; it runs eagerly unless options.compile (the same math).
+metrics        ``trainer.ppo.actor.grpo_loss_fn`` (-> ``ppo_actor_loss_fn``) with a fresh
+               ``stats_tracker``, exported as ``PPOActor.ppo_update`` reports it:
+               ``clip_ratio/avg`` -> clipfrac, ``dual_clip_ratio/avg`` -> clipfrac_lower,
+               ``approx_kl/avg`` -> approx_kl, ``importance_weight/avg|max|min`` -> ratio_*.
+               On-policy PPO: the proximal policy is the old one (``prox_logp`` = old).
+               AReaL reduces every metric over ``n_valid_tokens``: metric_agg
+               seq-mean-token-mean does not exist there; with no valid token its tracker
+               reports nothing.
+masked_reduce  ``areal.utils.data.Normalization`` with batch-level mean and std over the loss
+               mask (op whiten over the batch, ``unbiased`` as ``std_unbiased``, ``eps``): the
+               advantage normalisation ``PPOActor.compute_advantages`` runs for ``adv_norm``.
+               (``functional.masked_normalization`` is exported but no AReaL code calls it.)
+=============  =================================================================================
+
+Not in AReaL (declined): ``values``. The critic's values are the train engine's forward output,
+squeezed and concatenated by ``PPOCritic._compute_values``; no function maps a head output to
+per-token values outside the engine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import torch
+
+from .base import BoundaryResult, Unsupported, implements
+from .support import bind
+
+FUNCTIONAL = "areal.utils.functional"
+ACTOR = "areal.trainer.ppo.actor"
+# AReaL's logged metric (stats_tracker key) -> the canonical output
+_LOGGED = {"clip_ratio/avg": "clipfrac", "dual_clip_ratio/avg": "clipfrac_lower", "approx_kl/avg": "approx_kl",
+           "importance_weight/avg": "ratio_mean", "importance_weight/max": "ratio_max",
+           "importance_weight/min": "ratio_min"}
+
+
+class Surfaces:
+    """AReaL's log-prob, metric and normalisation helpers, for `ArealAdapter`."""
+
+    declines = {
+        "values": "AReaL's values are its train engine's forward output, squeezed and concatenated by "
+                  "PPOCritic._compute_values; no function maps the value head's output to per-token values "
+                  "outside the engine",
+    }
+
+    def _eager(self):
+        """AReaL compiles its log-prob kernel with torch.compile; eager unless options.compile."""
+        if self.options.get("compile"):
+            return contextlib.nullcontext()
+        import torch._dynamo
+        return torch._dynamo.config.patch(disable=True)
+
+    def _helper(self, name: str, boundary: str):
+        fn = getattr(self._functional, name, None)
+        if not callable(fn):
+            raise Unsupported(f"AReaL has no areal.utils.functional.{name} at this version (boundary {boundary!r})")
+        return fn
+
+    @implements("logprobs", calls=(f"{FUNCTIONAL}:gather_logprobs_entropy",))
+    def b_logprobs(self, inputs, config):
+        fn = self._helper("gather_logprobs_entropy", "logprobs")
+        kw = bind(fn, "logprobs", {"logits": inputs["logits"], "labels": inputs["tokens"]},
+                  {"temperature": float(config["temperature"])})
+        with self._eager():
+            log_probs, entropy = fn(**kw)
+        return BoundaryResult({"log_probs": log_probs, "entropy": entropy}, function=self._ref(fn))
+
+    @implements("metrics", calls=(f"{ACTOR}:grpo_loss_fn", f"{FUNCTIONAL}:ppo_actor_loss_fn",
+                                  "areal.utils.stats_tracker:DistributedStatsTracker.export"))
+    def b_metrics(self, inputs, config):
+        if config["metric_agg"] != "token-mean":
+            raise Unsupported("AReaL reduces every logged actor metric over n_valid_tokens (a token mean); it has no "
+                              f"{config['metric_agg']} metric reduction")
+        fn = getattr(self._actor_mod, "grpo_loss_fn", None)
+        if not callable(fn):
+            raise Unsupported("AReaL has no trainer.ppo.actor.grpo_loss_fn at this version (boundary 'metrics')")
+        from areal.utils import stats_tracker
+
+        mask, lp, old = inputs["loss_mask"], inputs["log_probs"], inputs["old_log_probs"]
+        data = {"logprobs": old, "prox_logp": old, "advantages": inputs["advantages"], "loss_mask": mask.bool(),
+                "attention_mask": torch.ones_like(mask, dtype=torch.bool)}
+        kw = bind(fn, "metrics", {"logprobs": lp, "entropy": torch.zeros_like(lp), "input_data": data,
+                                  "eps_clip": float(config["eps_clip"]),
+                                  "eps_clip_higher": float(config["eps_clip_high"]),
+                                  "c_clip": None if config["eps_clip_c"] is None else float(config["eps_clip_c"])})
+        tracker = stats_tracker.DEFAULT_TRACKER
+        tracker.export(reset=True)  # nothing logged before this call counts
+        fn(**kw)
+        logged = tracker.export(reset=True)
+        outputs = {ours: torch.as_tensor(float(logged[k])) for k, ours in _LOGGED.items() if k in logged}
+        return BoundaryResult(outputs, function=self._ref(fn).with_also(self._ref(self._functional.ppo_actor_loss_fn)))
+
+    @implements("masked_reduce", calls=("areal.utils.data:Normalization.__call__",))
+    def b_masked_reduce(self, inputs, config):
+        """The trainer's advantage whitening: Normalization with batch-level mean and std over the
+        loss mask (what PPOActor.compute_advantages runs for adv_norm), on the canonical batch."""
+        if config["op"] != "whiten" or config["dim"] != "all":
+            raise Unsupported("AReaL's masked reduction helpers whiten over the batch (utils.data.Normalization, and "
+                              "the exported but unused functional.masked_normalization); its masked means and sums "
+                              "are inline in its losses and its stats_tracker")
+        if not config["shift_mean"]:
+            raise Unsupported("AReaL's Normalization always centres (no shift_mean=False)")
+        spec = {"mean_level": "batch", "std_level": "batch", "std_unbiased": bool(config["unbiased"]),
+                "eps": None if config["eps"] is None else float(config["eps"])}
+        norm = self._data.Normalization(self._norm_config("masked_reduce", spec, sizes=[], has_groups=False,
+                                                          group_size=None, supports_sizes=False))
+        mask = inputs["loss_mask"]
+        return BoundaryResult({"whitened": norm(inputs["values"], mask.to(inputs["values"].dtype))},
+                              function=self._ref(self._data.Normalization.__call__))
