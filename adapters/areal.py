@@ -103,7 +103,7 @@ _STUBS = [
     "ray", "transformers", "datasets", "torchdata", "hydra", "numba", "PIL",
     "wandb", "swanlab", "trackio", "tensorboardX", "torch_memory_saver",
     "aiohttp", "httpx", "aiofiles", "uvloop", "openai", "pybase64", "psutil",
-    "flask", "werkzeug", "requests", "orjson", "tensordict", "megatron", "mbridge", "peft",
+    "flask", "werkzeug", "requests", "orjson",
 ]
 
 ACTOR, DATA, FUNCTIONAL = "areal.trainer.ppo.actor", "areal.utils.data", "areal.utils.functional"

@@ -115,7 +115,7 @@ class Surfaces:
         spec = {"mean_level": "batch", "std_level": "batch", "std_unbiased": bool(config["unbiased"]),
                 "eps": None if config["eps"] is None else float(config["eps"])}
         norm = self._data.Normalization(self._norm_config("masked_reduce", spec, sizes=[], has_groups=False,
-                                                          group_size=None, supports_sizes=False))
+                                                          group_size=None))
         mask = inputs["loss_mask"]
         return BoundaryResult({"whitened": norm(inputs["values"], mask.to(inputs["values"].dtype))},
                               function=self._ref(self._data.Normalization.__call__))

@@ -32,7 +32,7 @@ from typing import Any
 import torch
 
 from ..base import BoundaryResult, Unsupported, implements
-from ..support import bind
+from ..support import bind, module_exists
 from .conventions import LOSS, PPO_UTILS, slime_args
 from .entry import logits_for
 
@@ -58,11 +58,12 @@ class Surfaces:
         return [torch.cat([prompt, r.long()]) for r in rows], [width + 1] * batch, [width] * batch
 
     def _module(self, name: str, boundary: str):
-        try:
-            return self._import(name)
-        except Exception as e:  # noqa: BLE001 - an older slime without the module
+        """slime's module `name`: `Unsupported` where this commit has no such file; one that is
+        there but does not import is a load error (its message names the fix), never unsupported."""
+        if not module_exists(self.root, name):
             raise Unsupported(f"slime has no module {name} at {self.facts.get('version', 'this commit')} "
-                              f"({type(e).__name__}: {e}; boundary {boundary!r})") from e
+                              f"(boundary {boundary!r})")
+        return self._import(name)
 
     @staticmethod
     def _per_sample(out: Any, key: str) -> list[torch.Tensor]:

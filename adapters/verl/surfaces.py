@@ -36,7 +36,7 @@ from typing import Any
 import torch
 
 from ..base import BoundaryResult, Unsupported, implements
-from ..support import bind, parameters
+from ..support import bind, module_exists, parameters
 from .conventions import CORE
 
 TF = "verl.utils.torch_functional"
@@ -64,10 +64,9 @@ class Surfaces:
     # --- logprobs -----------------------------------------------------------------------------
     def _temperature_scaler(self):
         """The engine's `_scale_logits_by_temperature`; None where this verl has no such function."""
-        try:
-            mod = self._import(ENGINE)
-        except Exception:  # noqa: BLE001 - older verl scales inside its actor, with no function of its own
+        if not module_exists(self.root, ENGINE):  # older verl scales inside its actor, with no function of its own
             return None
+        mod = self._import(ENGINE)
         fn = getattr(mod, "_scale_logits_by_temperature", None)
         return fn if callable(fn) else None
 
