@@ -110,7 +110,9 @@ def bare_trainer(trainer_cls: type, config_cls: type, model: torch.nn.Module, **
             **{k: v for k, v in values.items() if k in defaults}}
     attrs = {**ATTRIBUTES, **values, "args": Args(args), "model": model, "accelerator": OneProcess(),
              "_metrics": {"train": defaultdict(list), "eval": defaultdict(list)},
-             "control": types.SimpleNamespace(should_evaluate=False)}
+             "control": types.SimpleNamespace(should_evaluate=False),
+             # TrainerState: read by trl.extras.profiling's context (0.27-0.28 wrap the loss in it)
+             "state": types.SimpleNamespace(global_step=0, epoch=0.0, num_input_tokens_seen=0)}
     for name, value in attrs.items():
         setattr(trainer, name, value)
     return trainer
