@@ -4,6 +4,7 @@ what each boundary reaches and the conventions translated)."""
 from __future__ import annotations
 
 import inspect
+import re
 import time
 import types
 from importlib import metadata
@@ -12,9 +13,9 @@ from typing import Any
 
 import torch
 
-from ..base import Adapter, BoundaryResult, Unsupported, implements
+from ..base import Adapter, BoundaryResult, TargetLoadError, Unsupported, implements
 from ..frames import locals_on_return
-from ..shims import import_with_stubs, is_stub
+from ..shims import import_with_stubs
 from ..support import first_on_path, keep_host_logging, locate, version_facts
 from .bare import PROMPT, CanonicalPolicy, bare_trainer, missing_attribute
 
@@ -81,22 +82,24 @@ class TRLAdapter(Adapter):
                                                     hint=f"{PIP_HINT}, or options.extra_stubs")
         cls = getattr(self.mods[GRPO], "GRPOTrainer", None)
         if not isinstance(cls, type) or not callable(getattr(cls, "_compute_loss", None)):
-            from ..base import TargetLoadError
             raise TargetLoadError("trl target: GRPOTrainer._compute_loss is absent at this version (it arrived in v0.17)")
         self.source = inspect.getsource(cls._compute_loss)
-        version = None
-        vfile = root / "VERSION"
-        if vfile.is_file():
-            version = vfile.read_text(errors="replace").strip()
-        if not from_checkout or version is None:
-            try:
-                version = version or metadata.version("trl")
-            except metadata.PackageNotFoundError:
-                pass
+        version = self._version(root) if from_checkout else metadata.version("trl")
         self.facts = {**version_facts(root, version, from_checkout), "stubs": list(self.stubs),
                       "boundary_import_s": round(time.perf_counter() - t0, 4),
                       "fused_lm_head": "fused_lm_head=True" in inspect.getsource(self._logps_method(cls))}
         return dict(self.facts)
+
+    @staticmethod
+    def _version(root: Path) -> str | None:
+        """A checkout's version: its VERSION file (1.x), else ``__version__`` in trl/__init__.py."""
+        vfile = root / "VERSION"
+        if vfile.is_file():
+            return vfile.read_text(errors="replace").strip()
+        init = root / "trl" / "__init__.py"
+        text = init.read_text(errors="replace") if init.is_file() else ""
+        m = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)['\"]", text, re.M)
+        return m.group(1) if m else None
 
     @staticmethod
     def _logps_method(cls: type):
