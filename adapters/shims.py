@@ -18,6 +18,7 @@ resulting tensors will not be tensors, which fails loudly rather than silently.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
@@ -25,7 +26,7 @@ import sys
 import types
 from typing import Any
 
-__all__ = ["block", "import_with_stubs", "install_stubs", "is_stub", "stubbed_names"]
+__all__ = ["block", "hidden", "import_with_stubs", "install_stubs", "is_stub", "stubbed_names"]
 
 _STUB_MARK = "__sentinel_stub__"
 
@@ -200,6 +201,27 @@ def block(names: list[str]) -> None:
     for name in list(sys.modules):
         if any(name == b or name.startswith(b + ".") for b in names) and getattr(sys.modules[name], _STUB_MARK, False):
             del sys.modules[name]
+
+
+@contextlib.contextmanager
+def hidden(names: list[str]):
+    """Hide the stubs of `names` (and their submodules) for the block: ``find_spec`` does not find
+    them and they are out of ``sys.modules``. For a target that asks whether an optional package
+    is installed (TRL: ``is_vllm_available()`` is find_spec, then its version) in a process where
+    another target stubbed that package, as one test process loading several targets does. The
+    block may stub a name again (import_with_stubs); afterwards the hidden stubs are back."""
+    roots = [n for n in names if n in _FINDER.roots]
+    saved = {k: m for k, m in sys.modules.items()
+             if any(k == r or k.startswith(r + ".") for r in roots) and getattr(m, _STUB_MARK, False)}
+    _FINDER.roots.difference_update(roots)
+    for k in saved:
+        del sys.modules[k]
+    try:
+        yield
+    finally:
+        _FINDER.roots.update(roots)
+        for k, m in saved.items():
+            sys.modules.setdefault(k, m)
 
 
 def is_stub(obj: Any) -> bool:

@@ -225,11 +225,13 @@ needs_repo = pytest.mark.skipif(not REPO, reason="set SENTINEL_OPENRLHF_REPO to 
 @needs_repo
 @pytest.mark.parametrize("rev", ["v0.5.0", "v0.8.0", "HEAD"])
 def test_history_loads(rev):
-    """The oldest supported release, a flat-args one and HEAD load and compute PPO's loss."""
+    """The oldest supported release, a flat-args one and HEAD load, compute PPO's loss, and carry
+    GAE through an interior hole (the finding's "since v0.5.0")."""
     if subprocess.run(["git", "-C", REPO, "rev-parse", "--verify", f"{rev}^{{commit}}"],
                       capture_output=True).returncode:
         pytest.skip(f"{rev} is not in {REPO}")
-    sc = [s for s in load_paths([catalog_path() / "policy"]) if s.id == "ppo-clip-masked-batch"]
-    rep = run(sc, [TargetSpec("openrlhf", REPO, rev)])
-    r, = rep.results
-    assert r.verdict != "error", r.reason
+    ids = ("ppo-clip-masked-batch", "gae-interior-hole-discount")
+    rep = run([s for s in load_paths([catalog_path()]) if s.id in ids], [TargetSpec("openrlhf", REPO, rev)])
+    got = {r.id: r for r in rep.results}
+    assert got["ppo-clip-masked-batch"].verdict != "error", got["ppo-clip-masked-batch"].reason
+    assert got["gae-interior-hole-discount"].verdict == "violated", got["gae-interior-hole-discount"].reason

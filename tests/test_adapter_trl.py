@@ -189,10 +189,13 @@ needs_repo = pytest.mark.skipif(not REPO, reason="set SENTINEL_TRL_REPO to a TRL
 
 @needs_repo
 def test_history_loads():
-    """The first version with _compute_loss (logits path, num_iterations) and HEAD: PPO's gradient."""
+    """The first version with _compute_loss (logits path, num_iterations) and HEAD: bnpo excludes a
+    fully masked row, grpo's mean counts it, at both (the finding's "since v0.17.0")."""
     known = [rev for rev in ("v0.17.0", "HEAD") if subprocess.run(
         ["git", "-C", REPO, "rev-parse", "--verify", f"{rev}^{{commit}}"], capture_output=True).returncode == 0]
-    sc = [s for s in load_paths([catalog_path() / "policy"]) if s.id == "ppo-gradient-unclipped"]
+    ids = {"token-mean-counts-masked-sample": "holds", "grpo-loss-counts-masked-rows": "violated"}
+    sc = [s for s in load_paths([catalog_path() / "findings"]) if s.id in ids]
     rep = run(sc, [TargetSpec("trl", REPO, rev) for rev in known])
-    assert known and {r.target: r.verdict for r in rep.results} == {f"trl@{rev}": "holds" for rev in known}, \
-        [(r.target, r.verdict, r.reason) for r in rep.results]
+    got = {(r.target, r.id): r.verdict for r in rep.results}
+    assert known and got == {(f"trl@{rev}", i): v for rev in known for i, v in ids.items()}, \
+        [(r.target, r.id, r.verdict, r.reason) for r in rep.results]

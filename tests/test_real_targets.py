@@ -98,7 +98,8 @@ def test_verl_findings_reproduce():
                         "grpo-rejected-row-in-group-stats": "violated", "seq-mean-loss-nan-masked": "violated",
                         "grpo-unequal-group-sizes": "holds", "token-mean-counts-masked-sample": "holds",
                         "masked-token-nan-reaches-loss": "holds", "decoupled-loss-behaviour-weight": "unsupported",
-                        "single-trajectory-ref-logp-mutated": "holds"}
+                        "single-trajectory-ref-logp-mutated": "holds", "gae-interior-hole-discount": "holds",
+                        "grpo-loss-counts-masked-rows": "violated"}
     assert code == 1
 
 

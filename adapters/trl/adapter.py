@@ -15,7 +15,7 @@ import torch
 
 from ..base import Adapter, BoundaryResult, TargetLoadError, Unsupported, implements
 from ..frames import locals_on_return
-from ..shims import import_with_stubs
+from ..shims import hidden, import_with_stubs
 from ..support import first_on_path, keep_host_logging, locate, version_facts
 from .bare import PROMPT, CanonicalPolicy, bare_trainer, missing_attribute
 
@@ -33,6 +33,10 @@ HEAVY_DEPS = frozenset({
     "fastapi", "uvicorn", "aiohttp", "bitsandbytes", "openreward", "harbor", "num2words", "kernels", "trackio",
     "comet_ml", "mlflow", "flash_attn", "optimum", "unsloth", "jinja2", "psutil", "httpx", "openai",
 })
+
+# Packages TRL probes with find_spec (trl.import_utils) before importing them.
+OPTIONAL = ("vllm", "vllm_ascend", "liger_kernel", "peft", "deepspeed", "mergekit", "llm_blender", "weave",
+            "math_verify", "rich", "jmespath", "wandb", "bitsandbytes", "unsloth", "openreward", "harbor", "kernels")
 
 # Canonical loss_agg -> TRL loss_type (options.loss_type picks another of the same reduction,
 # e.g. "dapo" for token-mean, or "dr_grpo" whose normaliser B * max_completion_length is no
@@ -75,7 +79,8 @@ class TRLAdapter(Adapter):
         first_on_path(root)
         self.root = root
         t0 = time.perf_counter()
-        with keep_host_logging():
+        # TRL imports its vLLM / optional integrations when find_spec finds them: not another target's stubs
+        with keep_host_logging(), hidden(list(OPTIONAL)):
             for name in (GRPO, CONFIG):
                 self.mods[name] = import_with_stubs(name, target="trl", own="trl", stubs=self.stubs,
                                                     allowed=HEAVY_DEPS | set(self.options.get("extra_stubs") or ()),
