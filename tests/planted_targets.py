@@ -12,6 +12,7 @@ put this folder on PYTHONPATH). The catalog and the hunt must catch each.
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
@@ -76,10 +77,12 @@ class PlantedTRLAdapter(TRLAdapter):
 
 
 def hunt_both(planted: str, real: str, prop: str, out: Path):
-    """Hunt one property on the planted copy (to its first finding) and on the real target, with
-    the same seed: (planted report, real report)."""
+    """Hunt one property on the planted copy (to its first finding) and on the real target, at
+    once and with the same seed: (planted report, real report)."""
     here = str(Path(__file__).parent)  # the hunt's worker imports this module by name
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))
     kw = dict(names=[prop], seed=0, db=None, max_examples=40, time_budget=30.0)
-    return (H.hunt(TargetSpec(planted), out_dir=out / "planted", first=True, **kw),
-            H.hunt(TargetSpec(real), out_dir=out / "real", **kw))
+    with ThreadPoolExecutor(2) as pool:  # two worker processes at once
+        a = pool.submit(H.hunt, TargetSpec(planted), out_dir=out / "planted", first=True, **kw)
+        b = pool.submit(H.hunt, TargetSpec(real), out_dir=out / "real", **kw)
+        return a.result(), b.result()
