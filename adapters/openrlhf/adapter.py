@@ -43,7 +43,9 @@ class OpenRLHFAdapter(Adapter):
     def __init__(self, root: Path | None, device: torch.device, options: dict[str, Any] | None = None):
         super().__init__(root, device, options)
         # loaded modules, import errors of the optional ones, facts for the report
-        self.mods, self.errors, self.facts = {}, {}, {}  # type: dict[str, types.ModuleType], dict[str, str], dict[str, Any]
+        self.mods: dict[str, types.ModuleType] = {}
+        self.errors: dict[str, str] = {}  # import errors of the optional modules
+        self.facts: dict[str, Any] = {}
 
     # --- loading ------------------------------------------------------------------------
     def _import(self, name: str) -> types.ModuleType:
@@ -130,7 +132,8 @@ class OpenRLHFAdapter(Adapter):
 
     @implements("kl", calls=(f"{UTILS}:compute_approx_kl",))
     def b_kl(self, inputs, config):
-        kl = self._approx_kl("kl", _floating(inputs["log_probs"]), _floating(inputs["ref_log_probs"]), config["kl_type"])
+        lp, ref = _floating(inputs["log_probs"]), _floating(inputs["ref_log_probs"])
+        kl = self._approx_kl("kl", lp, ref, config["kl_type"])
         return BoundaryResult({"kl": kl}, function=self._ref(self._fn("compute_approx_kl", boundary="kl")))
 
     # --- policy losses --------------------------------------------------------------------
@@ -368,7 +371,8 @@ class OpenRLHFAdapter(Adapter):
         truncated = None
         if config["mask_no_eos_with_zero"]:
             attn = inputs.get("attention_mask")
-            truncated = attn.bool().all(-1) if attn is not None else torch.zeros(mask.shape[0], dtype=torch.bool)
+            truncated = (attn.bool().all(-1) if attn is not None
+                         else torch.zeros(mask.shape[0], dtype=torch.bool, device=mask.device))
         values = inputs.get("values")
         if est == "gae" and values is None:
             values = torch.zeros(mask.shape, dtype=torch.float32, device=mask.device)
@@ -425,7 +429,8 @@ class OpenRLHFAdapter(Adapter):
         maker = object.__new__(cls)
         fn = cls.get_advantages_and_returns
         adv, ret = maker.get_advantages_and_returns(
-            **bind(maker.get_advantages_and_returns, "gae", {"values": _floating(inputs["values"]), "rewards": _floating(inputs["token_rewards"]),
-                               "action_mask": inputs["loss_mask"].bool(), "gamma": float(config["gamma"]),
-                               "lambd": float(config["lam"])}))
+            **bind(maker.get_advantages_and_returns, "gae",
+                   {"values": _floating(inputs["values"]), "rewards": _floating(inputs["token_rewards"]),
+                    "action_mask": inputs["loss_mask"].bool(), "gamma": float(config["gamma"]),
+                    "lambd": float(config["lam"])}))
         return BoundaryResult({"advantages": adv, "returns": ret}, function=self._ref(fn))

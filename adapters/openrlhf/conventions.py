@@ -98,7 +98,8 @@ def experience(cls: type, **values: Any) -> Any:
     fields = {f.name: f for f in dataclasses.fields(cls)}
     kw = {k: v for k, v in values.items() if k in fields}
     for name, f in fields.items():
-        if name not in kw and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:  # type: ignore[misc]
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING  # type: ignore[misc]
+        if name not in kw and required:
             kw[name] = None
     exp = cls(**kw)
     for k, v in values.items():

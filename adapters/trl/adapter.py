@@ -87,7 +87,8 @@ class TRLAdapter(Adapter):
                                                     hint=f"{PIP_HINT}, or options.extra_stubs")
         cls = getattr(self.mods[GRPO], "GRPOTrainer", None)
         if not isinstance(cls, type) or not callable(getattr(cls, "_compute_loss", None)):
-            raise TargetLoadError("trl target: GRPOTrainer._compute_loss is absent at this version (it arrived in v0.17)")
+            raise TargetLoadError("trl target: GRPOTrainer._compute_loss is absent at this version "
+                                  "(it arrived in v0.17)")
         self.source = inspect.getsource(cls._compute_loss)
         version = self._version(root) if from_checkout else metadata.version("trl")
         self.facts = {**version_facts(root, version, from_checkout), "stubs": list(self.stubs),
@@ -123,7 +124,7 @@ class TRLAdapter(Adapter):
         """GRPO's one advantage per sequence when a row's valid tokens share one (its value; 0 for a
         row with none); else the per-token [B, T] advantages, where _compute_loss takes them."""
         m = mask.bool()
-        first = torch.where(m.any(-1), m.float().argmax(-1), torch.zeros(m.shape[0], dtype=torch.long))
+        first = torch.where(m.any(-1), m.float().argmax(-1), torch.zeros(m.shape[0], dtype=torch.long, device=m.device))
         row = adv.gather(1, first[:, None])
         uniform = bool(torch.where(m, adv == row, torch.ones_like(m)).all())
         if uniform:
