@@ -63,7 +63,8 @@ Import shims
 ------------
 ``import areal`` pulls in its whole runtime (ray, transformers, tracking clients, async
 HTTP, ...). The boundary code needs none of it: `_STUBS` are replaced by permissive stubs
-(see ``shims.py``) when not installed; requirements/areal.txt lists the light packages
+(see ``shims.py``) when not installed; the ``areal`` extra (``pip install 'rl-sentinel[areal]'``,
+pyproject.toml) lists the light packages
 that are imported for real. Two more side effects of the import are contained:
 AReaL reconfigures process-wide logging (``areal.utils.logging.getLogger`` replaces
 ``Logger.root`` / ``Logger.manager``), which the adapter restores afterwards (and quiets
@@ -88,26 +89,33 @@ from typing import Any
 
 import torch
 
+from .backport import backport_type_params
 from .areal_surfaces import Surfaces
 from .base import Adapter, BoundaryResult, TargetLoadError, Unsupported, implements
-from .shims import install_stubs
-from .support import bind, first_on_path, group_ids, group_layout, keep_host_logging, locate, unpermute
+from .shims import import_with_stubs, install_stubs
+from .support import (bare_package, bind, first_on_path, group_ids, group_layout, keep_host_logging, locate,
+                      module_exists, pip_hint, unpermute)
 
 # Heavy runtime dependencies that `import areal.trainer.ppo.actor` reaches at module level
 # but that no boundary calls (found by importing 1.0.4 and git HEAD in an environment with
-# only torch, RL-Sentinel's dependencies and requirements/areal.txt).
+# only torch, RL-Sentinel's dependencies and the `areal` extra).
 _STUBS = [
     "ray", "transformers", "datasets", "torchdata", "hydra", "numba", "PIL",
     "wandb", "swanlab", "trackio", "tensorboardX", "torch_memory_saver",
     "aiohttp", "httpx", "aiofiles", "uvloop", "openai", "pybase64", "psutil",
-    "flask", "werkzeug", "requests", "orjson",
+    "flask", "werkzeug", "requests", "orjson", "tensordict", "megatron", "mbridge", "peft",
 ]
 
-_MODULES = ["areal", "areal.api.cli_args", "areal.utils.data", "areal.utils.functional",
-            "areal.trainer.ppo.actor"]
 ACTOR, DATA, FUNCTIONAL = "areal.trainer.ppo.actor", "areal.utils.data", "areal.utils.functional"
+# where each module lives at a version, the first that exists wins (the PPO actor sat in
+# areal/engine/ppo/ before areal/trainer/ppo/)
+# The light third-party modules AReaL's import path needs for real: the `areal` extra
+# (pyproject.toml); any other missing one is stubbed on the way (`shims.import_with_stubs`).
+_LIGHT = frozenset({"omegaconf", "colorlog", "einops", "tabulate", "lark", "tenacity"})
+_HOMES = {"areal.api.cli_args": ("areal.api.cli_args",), DATA: (DATA,), FUNCTIONAL: (FUNCTIONAL,),
+          ACTOR: (ACTOR, "areal.engine.ppo.actor")}
 
-_PIP_HINT = "pip install --no-deps areal==1.0.4 && pip install -r requirements/areal.txt"
+_PIP_HINT = pip_hint("areal", "pip install --no-deps areal==1.0.4")
 
 # Canonical KL type -> AReaL KLEstimator name (same formulas, same +-10 clamp).
 _KL_TYPES = {"k1": "k1", "kl": "k1", "k2": "k2", "mse": "k2", "k3": "k3", "low_var_kl": "k3"}
@@ -194,6 +202,7 @@ class ArealAdapter(Surfaces, Adapter):
         """Where AReaL comes from, for messages; a checkout goes first on sys.path (an
         installed package stays where it is: `self.root` stays None)."""
         found = locate("areal", "areal", "areal.api.cli_args", self.root, hint=_PIP_HINT, one_version=False)
+        self._found = found
         if self.root is None:
             return "installed package"
         first_on_path(found)
@@ -223,21 +232,27 @@ class ArealAdapter(Surfaces, Adapter):
         where = self._locate()
         self._forget_other_areal()
         self.stubs = install_stubs(_STUBS + list(self.options.get("stubs", [])))
+        backport_type_params("areal")  # AReaL used Python 3.12 generics for a while (2026-01 to 03)
+        if self.root is not None and not (self._found / "areal" / "__init__.py").is_file():
+            bare_package("areal", self._found)  # early AReaL: no __init__.py; the installed one must not win
+        homes = {k: next((m for m in c if module_exists(self._found, m)), c[0]) for k, c in _HOMES.items()}
         t0 = time.perf_counter()
         try:
             with keep_host_logging(), _deferred_torch_compile():
-                mods = {n: importlib.import_module(n) for n in _MODULES}
-        except ModuleNotFoundError as e:
-            raise TargetLoadError(
-                f"target 'areal' ({where}): importing it needs module {e.name!r}, which is neither "
-                f"installed nor stubbed; install requirements/areal.txt, or pass it in the adapter "
-                f"option 'stubs' if no boundary uses it") from e
+                mods = {k: import_with_stubs(m, target="areal", own="areal", allowed=None, light=_LIGHT,
+                                             stubs=self.stubs, hint=f"install it: {pip_hint('areal')}")
+                        for k, m in {"areal": "areal", **homes}.items()}
+        except TargetLoadError as e:  # a light dependency is missing: the message names the extra
+            raise TargetLoadError(f"target 'areal' ({where}): {e}") from e
+        except SyntaxError as e:  # newer syntax than this interpreter reads, beyond PEP 695 generics
+            raise TargetLoadError(f"target 'areal' ({where}): this version's code needs a newer Python than "
+                                  f"{sys.version_info.major}.{sys.version_info.minor}: SyntaxError: {e}") from e
         except Exception as e:  # an import-time failure of the target is a load error
             raise TargetLoadError(f"target 'areal' ({where}): import failed: {type(e).__name__}: {e}") from e
         import_s = time.perf_counter() - t0
         _last_root.append(Path(self.root).resolve() if self.root is not None else None)
 
-        pkg_parent = Path(mods["areal"].__file__).resolve().parent.parent
+        pkg_parent = Path(mods["areal.api.cli_args"].__file__).resolve().parents[2]
         if self.root is not None and pkg_parent != Path(self.root).resolve():
             raise TargetLoadError(f"target 'areal': imported from {pkg_parent}, not from the checkout "
                                   f"{self.root} (another areal shadows it on sys.path)")
@@ -251,9 +266,10 @@ class ArealAdapter(Surfaces, Adapter):
         version = getattr(self._areal, "__version__", None)
         if self.root is not None:  # a checkout reports the installed dist's metadata version
             version = self._checkout_version(Path(self.root)) or version
-        files = sorted({str(Path(m.__file__).resolve().relative_to(pkg_parent)) for m in mods.values()}
+        files = sorted({str(Path(m.__file__).resolve().relative_to(pkg_parent)) for m in mods.values() if m.__file__}
                        | {str(Path(inspect.getsourcefile(f)).resolve().relative_to(pkg_parent))
-                          for f in (self._data.Normalization, self._functional.ppo_actor_loss_fn)})
+                          for f in (getattr(self._data, "Normalization", None),
+                                    getattr(self._functional, "ppo_actor_loss_fn", None)) if f is not None})
         return {"version": version, "module_files": files, "stubs": list(self.stubs),
                 "import_s": round(import_s, 3), "location": str(pkg_parent / "areal")}
 
@@ -273,8 +289,7 @@ class ArealAdapter(Surfaces, Adapter):
 
     # --- config translation -------------------------------------------------------------
 
-    def _norm_config(self, boundary: str, spec: Any, *, sizes: list[int], has_groups: bool, group_size: int | None,
-                     supports_sizes: bool) -> Any:
+    def _norm_config(self, boundary: str, spec: Any, *, sizes: list[int], has_groups: bool, group_size: int | None) -> Any:
         """A canonical normalisation dict -> AReaL NormConfig (None stays None).
 
         `sizes` are the trajectory group sizes the adapter hands AReaL; `group_size` is the
@@ -289,24 +304,30 @@ class ArealAdapter(Surfaces, Adapter):
             if not has_groups:
                 raise ValueError("group-level normalisation needs `group` ids or config `group_size`")
             if not gs:
-                if len(set(sizes)) == 1:
-                    gs = sizes[0]
-                elif supports_sizes:
-                    gs = max(sizes)  # not read: this version normalises per trajectory group
-                else:
-                    raise Unsupported("this AReaL version normalises groups by a fixed group_size; "
-                                      f"groups of sizes {sizes} need config group_size")
-        cls = self._cli.NormConfig
+                # the configured samples per prompt: the largest group (smaller ones lost samples,
+                # as filtering leaves them). Versions with variable-size groups (#1454) read the
+                # trajectory groups instead; older ones slice by this size, whatever the groups
+                # are: fed as the trainer would, and observed.
+                gs = max(sizes)
+        cls = self._need(self._cli, "NormConfig", boundary)
         return cls(**bind(cls, boundary, {"mean_level": mean_level, "std_level": std_level,
                                            "group_size": int(gs or 1)},
                           {k: spec.get(k) for k in ("eps", "mean_leave1out", "std_unbiased")}))
 
     def _supports_group_sizes(self) -> bool:
-        return "group_sizes" in inspect.signature(self._data.Normalization.__call__).parameters
+        return "group_sizes" in inspect.signature(self._need(self._data, "Normalization", "reward_norm").__call__).parameters
+
+    @staticmethod
+    def _need(mod: types.ModuleType, name: str, boundary: str) -> Any:
+        """AReaL's `name` from `mod`, or `Unsupported` where this version has none."""
+        obj = getattr(mod, name, None)
+        if obj is None:
+            raise Unsupported(f"AReaL has no {mod.__name__}.{name} at this version (boundary {boundary!r})")
+        return obj
 
     def _actor(self, **kw: Any) -> Any:
         """A PPOActor built by AReaL's own constructor from its own config class."""
-        cls = self._cli.PPOActorConfig
+        cls = self._need(self._cli, "PPOActorConfig", "advantages")
         cfg = cls(**bind(cls, "advantages", {"experiment_name": "rl-sentinel", "trial_name": "adapter"}, kw))
         params = inspect.signature(self._actor_mod.PPOActor.__init__).parameters
         args = {"config": cfg}
@@ -345,8 +366,7 @@ class ArealAdapter(Surfaces, Adapter):
         group = inputs.get("group")
         group_size = config["group_size"] or (config["reward_norm"] or {}).get("group_size")
         perm, sizes = _layout(group, B, group_size)
-        groups = dict(sizes=sizes, has_groups=group is not None or bool(group_size), group_size=group_size,
-                      supports_sizes=self._supports_group_sizes())
+        groups = dict(sizes=sizes, has_groups=group is not None or bool(group_size), group_size=group_size)
         norm = self._norm_config("advantages", config["reward_norm"], **groups)
         adv_spec = config["adv_norm"] or ({} if config["normalize_advantages"] else None)
         adv_norm = self._norm_config("advantages", adv_spec, **groups)
@@ -444,8 +464,8 @@ class ArealAdapter(Surfaces, Adapter):
         supports_sizes = self._supports_group_sizes()
         spec = {k: config[k] for k in ("mean_level", "std_level", "eps", "mean_leave1out", "std_unbiased")}
         norm_cfg = self._norm_config("reward_norm", spec, sizes=sizes, has_groups=group is not None or bool(group_size),
-                                     group_size=group_size, supports_sizes=supports_sizes)
-        norm = self._data.Normalization(norm_cfg)
+                                     group_size=group_size)
+        norm = self._need(self._data, "Normalization", "reward_norm")(norm_cfg)
         idx = torch.tensor(perm, device=x.device)
         kw: dict[str, Any] = {}
         mask = inputs.get("mask")
@@ -486,7 +506,7 @@ class ArealAdapter(Surfaces, Adapter):
     @implements("policy_loss", calls=(f"{FUNCTIONAL}:ppo_actor_loss_fn",))
     def b_policy_loss(self, inputs: dict[str, torch.Tensor], config: dict[str, Any]) -> BoundaryResult:
         kw = self._loss_common(inputs, config)
-        fn = self._functional.ppo_actor_loss_fn
+        fn = self._need(self._functional, "ppo_actor_loss_fn", "policy_loss")
         loss, stat = fn(**bind(fn, "policy_loss", {**kw, "eps_clip": float(config["eps_clip"])},
                                {"eps_clip_higher": config["eps_clip_high"], "c_clip": config["eps_clip_c"],
                                 "rejection_sampling": self._rejection_sampling("policy_loss",
@@ -523,7 +543,7 @@ class ArealAdapter(Surfaces, Adapter):
         rs = {"level": "token", "action": actions[method], "metric": "ratio",
               "upper": float(config["tis_clip"]), "lower": float(low) if low else None}
         kw = self._loss_common(inputs, {**config, "use_decoupled_loss": True})
-        fn = self._functional.ppo_actor_loss_fn
+        fn = self._need(self._functional, "ppo_actor_loss_fn", "policy_loss")
         loss, stat = fn(**bind(fn, "is_correction", {**kw, "eps_clip": float(config["eps_clip"])},
                                {"eps_clip_higher": config["eps_clip_high"],
                                 "rejection_sampling": self._rejection_sampling("is_correction", rs)}))
@@ -536,6 +556,6 @@ class ArealAdapter(Surfaces, Adapter):
         kl_type = _KL_TYPES.get(config["kl_type"])
         if kl_type is None:
             raise Unsupported(f"AReaL's KLEstimator has no {config['kl_type']!r} (k1, k2, k3)")
-        est = self._data.KLEstimator(kl_type)
+        est = self._need(self._data, "KLEstimator", "kl")(kl_type)
         kl = est(_floating(inputs["log_probs"]), _floating(inputs["ref_log_probs"]))
         return BoundaryResult({"kl": kl}, {}, self._ref(self._data.KLEstimator._compute_approx_kl))

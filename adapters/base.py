@@ -9,6 +9,12 @@ adapter's method for it, and the adapter's `declines` table for the boundaries i
 offer, with the reason. `Adapter.mapping()` reads both back (no target import needed);
 `Adapter.supported()` and `Adapter.call()` dispatch through them. Shared helpers for
 writing an adapter live in `support.py`.
+
+An adapter translates layout only; it never trims, drops or refuses an input the trainer's
+function accepts. Where a trainer's real data path can never carry some input (a layout its
+caller never produces), the adapter declares that once, by name, in `preconditions`
+(`Precondition`); `Adapter.call` checks them before any target code runs and raises
+`PreconditionUnmet`, which the runner reports as `excluded` and the hunt counts per name.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from typing import Any, Callable, ClassVar, Mapping
 import torch
 
 from sentinel import boundaries
-from sentinel.errors import TargetLoadError, Unsupported  # noqa: F401 - adapters import them from here
+from sentinel.errors import PreconditionUnmet, TargetLoadError, Unsupported  # noqa: F401 - adapters import them from here
 
 
 @dataclass
@@ -86,6 +92,23 @@ class Implementation:
     calls: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True)
+class Precondition:
+    """An input the trainer's real data path never produces, declared once by an adapter.
+
+    holds(inputs, config) -> bool: True when the canonical input (tensors, the boundary's
+    normalised config) is one the trainer can receive. `reason` says why the others never
+    reach it, `link` where the trainer's code shows it; `boundaries` limits it (empty: all)."""
+
+    holds: Callable[[Mapping[str, Any], Mapping[str, Any]], bool]
+    reason: str
+    link: str = ""
+    boundaries: tuple[str, ...] = ()
+
+    def applies(self, boundary: str) -> bool:
+        return not self.boundaries or boundary in self.boundaries
+
+
 _MARK = "__sentinel_implements__"
 
 
@@ -121,6 +144,7 @@ class Adapter:
     name: ClassVar[str] = "?"
     description: ClassVar[str] = ""
     declines: ClassVar[Mapping[str, str]] = {}
+    preconditions: ClassVar[Mapping[str, Precondition]] = {}
     _implemented: ClassVar[dict[str, Implementation]] = {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -144,6 +168,11 @@ class Adapter:
                 raise TypeError(f"{cls.__name__}: boundary {boundary!r} is implemented twice "
                                 f"({table[boundary].method}, {attr})")
             table[boundary] = Implementation(boundary, attr, calls)
+        for pname, pre in cls.preconditions.items():
+            if not isinstance(pre, Precondition):
+                raise TypeError(f"{cls.__name__}.preconditions[{pname!r}] is not a Precondition")
+            for b in pre.boundaries:
+                boundaries.get(b)
         both = sorted(set(table) & set(cls.declines))
         if both:
             raise TypeError(f"{cls.__name__} both implements and declines {', '.join(both)}")
@@ -183,12 +212,23 @@ class Adapter:
         """The boundaries this adapter implements (declined ones excluded)."""
         return sorted(self._implemented)
 
+    def unmet(self, boundary: str, inputs: Mapping[str, Any], config: Mapping[str, Any]) -> PreconditionUnmet | None:
+        """The first declared precondition this input breaks (as the error to raise), or None."""
+        for name, pre in self.preconditions.items():
+            if pre.applies(boundary) and not pre.holds(inputs, config):
+                return PreconditionUnmet(name, pre.reason, pre.link)
+        return None
+
     def call(self, boundary: str, inputs: dict[str, torch.Tensor], config: dict[str, Any]) -> BoundaryResult:
         impl = self._implemented.get(boundary)
         if impl is None:
             raise Unsupported(self.declined(boundary))
         # defaults and derived values (eps_clip_high None -> eps_clip) resolved once, here
-        return getattr(self, impl.method)(inputs, boundaries.get(boundary).normalise(config))
+        config = boundaries.get(boundary).normalise(config)
+        unmet = self.unmet(boundary, inputs, config)
+        if unmet is not None:  # before any target code: the trainer never receives this input
+            raise unmet
+        return getattr(self, impl.method)(inputs, config)
 
     def _ref(self, fn: Callable) -> FunctionRef:
         """Where `fn` is, for the report (its file relative to the target root)."""

@@ -235,12 +235,14 @@ def stubbed_names() -> list[str]:
     return sorted(_FINDER.roots)
 
 
-def import_with_stubs(name: str, *, target: str, own: str, allowed: set[str] | frozenset[str],
-                      stubs: list[str], hint: str = "options.extra_stubs adds one") -> types.ModuleType:
-    """Import `name`, stubbing each missing top-level module on the way if it is in
-    `allowed` (the heavy dependencies a boundary never calls); `stubs` collects what was
-    stubbed. Anything else missing, or the target's own package (`own`), is a load error
-    that names the module."""
+def import_with_stubs(name: str, *, target: str, own: str, allowed: set[str] | frozenset[str] | None,
+                      stubs: list[str], hint: str = "options.extra_stubs adds one",
+                      light: set[str] | frozenset[str] = frozenset()) -> types.ModuleType:
+    """Import `name`, stubbing each missing top-level module on the way if it is `allowed`
+    (the heavy dependencies a boundary never calls; None: any module but the `light` ones,
+    which the target's pip extra installs for real); `stubs` collects what was stubbed.
+    Anything else missing, or the target's own package (`own`), is a load error that names
+    the module and `hint` (the command that installs it)."""
     from .base import TargetLoadError
 
     for _ in range(64):
@@ -248,10 +250,13 @@ def import_with_stubs(name: str, *, target: str, own: str, allowed: set[str] | f
             return importlib.import_module(name)
         except ModuleNotFoundError as e:
             missing = (e.name or "").split(".")[0]
-            if not missing or missing == own or missing not in allowed:
+            heavy = missing not in light if allowed is None else missing in allowed
+            if not missing or missing == own or not heavy:
+                what = "a light dependency of its import path" if missing in light else \
+                    "not a heavy dependency the adapter may shim"
                 raise TargetLoadError(
                     f"{target} target: importing {name} needs module {e.name!r}, which is not installed "
-                    f"and is not a heavy dependency the adapter may shim ({hint})") from e
+                    f"({what}; {hint})") from e
             if missing in stubs:
                 raise TargetLoadError(f"{target} target: importing {name} failed inside stubbed {missing!r}: {e}") from e
             stubs += [x for x in install_stubs([missing]) if x not in stubs]

@@ -1,11 +1,13 @@
 """Helpers the real adapters share: one meaning per name, whatever the target.
 
-- spans:     `rows` / `unrows` (canonical ``[B, T]`` <-> one response span per sequence);
+- rows:      `rows` / `unrows` (canonical ``[B, T]`` <-> one whole response per sequence; no
+  position is cut, masked head and tail included);
 - signatures: `parameters`, `signature_text`, `bind` (a canonical call bound to a target
   signature that drifts between versions);
 - lookups:   `lookup` (a function by name in the target's loaded modules, else `Unsupported`),
   `resolve` (what a declared ``module:qualname`` call names in this process);
-- location:  `locate` (a checkout, or the installed package), `first_on_path`, `version_facts`;
+- location:  `locate` (a checkout, or the installed package), `first_on_path`, `version_facts`,
+  `module_exists`, `pip_hint` (the command that installs a target's extra);
 - groups:    `group_ids`, `group_layout`, `unpermute` (canonical ``group`` ids -> the
   group-by-group row order a trainer wants, and back);
 - spying:    `spy` (record the calls of a target function, calling through);
@@ -19,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
+import importlib.machinery
 import importlib.util
 import inspect
 import logging
@@ -33,26 +36,21 @@ import torch
 from .base import TargetLoadError, Unsupported
 from .shims import is_stub
 
-# --- canonical rows <-> per-sequence spans ------------------------------------------------
+# --- canonical rows <-> per-sequence tensors ---------------------------------------------
 
 
-def rows(t: torch.Tensor, mask: torch.Tensor) -> list[torch.Tensor]:
-    """Per-sequence tensors of the response span: each row cut to [first valid, last valid]."""
-    out = []
-    for r, m in zip(t, mask):
-        idx = m.nonzero(as_tuple=True)[0]
-        out.append(r[int(idx[0]): int(idx[-1]) + 1] if len(idx) else r[:0])
-    return out
+def rows(t: torch.Tensor) -> list[torch.Tensor]:
+    """One tensor per sequence: each whole row, every position (masked ones included), as a
+    clone, so a target's in-place change is seen afterwards and autograd reaches `t`."""
+    return [r.clone() for r in t]
 
 
-def unrows(parts: list[torch.Tensor], mask: torch.Tensor, fill: float = 0.0) -> torch.Tensor:
-    """Inverse of `rows`: scatter per-sequence tensors back into a padded [B, T] batch."""
-    out = torch.full(mask.shape, fill, dtype=parts[0].dtype if parts else torch.float32, device=mask.device)
-    for b, (p, m) in enumerate(zip(parts, mask)):
-        idx = m.nonzero(as_tuple=True)[0]
-        if len(idx):
-            out[b, int(idx[0]): int(idx[0]) + p.numel()] = p.reshape(-1)
-    return out
+def unrows(parts: list[torch.Tensor] | tuple[torch.Tensor, ...], like: torch.Tensor) -> torch.Tensor:
+    """Inverse of `rows`: per-sequence tensors (of the row length) back into a ``[B, T]`` batch
+    (keeping their autograd graph); an empty batch gives an empty float tensor shaped like `like`."""
+    if not parts:
+        return torch.zeros(like.shape, dtype=torch.float32, device=like.device)
+    return torch.stack([p.reshape(-1) for p in parts])
 
 
 # --- signatures ---------------------------------------------------------------------------
@@ -174,6 +172,58 @@ def locate(target: str, package: str, marker: str, root: Path | None, *, hint: s
     return found
 
 
+def pip_hint(extra: str, then: str = "") -> str:
+    """The one command that installs the light packages target extra `extra` needs (and `then`)."""
+    return f"pip install 'rl-sentinel[{extra}]'" + (f" && {then}" if then else "")
+
+
+def module_exists(root: Path, name: str) -> bool:
+    """Whether module `name` has a file under `root` (a module absent at a version is
+    `Unsupported` where a boundary needs it; one that is there but fails to import is a load error)."""
+    base = Path(root).joinpath(*name.split("."))
+    return base.with_suffix(".py").is_file() or (base / "__init__.py").is_file()
+
+
+def bare_package(name: str, root: Path) -> types.ModuleType:
+    """Register package `name` from the checkout `root` without executing its ``__init__``
+    (which may wire a whole runtime), or a folder without ``__init__.py`` as that package (so
+    an installed copy elsewhere on the path cannot shadow it). A name the ``__init__`` would
+    have re-exported (``from .arguments import x``) is imported from its submodule on first
+    use, so code that reads it from the package still finds it."""
+    if name in sys.modules:
+        return sys.modules[name]
+    path = Path(root).joinpath(*name.split("."))
+    spec = importlib.machinery.ModuleSpec(name, None, is_package=True)
+    spec.submodule_search_locations = [str(path)]
+    mod = importlib.util.module_from_spec(spec)
+    mod.__path__ = [str(path)]
+    mod.__file__ = None
+    exports = _reexports(path / "__init__.py")
+
+    def __getattr__(attr: str) -> Any:
+        if attr in exports:
+            return getattr(importlib.import_module(f"{name}.{exports[attr]}"), attr)
+        raise AttributeError(f"module {name!r} (entered without its __init__) has no attribute {attr!r}")
+
+    mod.__getattr__ = __getattr__
+    sys.modules[name] = mod
+    parent, _, child = name.rpartition(".")
+    if parent:
+        setattr(importlib.import_module(parent), child, mod)
+    return mod
+
+
+def _reexports(init: Path) -> dict[str, str]:
+    """name -> submodule, for each ``from .sub import name`` at the top of an ``__init__.py``."""
+    import ast
+    try:
+        tree = ast.parse(init.read_text(errors="replace"))
+    except (OSError, SyntaxError, ValueError):
+        return {}
+    return {(a.asname or a.name): node.module for node in tree.body
+            if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module for a in node.names}
+
+
 def first_on_path(folder: Path) -> None:
     """Put `folder` first on ``sys.path`` (moved there if it is already further down)."""
     if str(folder) in sys.path:
@@ -234,14 +284,19 @@ def unpermute(x: torch.Tensor, order: list[int]) -> torch.Tensor:
 
 
 @contextlib.contextmanager
-def spy(module: types.ModuleType, name: str,
+def spy(module: Any, name: str,
         before: Callable[[dict[str, Any]], None] | None = None) -> Iterator[list[tuple[dict[str, Any], Any]]]:
-    """Replace ``module.name`` by a call-through wrapper for the duration; yields the list of
-    (bound arguments, result) of every call. `before` sees the bound arguments before the
-    real call (to copy what the call may change). Target code that looks the name up in the
-    module at call time reaches the wrapper. A module without `name` is left alone (no calls)."""
+    """Replace ``module.name`` (a module's or class's attribute, or the entry `name` of a dict
+    such as a trainer's function registry) by a call-through wrapper for the duration; yields
+    the list of (bound arguments, result) of every call. `before` sees the bound arguments
+    before the real call (to copy what the call may change). Target code that looks the name
+    up at call time reaches the wrapper. Where there is no `name`, nothing changes (no calls)."""
     calls: list[tuple[dict[str, Any], Any]] = []
-    real = getattr(module, name, None)
+    if isinstance(module, dict):
+        get, put = module.get, module.__setitem__
+    else:
+        get, put = (lambda k, d=None: getattr(module, k, d)), (lambda k, v: setattr(module, k, v))
+    real = get(name, None)
     if real is None:
         yield calls
         return
@@ -263,11 +318,11 @@ def spy(module: types.ModuleType, name: str,
         calls.append((arguments(args, kwargs), out))
         return out
 
-    setattr(module, name, wrapper)
+    put(name, wrapper)
     try:
         yield calls
     finally:
-        setattr(module, name, real)
+        put(name, real)
 
 
 # --- the host's logging -------------------------------------------------------------------

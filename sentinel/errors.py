@@ -37,5 +37,18 @@ class Unsupported(TargetError):
     """The boundary (or this config of it) does not exist at this target version."""
 
 
+class PreconditionUnmet(TargetError):
+    """The input is one the target's real data path never produces: an adapter's declared
+    precondition (adapters/base.py `Precondition`) excludes it. Not `Unsupported` (the function
+    and option exist) and not a failure: the call is never made."""
+
+    def __init__(self, name: str, reason: str, link: str = ""):
+        self.name, self.reason, self.link = name, reason, link
+        super().__init__(f"precondition {name!r}: {reason}" + (f" ({link})" if link else ""))
+
+    def __reduce__(self):  # picklable with its fields
+        return (type(self), (self.name, self.reason, self.link))
+
+
 class ContractError(TargetError):
     """A boundary call returned something its output contract forbids (sentinel/contracts.py)."""

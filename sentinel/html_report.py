@@ -21,7 +21,7 @@ from .render import fmt
 from .report import HuntSummary, InvariantResult, Report, ScenarioResult
 
 COLOURS = {"holds": "#1a7f37", "held": "#1a7f37", "violated": "#cf222e", "error": "#8250df", "skipped": "#9a6700",
-           "unsupported": "#9a6700", "fixed": "#1a7f37", "regressed": "#cf222e", "still-violated": "#cf222e",
+           "unsupported": "#9a6700", "excluded": "#0969da", "fixed": "#1a7f37", "regressed": "#cf222e", "still-violated": "#cf222e",
            "holds-both": "#1a7f37", "inconclusive": "#8250df"}
 
 CSS = """
@@ -221,7 +221,7 @@ def _panel(report: Report, rs: list[ScenarioResult], loc: Locations, open_: bool
             body.append(f"<h4>on {e(r.target)} {_badge(r.verdict)}</h4>")
         if r.function:
             body.append(_function(r, loc))
-        if r.reason and r.verdict in ("unsupported", "error"):
+        if r.reason and r.verdict in ("unsupported", "excluded", "error"):
             body.append(f"<div>{e(loc.scrub(r.reason))}</div>")
         if r.exception_info:
             x = r.exception_info
@@ -332,6 +332,7 @@ def page(report: Report) -> str:
     failing, rest = ordered(report)
     parts = [f'<div class="verdict-line">{_badge("holds" if report.success else "violated", word.split()[-1])} {e(line)}</div>',
              f'<div class="small muted">{s.holds} hold · {s.violated} violated · {s.errors} error · {s.unsupported} unsupported '
+             + (f"· {s.excluded} excluded " if s.excluded else "") +
              f"({s.invariants_held} invariants held, {s.invariants_violated} violated) · {e(env.device or 'cpu')}, torch {e(env.torch)}, "
              f"rl-sentinel {e(env.tool_version)} · {report.duration_s:.2f} s · {e(report.created_at)}</div>",
              f'<ul class="small">{targets}</ul>']

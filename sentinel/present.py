@@ -19,7 +19,7 @@ from typing import Any, Iterable
 from . import boundaries
 from .report import InvariantResult, Report, ScenarioResult, Target
 
-SCENARIO_ORDER = {"violated": 0, "error": 1, "unsupported": 2, "holds": 3}
+SCENARIO_ORDER = {"violated": 0, "error": 1, "unsupported": 2, "excluded": 3, "holds": 4}
 COMPARE_ORDER = {"regressed": 0, "inconclusive": 1, "still-violated": 2, "fixed": 3, "holds-both": 4}
 
 # An absolute POSIX path inside free text: not part of a URL (`https://host/a/b`), of a
@@ -319,7 +319,7 @@ def headline(report: Report, code: str = "") -> str:
     ids = {v: list(dict.fromkeys(r.id for r in report.results if r.verdict == v)) for v in ("violated", "error")}
     s = report.statistics
     bits = [_named(ids[v], v, code) for v in ("violated", "error") if ids[v]]
-    bits += [f"{n} {w}" for n, w in ((s.holds, "hold"), (s.unsupported, "unsupported")) if n]
+    bits += [f"{n} {w}" for n, w in ((s.holds, "hold"), (s.unsupported, "unsupported"), (s.excluded, "excluded")) if n]
     return f"{word}: " + (" · ".join(bits) or "nothing ran")
 
 

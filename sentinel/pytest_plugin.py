@@ -87,7 +87,7 @@ class ScenarioItem(pytest.Item):
 
     def runtest(self) -> None:
         r = self._results()[(self.scenario.file, self.scenario.id)]
-        if r.verdict == "unsupported":
+        if r.verdict in ("unsupported", "excluded"):
             pytest.skip(r.reason)
         if r.verdict != "holds":
             raise ScenarioFailure(r)

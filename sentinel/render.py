@@ -18,7 +18,7 @@ from .present import (COMPARE_ORDER, Grid, Locations, cell_pair, headline, invar
 from .report import FunctionInfo, InvariantResult, Report, ScenarioResult
 
 STYLE = {"holds": "green", "held": "green", "violated": "bold red", "error": "bold magenta", "skipped": "yellow",
-         "unsupported": "yellow", "fixed": "green", "regressed": "bold red", "still-violated": "red",
+         "unsupported": "yellow", "excluded": "cyan", "fixed": "green", "regressed": "bold red", "still-violated": "red",
          "holds-both": "green", "inconclusive": "magenta"}
 
 
@@ -116,6 +116,7 @@ def console_report(report: Report, console: Console, verbose: bool = False) -> N
     console.print(Text.assemble(
         ("PASS" if report.success else "FAIL", "bold green" if report.success else "bold red"),
         f"  {s.holds} hold · {s.violated} violated · {s.errors} error · {s.unsupported} unsupported"
+        + (f" · {s.excluded} excluded" if s.excluded else "") +
         f"  ({s.invariants_held} invariants held, {s.invariants_violated} violated) in {report.duration_s:.2f} s"))
 
 
@@ -273,7 +274,7 @@ def _md_rest(report: Report, groups: list[list[ScenarioResult]], verdict: str, l
     if not rows:
         return []
     many = len(report.targets) > 1
-    label = {"holds": "hold", "unsupported": "unsupported"}[verdict]
+    label = {"holds": "hold", "unsupported": "unsupported", "excluded": "excluded by a precondition"}[verdict]
     head = "| scenario |" + (" target |" if many else "") + " boundary | " + (
         "invariants held |" if verdict == "holds" else "why |")
     out = [f"<details><summary>{len(rows)} {label}</summary>", "", head, "|---" * head.count(" |") + "|"]
@@ -292,7 +293,7 @@ def markdown(report: Report, source: str | None = None, limit: int = MARKDOWN_LI
     sections = [_md_compare(report)] if report.comparisons else []
     sections += [_md_scenario(report, rs, loc) for rs in failing]
     # in a compare report the compare table already lists what holds on both sides
-    sections += [_md_rest(report, rest, v, loc) for v in ("unsupported", "holds") if not (v == "holds" and report.comparisons)]
+    sections += [_md_rest(report, rest, v, loc) for v in ("unsupported", "excluded", "holds") if not (v == "holds" and report.comparisons)]
     sections = [s for s in sections if s]
     tail = ["Reproduce:", "", "```bash", shlex.join(loc.command(report.command)), "```"] if report.command else []
     budget = limit - len("\n".join(head + tail).encode()) - 400
@@ -313,7 +314,7 @@ def markdown(report: Report, source: str | None = None, limit: int = MARKDOWN_LI
 def junit(report: Report) -> str:
     suite = ET.Element("testsuite", name="rl-sentinel", tests=str(len(report.results)),
                        failures=str(report.statistics.violated), errors=str(report.statistics.errors),
-                       skipped=str(report.statistics.unsupported), time=f"{report.duration_s:.3f}")
+                       skipped=str(report.statistics.unsupported + report.statistics.excluded), time=f"{report.duration_s:.3f}")
     for r in report.results:
         case = ET.SubElement(suite, "testcase", classname=f"{r.target}.{r.boundary}", name=r.id,
                              file=r.file, time=f"{r.duration_s:.3f}")
@@ -323,7 +324,7 @@ def junit(report: Report) -> str:
         elif r.verdict == "error":
             ET.SubElement(case, "error", message=r.reason[:500], type=r.exception_info.type if r.exception_info else "error").text = (
                 r.exception_info.traceback if r.exception_info else text)
-        elif r.verdict == "unsupported":
+        elif r.verdict in ("unsupported", "excluded"):
             ET.SubElement(case, "skipped", message=r.reason[:500])
     ET.indent(suite)
     return ET.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"

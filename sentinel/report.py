@@ -89,6 +89,8 @@ class ScenarioResult(_Model):
     target: str = Field(description="key into Report.targets")
     verdict: ScenarioVerdict
     reason: str = ""
+    precondition: str | None = Field(None, description="verdict excluded: the adapter's precondition that "
+                                                       "excluded the input (one the trainer never receives)")
     invariants: list[InvariantResult] = Field(default_factory=list)
     inputs: dict[str, Any] = Field(default_factory=dict, description="canonical trigger (base run)")
     config: dict[str, Any] = Field(default_factory=dict)
@@ -119,6 +121,7 @@ class Statistics(_Model):
     violated: int = 0
     errors: int = 0
     unsupported: int = 0
+    excluded: int = 0
     invariants_held: int = 0
     invariants_violated: int = 0
     invariants_errors: int = 0
@@ -170,6 +173,9 @@ class HuntProperty(_Model):
     rounds: int = 0
     duration_s: float = 0.0
     unsupported_reasons: list[str] = Field(default_factory=list)
+    preconditions: dict[str, int] = Field(
+        default_factory=dict, description="examples not run because an adapter's declared precondition excluded "
+                                          "them (an input the trainer never receives), per 'name: reason'")
     excluded_config: dict[str, list[Any]] = Field(
         default_factory=dict, description="config choices not drawn: the target raised Unsupported for them")
     error_sample: ExceptionInfo | None = None
@@ -215,7 +221,8 @@ class Report(_Model):
 
 def statistics(results: list[ScenarioResult]) -> Statistics:
     s = Statistics(evaluated=len(results))
-    scenario_key = {"holds": "holds", "violated": "violated", "error": "errors", "unsupported": "unsupported"}
+    scenario_key = {"holds": "holds", "violated": "violated", "error": "errors", "unsupported": "unsupported",
+                    "excluded": "excluded"}
     invariant_key = {"held": "invariants_held", "violated": "invariants_violated", "error": "invariants_errors",
                      "skipped": "invariants_skipped"}
     keys = [scenario_key[r.verdict] for r in results] + [invariant_key[i.verdict] for r in results for i in r.invariants]

@@ -102,6 +102,9 @@ def evaluate(sc: Scenario, runs: list[Run], res: dict[str, Any], target_key: str
                                        duration_s=round(res.get("duration_s", 0.0), 6))
     if res["status"] == "unsupported":
         return base.model_copy(update={"verdict": "unsupported", "reason": res["reason"]})
+    if res["status"] == "excluded":  # an adapter's declared precondition: the trainer never gets this input
+        return base.model_copy(update={"verdict": "excluded", "reason": res["reason"],
+                                       "precondition": res.get("precondition")})
     if res["status"] == "error":
         e = res["error"]
         return base.model_copy(update={"verdict": "error", "reason": f"{e['type']}: {e['message']}",

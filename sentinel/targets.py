@@ -63,7 +63,7 @@ BUILTIN = (
     TargetInfo("trl", "sentinel_adapters.trl:TRLAdapter", "huggingface/trl (GRPOTrainer._compute_loss on a bare trainer)",
                package="trl", extra="trl", repo_env="SENTINEL_TRL_REPO", install="pip install --no-deps trl==1.16.0"),
     TargetInfo("slime", "sentinel_adapters.slime:SlimeAdapter", "THUDM/slime (Megatron loss path, shimmed)",
-               needs_repo=True, repo_env="SENTINEL_SLIME_REPO"),
+               needs_repo=True, extra="slime", repo_env="SENTINEL_SLIME_REPO"),
 )
 
 

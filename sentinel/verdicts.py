@@ -1,7 +1,10 @@
 """The verdict rules, in one place: what the words mean and how they combine.
 
 - invariant: held | violated | error | skipped
-- scenario on a target: holds | violated | error | unsupported
+- scenario on a target: holds | violated | error | unsupported | excluded
+  (unsupported: the function or config value does not exist at that version; excluded: the
+  input is one the trainer's real data path never produces, by a precondition its adapter
+  declares, so no call is made. Neither settles the question, neither fails a run.)
 - compare base -> head: fixed | regressed | still-violated | holds-both | inconclusive
 - exit codes: 0 all hold, 1 a violation, 2 bad usage or spec, 3 a target error and no violation
 
@@ -15,7 +18,7 @@ from enum import IntEnum
 from typing import Iterable, Literal
 
 InvariantVerdict = Literal["held", "violated", "error", "skipped"]
-ScenarioVerdict = Literal["holds", "violated", "error", "unsupported"]
+ScenarioVerdict = Literal["holds", "violated", "error", "unsupported", "excluded"]
 CompareVerdict = Literal["fixed", "regressed", "still-violated", "holds-both", "inconclusive"]
 
 # a scenario verdict that settles the question either way (error / unsupported do not)
@@ -93,7 +96,7 @@ def bisect_verdict(scenario: str) -> str:
 
 def matrix_cell(scenario: str, invariant: str | None) -> str:
     """A matrix cell: the invariant's verdict, or the scenario's where it did not run."""
-    return scenario if scenario in ("unsupported", "error") or invariant is None else invariant
+    return scenario if scenario in ("unsupported", "excluded", "error") or invariant is None else invariant
 
 
 def run_success(statistics_violated: int, statistics_errors: int) -> bool:

@@ -101,6 +101,7 @@ class Worker:
         info["import_s"] = round(time.perf_counter() - t0, 4)
         info["boundaries"] = self.adapter.supported()
         info["declined"] = {b: m["declined"] for b, m in type(self.adapter).mapping().items() if m["declined"]}
+        info["preconditions"] = {n: p.reason for n, p in type(self.adapter).preconditions.items()}
         # forked isolation needs a worker that never touched CUDA; an adapter that did while
         # loading gets its scenarios run in this process (and the report says so)
         self.fork_ok = hasattr(os, "fork") and not (self.device.type == "cuda" and torch.cuda.is_initialized())
@@ -123,7 +124,7 @@ class Worker:
 
     # --- one scenario ------------------------------------------------------------------
     def execute(self, job: dict[str, Any]) -> dict[str, Any]:
-        from sentinel_adapters.base import Unsupported
+        from sentinel_adapters.base import PreconditionUnmet, Unsupported
         t0 = time.perf_counter()
         runs, function = {}, None
         try:
@@ -131,6 +132,9 @@ class Worker:
                 obs, fn = self._run(job["boundary"], run)
                 runs[run["name"]] = obs
                 function = function or fn
+        except PreconditionUnmet as e:  # the trainer never receives this input: no call was made
+            return {"status": "excluded", "precondition": e.name, "reason": str(e), "runs": runs,
+                    "function": function, "duration_s": time.perf_counter() - t0}
         except Unsupported as e:
             return {"status": "unsupported", "reason": str(e), "runs": runs, "function": function,
                     "duration_s": time.perf_counter() - t0}

@@ -1,7 +1,7 @@
 """The AReaL adapter against AReaL's real code: the installed package, and optionally a
 checkout named by SENTINEL_AREAL_REPO (for example a clone of AReaL at git HEAD).
 
-Install the target with: pip install --no-deps areal==1.0.4 && pip install -r requirements/areal.txt
+Install the target with: pip install '.[areal]' && pip install --no-deps areal==1.0.4
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from sentinel_adapters.shims import install_stubs, is_stub
 
 needs_areal = pytest.mark.skipif(
     importlib.util.find_spec("areal") is None,
-    reason="areal is not installed (pip install --no-deps areal==1.0.4 && pip install -r requirements/areal.txt)",
+    reason="areal is not installed (pip install '.[areal]' && pip install --no-deps areal==1.0.4)",
 )
 
 # The seed (AReaL PR #1351): a no-EOS row's outlier reward leaks through batch reward

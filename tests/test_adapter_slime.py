@@ -265,7 +265,9 @@ def test_kl_aliasing_before_fix(kl_runs):
     """045310b2b^: `k *= kl_coef` aliases rollout_data["kl"]: the logged KL is the shaped reward."""
     out = kl_runs[f"{KL_FIX}^"]["outputs"]
     assert out["logged_kl"] == out["token_rewards"]
-    assert out["logged_kl"][0][:3] == pytest.approx([-0.005, -0.01, 0.985], abs=1e-6)
+    # the whole row reaches slime (masked tail included): slime adds the reward at the response's
+    # last token, k[-1], which here is the masked fourth position
+    assert out["logged_kl"][0] == pytest.approx([-0.005, -0.01, -0.015, 1.0], abs=1e-6)
 
 
 def test_kl_aliasing_fixed(kl_runs):

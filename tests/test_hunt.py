@@ -249,8 +249,8 @@ def test_every_property_uses_a_registered_family_and_boundary():
 SLIME = os.environ.get("SENTINEL_SLIME_REPO")
 needs_slime = pytest.mark.skipif(not SLIME, reason="set SENTINEL_SLIME_REPO to a clone of THUDM/slime with history")
 needs_areal = pytest.mark.skipif(importlib.util.find_spec("areal") is None,
-                                 reason="areal is not installed (pip install --no-deps areal==1.0.4 && "
-                                        "pip install -r requirements/areal.txt)")
+                                 reason="areal is not installed (pip install '.[areal]' && "
+                                        "pip install --no-deps areal==1.0.4)")
 
 
 def _has_commit(repo: str, rev: str) -> bool:

@@ -23,9 +23,9 @@ SLIME = os.environ.get("SENTINEL_SLIME_REPO")
 AREAL_REPO = os.environ.get("SENTINEL_AREAL_REPO")
 needs_slime = pytest.mark.skipif(not SLIME, reason="set SENTINEL_SLIME_REPO to a slime checkout to run slime tests")
 needs_areal = pytest.mark.skipif(importlib.util.find_spec("areal") is None,
-                                 reason="areal is not installed (pip install --no-deps areal==1.0.4 -r requirements/areal.txt)")
+                                 reason="areal is not installed (pip install '.[areal]' && pip install --no-deps areal==1.0.4)")
 needs_verl = pytest.mark.skipif(importlib.util.find_spec("verl") is None,
-                                reason="verl is not installed (pip install --no-deps verl==0.9.1 -r requirements/verl.txt)")
+                                reason="verl is not installed (pip install '.[verl]' && pip install --no-deps verl==0.9.1)")
 
 
 def sentinel(*args: str) -> tuple[int, dict]:
@@ -133,11 +133,12 @@ def test_slime_kl_aliasing_compare_fixed():
     assert code == 0
     assert rep["comparisons"][0]["verdict"] == "fixed"
     base = result(rep, "ppo-kl-metric-aliasing", "base")
-    # before the fix the logged KL is the shaped reward: -kl_coef * kl, + reward at the last token
+    # before the fix the logged KL is the shaped reward: -kl_coef * kl, + reward at the response's
+    # last token, k[-1] (the whole row reaches slime: in row 1 that is the masked third position)
     kl = [[0.1, -0.2, 0.2], [-0.1, 0.2, 0.0]]
     shaped = [[-0.05 * k for k in row] for row in kl]
     shaped[0][2] += 1.0
-    shaped[1][1] += 0.5
+    shaped[1][2] += 0.5
     flat = lambda x: [v for row in x for v in row]  # noqa: E731
     assert flat(base["observations"]["logged_kl"]) == pytest.approx(flat(shaped), abs=1e-6)
     head = result(rep, "ppo-kl-metric-aliasing", "head")
@@ -178,7 +179,10 @@ def test_slime_per_token_loss_scale_fixed_by_pr_987(tmp_path):
                          "--repo", SLIME, "--base", "763f18d5b^", "--head", "763f18d5b")
     verdicts = {c["id"]: c["verdict"] for c in rep["comparisons"]}
     assert verdicts["ppo-gradient-unclipped"] == "fixed", verdicts
-    assert code == 0
+    # the masked positions of ppo-clip-masked-batch reach slime (no trimming): a NaN there reaches
+    # the loss on both sides (get_sum_of_sample_mean multiplies by the mask, the
+    # masked-token-nan-reaches-loss finding)
+    assert verdicts["ppo-clip-masked-batch"] == "still-violated" and code == 1, verdicts
     base = inv(result(rep, "ppo-gradient-unclipped", "base"), "gradient")
     assert [o * 2 for o in base["observed"][0]] == pytest.approx(base["expected"][0], abs=1e-7)
     log = tmp_path / "bisect.json"

@@ -18,9 +18,13 @@ Where the code lives in slime (paths relative to a checkout):
   group reward normalisation, done before compute_advantages_and_returns).
 
 Conventions translated here:
-- canonical ``[B, T]`` -> one response tensor per sample (``support.rows``: each row cut to its
-  first..last valid token), ``loss_masks`` as int32 (as slime's actor moves them to the GPU),
-  ``response_lengths`` = span lengths, ``total_lengths`` = span start + span length;
+- canonical ``[B, T]`` -> one response tensor per sample: the whole row, every position
+  (``support.rows``; masked head and tail positions, and what they hold, reach slime as masked
+  response tokens, as a multi-turn sample's tool output or a removed sample's do), ``loss_masks``
+  as int32 (as slime's actor moves them to the GPU), ``response_lengths`` = T,
+  ``total_lengths`` = T + 1 (the one-token prompt the loss entry builds); a fully masked row is a
+  sample whose loss mask slime zeroed (``Sample.remove_sample``), and for ``reward_norm`` a row
+  with mask 0 is a Sample with ``remove_sample`` set;
 - one process, context-parallel size 1 (``megatron.core.mpu`` is a functional shim), one
   micro-batch, data-parallel size 1, step_global_batch_size = B, one sample per rollout
   (``rollout_mask_sums`` = each sample's own mask total);

@@ -14,34 +14,19 @@ from typing import Any, Callable
 
 import torch
 
+from ..backport import backport_type_params
 from ..base import Adapter, BoundaryResult, Unsupported, implements
 from ..shims import import_with_stubs
-from ..support import (bind, first_on_path, group_ids, group_layout, locate, lookup, parameters, rows, signature_text,
-                       spy, unrows, version_facts)
-from .conventions import (BARE_PACKAGES, BOUNDARY_MODULES, CP_UTILS, ESTIMATORS, GROUP_NORMALISED, HEAVY_DEPS, LOSS,
-                          PPO_UTILS, ROLLOUT, slime_args)
+from ..support import (bind, first_on_path, group_ids, group_layout, locate, lookup, module_exists, parameters,
+                       pip_hint, rows, signature_text, spy, unrows, version_facts)
+from .conventions import (BARE_PACKAGES, BOUNDARY_MODULES, CP_UTILS, ESTIMATORS, EXTRA, GROUP_NORMALISED, LIGHT, LOSS,
+                          MODULE_HOMES, PPO_UTILS, ROLLOUT, slime_args)
 from .entry import EntryLoss
 from .megatron import bare_package, install_megatron_shim
 from .surfaces import Surfaces
 
 # The loss entry every loss boundary's reduced loss goes through (`EntryLoss._entry_loss`).
 ENTRY_CALLS = (f"{LOSS}:loss_function", f"{LOSS}:policy_loss_function", f"{CP_UTILS}:get_sum_of_sample_mean")
-
-
-def _span_starts(mask: torch.Tensor) -> list[int]:
-    out = []
-    for m in mask:
-        idx = m.nonzero(as_tuple=True)[0]
-        out.append(int(idx[0]) if len(idx) else 0)
-    return out
-
-
-def _scatter_back(parts: list[torch.Tensor], original: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """The canonical tensor with each row's span replaced by the state of what slime got."""
-    out = original.detach().clone()
-    for b, (p, s) in enumerate(zip(parts, _span_starts(mask))):
-        out[b, s: s + p.numel()] = p.detach().reshape(-1).to(out.dtype)
-    return out
 
 
 class SlimeAdapter(EntryLoss, Surfaces, Adapter):
@@ -67,7 +52,7 @@ class SlimeAdapter(EntryLoss, Surfaces, Adapter):
 
     def _import(self, name: str) -> types.ModuleType:
         return import_with_stubs(name, target="slime", own="slime", stubs=self.stubs,
-                                 allowed=HEAVY_DEPS | set(self.options.get("extra_stubs") or ()))
+                                 allowed=None, light=LIGHT, hint=f"install it: {pip_hint(EXTRA)}")
 
     def load(self) -> dict[str, Any]:
         root = locate("slime", "slime", PPO_UTILS, self.root)
@@ -84,25 +69,36 @@ class SlimeAdapter(EntryLoss, Surfaces, Adapter):
         self.root = root
 
         self.stubs = install_megatron_shim()
+        backport_type_params("slime")
         importlib.import_module("slime")
-        for pkg in BARE_PACKAGES:
+        bare = [p for p in BARE_PACKAGES if root.joinpath(*p.split(".")).is_dir()]
+        for pkg in bare:
             parent = pkg.rpartition(".")[0]
             if parent:
                 self._import(parent)
             bare_package(pkg, root)
-        for name in BOUNDARY_MODULES:
-            self.mods[name] = self._import(name)
+        # each loss-path module where this commit keeps it; one absent everywhere leaves its
+        # functions to `Unsupported` (lookup), one present but not importable fails the load
+        self.located: dict[str, str] = {}
+        for key in BOUNDARY_MODULES:
+            where = next((m for m in MODULE_HOMES[key] if module_exists(root, m)), None)
+            if where is not None:
+                self.mods[key] = self._import(where)
+                self.located[key] = where
         boundary_s = time.perf_counter() - t0
-        if self.options.get("rollout_module", True):
-            try:
-                self.mods[ROLLOUT] = self._import(ROLLOUT)
-            except Exception as e:  # noqa: BLE001 - optional: only reward normalisation needs it
-                self.rollout_error = f"{type(e).__name__}: {e}"
+        # reward post-processing (reward_norm, group-normalised advantages): absent at a commit,
+        # its boundaries are unsupported; present but not importable, the target does not load
+        if not self.options.get("rollout_module", True):
+            self.rollout_error = "rollout_module disabled by options"
+        elif module_exists(root, ROLLOUT):
+            self.mods[ROLLOUT] = self._import(ROLLOUT)
+        else:
+            self.rollout_error = f"{ROLLOUT.replace('.', '/')}.py does not exist at this commit"
         self.facts = {
             **self._version(root),
             "module_files": [str(Path(m.__file__).resolve().relative_to(root)) for m in self.mods.values()],
             "stubs": list(self.stubs),
-            "bare_packages": list(BARE_PACKAGES),
+            "bare_packages": bare,
             "boundary_import_s": round(boundary_s, 4),
             "eager": not compile_,
         }
@@ -119,16 +115,19 @@ class SlimeAdapter(EntryLoss, Surfaces, Adapter):
 
     # --- canonical <-> slime ------------------------------------------------------------
     def _tok(self, inputs: dict[str, torch.Tensor], name: str, mask: torch.Tensor) -> list[torch.Tensor]:
-        """Per-sample response tensors (clones of the spans, so autograd reaches the input)."""
-        return [r.clone() for r in rows(inputs[name].to(self.device), mask)]
+        """Per-sample response tensors: every canonical position of the row, masked ones
+        included (clones, so autograd reaches the input and in-place changes are seen)."""
+        return rows(inputs[name].to(self.device))
 
     def _masks(self, mask: torch.Tensor) -> list[torch.Tensor]:
-        return [r.to(torch.int32) for r in rows(mask, mask)]
+        return [m.to(torch.int32) for m in mask]
 
     @staticmethod
     def _lengths(mask: torch.Tensor, parts: list[torch.Tensor]) -> tuple[list[int], list[int]]:
+        """(response_lengths, total_lengths): the whole row is the response, after a one-token
+        prompt (the prompt the loss entry builds; canonical inputs carry none)."""
         response = [int(p.numel()) for p in parts]
-        return response, [s + n for s, n in zip(_span_starts(mask), response)]
+        return response, [n + 1 for n in response]
 
     @staticmethod
     def _back(cat: torch.Tensor, lengths: list[int], mask: torch.Tensor) -> torch.Tensor:
@@ -136,7 +135,8 @@ class SlimeAdapter(EntryLoss, Surfaces, Adapter):
 
     def _after(self, inputs: dict[str, torch.Tensor], given: dict[str, list[torch.Tensor]],
                mask: torch.Tensor) -> dict[str, torch.Tensor]:
-        return {k: _scatter_back(v, inputs[k], mask) for k, v in given.items()}
+        """The canonical inputs as slime left the tensors it was given (in-place changes show)."""
+        return {k: unrows([p.detach() for p in v], inputs[k]).to(inputs[k].dtype) for k, v in given.items()}
 
     # --- boundaries ---------------------------------------------------------------------
     @implements("opsm_mask", calls=(f"{PPO_UTILS}:compute_opsm_mask", f"{PPO_UTILS}:compute_policy_loss",
@@ -326,17 +326,24 @@ class SlimeAdapter(EntryLoss, Surfaces, Adapter):
         return fn
 
     def _post_process_rewards(self, boundary: str, rewards: list[float], estimator: str,
-                              group: torch.Tensor | None, group_size: int | None):
-        """RolloutManager._post_process_rewards on Samples carrying only their reward, with the
-        rows in slime's group-consecutive order (and put back in canonical order after)."""
+                              group: torch.Tensor | None, group_size: int | None, removed: list[bool] | None = None):
+        """RolloutManager._post_process_rewards on Samples carrying their reward (and
+        `remove_sample`, slime's flag for a sample that must not train), with the rows in
+        slime's group-consecutive order (and put back in canonical order after)."""
         fn = self._rollout_manager(boundary)
         order, n, batches = self._groups(len(rewards), group, group_size)
         types_mod = self._import("slime.utils.types")
         args = slime_args(advantage_estimator=estimator, n_samples_per_prompt=n, rollout_batch_size=batches,
                           # slime's validate_args: one sample per prompt turns std normalisation off
                           grpo_std_normalization=n > 1)
+        flags = {}
+        if removed is not None and any(removed):
+            if "remove_sample" not in parameters(types_mod.Sample):
+                raise Unsupported(f"{boundary}: slime's Sample has no remove_sample flag at this commit, so a row "
+                                  f"with mask 0 has no slime counterpart")
+            flags = {i: {"remove_sample": True} for i, r in enumerate(removed) if r}
         try:
-            samples = [types_mod.Sample(reward=float(rewards[i])) for i in order]
+            samples = [types_mod.Sample(reward=float(rewards[i]), **flags.get(i, {})) for i in order]
         except Exception as e:  # noqa: BLE001
             raise Unsupported(f"{boundary}: cannot build slime Samples at this commit: {e}") from e
         manager = types.SimpleNamespace(args=args, custom_reward_post_process_func=None)
@@ -349,10 +356,10 @@ class SlimeAdapter(EntryLoss, Surfaces, Adapter):
     @implements("reward_norm", calls=(f"{ROLLOUT}:RolloutManager._post_process_rewards",))
     def b_reward_norm(self, inputs, config):
         """RolloutManager._post_process_rewards: group mean (and std for GRPO) over consecutive
-        groups of n_samples_per_prompt; eps fixed at 1e-6; every sample enters the statistics."""
+        groups of n_samples_per_prompt; eps fixed at 1e-6. A row with mask 0 is a Sample with
+        remove_sample set (slime zeroes its loss mask after this call)."""
         r = inputs["rewards"].to(self.device)
-        if "mask" in inputs and not bool(inputs["mask"].bool().all()):
-            raise Unsupported("slime's reward post-processing has no row mask: every sample enters the statistics")
+        removed = [not bool(x) for x in inputs["mask"].reshape(-1).tolist()] if "mask" in inputs else None
         mean_level, std_level = config["mean_level"], config["std_level"]
         if mean_level is None:
             raise Unsupported("slime always subtracts the mean when it normalises rewards")
@@ -367,7 +374,7 @@ class SlimeAdapter(EntryLoss, Surfaces, Adapter):
             group, group_size = None, None
         else:
             group, group_size = inputs.get("group"), config["group_size"]
-        out, fn = self._post_process_rewards("reward_norm", r.tolist(), estimator, group, group_size)
+        out, fn = self._post_process_rewards("reward_norm", r.tolist(), estimator, group, group_size, removed)
         rewards = torch.tensor(out, dtype=r.dtype, device=self.device)
         return BoundaryResult({"rewards": rewards}, function=self._ref(fn))
 

@@ -11,18 +11,19 @@ PPO_UTILS = "slime.utils.ppo_utils"
 CP_UTILS = "slime.backends.megatron_utils.cp_utils"
 LOSS = "slime.backends.megatron_utils.loss"
 ROLLOUT = "slime.ray.rollout"
+EXTRA = "slime"  # pip install 'rl-sentinel[slime]': the light packages slime's import path needs (pyproject.toml)
 BOUNDARY_MODULES = (PPO_UTILS, CP_UTILS, LOSS)
-# Packages entered without executing their __init__ (see the module docstring).
-BARE_PACKAGES = ("slime.backends.megatron_utils",)
+# Where each loss-path module lives, the first that exists at a commit wins (slime kept its
+# loss and cp_utils in slime/backends/training_utils/ for a while in 2026).
+MODULE_HOMES = {PPO_UTILS: (PPO_UTILS,), CP_UTILS: (CP_UTILS, "slime.backends.training_utils.cp_utils"),
+                LOSS: (LOSS, "slime.backends.training_utils.loss")}
+# Packages entered without executing their __init__ (see the module docstring), where they exist.
+BARE_PACKAGES = ("slime.backends.megatron_utils", "slime.backends.training_utils")
 
-# Third-party modules slime's loss-path modules import at module level but never call on a
-# boundary path (type hints, decorators, clients); stubbed only when not installed.
-HEAVY_DEPS = frozenset({
-    "ray", "sglang", "sglang_router", "wandb", "tensorboard", "tensorboardX", "httpx", "pybase64",
-    "transformers", "deep_ep", "torch_memory_saver", "flash_attn", "transformer_engine", "apex",
-    "mbridge", "aiohttp", "uvicorn", "fastapi", "requests", "datasets", "omegaconf", "pylatexenc",
-    "math_verify", "mooncake", "psutil", "yaml", "tqdm", "safetensors", "accelerate", "pandas", "pyarrow",
-})
+# The light third-party modules slime's import path needs for real: the `slime` extra
+# (pyproject.toml). Any other missing third-party module (megatron beyond the one-rank shim,
+# ray, sglang, wandb, transformers, ...) is a heavy dependency no boundary calls: stubbed.
+LIGHT = frozenset({"urllib3"})
 
 # Canonical estimator name -> slime --advantage-estimator (slime names pass through).
 ESTIMATORS = {

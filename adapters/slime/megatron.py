@@ -3,21 +3,22 @@
 slime's loss-path modules import ``megatron.core.mpu`` (context / tensor parallel groups) and,
 before 2026-06-29, Megatron's fused vocab-parallel cross-entropy. On one process with no
 initialised process groups, a functional stand-in answers for both (`install_megatron_shim`).
-`bare_package` registers a package (``slime.backends.megatron_utils``) without running its
-``__init__``, which wires the Ray actor, the Megatron model and checkpoint code.
+Packages such as ``slime.backends.megatron_utils`` are entered without running their
+``__init__`` (which wires the Ray actor, the Megatron model and checkpoint code):
+`support.bare_package`.
 """
 
 from __future__ import annotations
 
-import importlib
-import importlib.machinery
-import importlib.util
 import sys
 import types
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from ..shims import install_stubs
+from ..support import bare_package  # noqa: F401 - the adapter imports it from here
 
 
 class _MpuShim(types.ModuleType):
@@ -59,8 +60,8 @@ def one_rank_cross_entropy(vocab_parallel_logits: torch.Tensor, target: torch.Te
 def install_megatron_shim() -> list[str]:
     """A functional ``megatron.core.mpu`` (CP world size 1) and, for slime before 2026-06-29,
     ``megatron.core.fusions.fused_cross_entropy`` (one-rank cross-entropy); installed even
-    when Megatron is: the real ones need initialised process groups and kernels. Nothing
-    else is there, so an import of any other Megatron module fails loudly."""
+    when Megatron is: the real ones need initialised process groups and kernels. Every other
+    Megatron module is a permissive stub (`shims`): only import time may touch it."""
     def package(name: str) -> types.ModuleType:
         m = types.ModuleType(name, "RL-Sentinel shim")
         m.__path__ = []  # a package, so its shimmed submodules import
@@ -75,21 +76,7 @@ def install_megatron_shim() -> list[str]:
     for m in mods.values():
         m.__sentinel_stub__ = True
     sys.modules.update(mods)
+    # any other Megatron module an older slime imports at module level (megatron.training's
+    # tokenizer helpers, ...) is a permissive stub; one a boundary calls fails loudly
+    install_stubs(["megatron"])
     return list(mods)
-
-
-def bare_package(name: str, root: Path) -> None:
-    """Register package `name` from `root` without executing its ``__init__``."""
-    if name in sys.modules:
-        return
-    path = root.joinpath(*name.split("."))
-    spec = importlib.machinery.ModuleSpec(name, None, is_package=True)
-    spec.submodule_search_locations = [str(path)]
-    mod = importlib.util.module_from_spec(spec)
-    mod.__path__ = [str(path)]
-    mod.__file__ = None
-    sys.modules[name] = mod
-    parent, _, child = name.rpartition(".")
-    if parent:
-        setattr(importlib.import_module(parent), child, mod)
-

@@ -78,19 +78,20 @@ Conventions translated here
   ``loss_mat`` the policy loss hands to ``agg_loss`` (recorded by a call-through spy);
   ``clipfrac`` (verl logs only its masked mean) is not reported.
 - Whitening: verl's gae, reinforce_plus_plus, reinforce_plus_plus_baseline (and gdpo)
-  estimators always whiten the advantages over the batch (``verl_F.masked_whiten``).
-  With canonical ``normalize_advantages: false`` the reported ``advantages`` are the
-  estimator's tensor as it entered that whitening call (recorded by a call-through spy;
-  the call still runs, so its errors still surface); with ``true`` they are verl's final
-  output. Estimators that never whiten (grpo, rloo, ...) cannot honour ``true``.
+  estimators always whiten the advantages over the batch (``verl_F.masked_whiten``); the
+  ``advantages`` boundary reports what the trainer returns, whitened, whatever
+  ``normalize_advantages`` says (verl has no switch to turn it off). Estimators that never
+  whiten (grpo, rloo, ...) cannot honour ``normalize_advantages: true`` (unsupported). The
+  ``gae`` boundary is the GAE recursion alone: there ``advantages`` is the tensor
+  ``compute_gae_advantage_return`` hands its closing ``masked_whiten`` (a call-through spy).
 
 Import shims
 ------------
 ``import verl`` pulls in ray, tensordict, transformers, ... through ``verl/__init__``
 (``verl.protocol``) and ``verl.workers.config``; the trainer module adds torchdata,
 datasets, pandas, peft, fastapi and more. No boundary calls them: each is stubbed
-(``shims.import_with_stubs``) only when it is not installed. requirements/verl.txt lists the
-light packages imported for real. ``import verl`` also calls ``logging.basicConfig`` and
+(``shims.import_with_stubs``) only when it is not installed. The ``verl`` extra
+(``pip install 'rl-sentinel[verl]'``, pyproject.toml) lists the light packages imported for real. ``import verl`` also calls ``logging.basicConfig`` and
 loads ``verl.plugins`` entry points; the adapter restores the root logger afterwards and
 sets VERL_USE_EXTERNAL_PLUGINS=none during the import (unless already set).
 """

@@ -7,6 +7,7 @@ import contextlib
 import importlib
 import inspect
 import os
+import sys
 import time
 import types
 from pathlib import Path
@@ -14,11 +15,12 @@ from typing import Any, Callable
 
 import torch
 
+from ..backport import backport_type_params
 from ..base import Adapter, BoundaryResult, TargetLoadError, Unsupported, implements
 from ..shims import import_with_stubs, is_stub
-from ..support import (bind, first_on_path, keep_host_logging, locate, lookup, parameters, signature_text, spy,
-                       version_facts)
-from .conventions import (ACTOR_LOSSES_FILE, CORE, ESTIMATOR_ALIASES, GRPO_FAMILY, HEAVY_DEPS, KL_NAMES, NEEDS_MORE,
+from ..support import (bind, first_on_path, keep_host_logging, locate, lookup, module_exists, parameters, pip_hint,
+                       signature_text, spy, version_facts)
+from .conventions import (ACTOR_LOSSES_FILE, CORE, ESTIMATOR_ALIASES, GRPO_FAMILY, KL_NAMES, LIGHT, NEEDS_MORE,
                           PIP_HINT, ROLLOUT_CORR, TRAINER, VECTORIZED, build, data_proto, last_valid_scores, uid_array)
 from .losses import PolicyLosses
 from .surfaces import Surfaces
@@ -74,17 +76,17 @@ class VerlAdapter(PolicyLosses, Surfaces, Adapter):
 
     def _import(self, name: str) -> types.ModuleType:
         return import_with_stubs(name, target="verl", own="verl", stubs=self.stubs,
-                                 allowed=HEAVY_DEPS | set(self.options.get("extra_stubs") or ()),
-                                 hint="pip install -r requirements/verl.txt, or options.extra_stubs")
+                                 allowed=None, light=LIGHT, hint=f"install it: {pip_hint('verl')}")
 
-    def _optional(self, name: str, enabled: bool = True) -> None:
+    def _optional(self, root: Path, name: str, enabled: bool = True) -> None:
+        """A module some boundaries need: absent at this version (or disabled), they fall back
+        or are unsupported; present but not importable, the target does not load."""
         if not enabled:
             self.errors[name] = "disabled by options"
-            return
-        try:
+        elif not module_exists(root, name):
+            self.errors[name] = f"{name.replace('.', '/')}.py does not exist at this version"
+        else:
             self.mods[name] = self._import(name)
-        except Exception as e:  # noqa: BLE001 - optional: the boundaries fall back or say unsupported
-            self.errors[name] = f"{type(e).__name__}: {e}"
 
     def _detect_batch_info(self, root: Path) -> str:
         choice = self.options.get("batch_info")
@@ -105,11 +107,12 @@ class VerlAdapter(PolicyLosses, Surfaces, Adapter):
         self.root = root
         if _last_root and _last_root[0] != root:
             raise TargetLoadError(f"verl target: this process already imported verl from {_last_root[0]}")
+        backport_type_params("verl")
         with _quiet_import():
             self.mods[CORE] = self._import(CORE)
             boundary_s = time.perf_counter() - t0
-            self._optional(ROLLOUT_CORR)
-            self._optional(TRAINER, bool(self.options.get("trainer_module", True)))
+            self._optional(root, ROLLOUT_CORR)
+            self._optional(root, TRAINER, bool(self.options.get("trainer_module", True)))
         if not _last_root:
             _last_root.append(root)
         core = self.mods[CORE]
@@ -322,13 +325,17 @@ class VerlAdapter(PolicyLosses, Surfaces, Adapter):
         if name in NEEDS_MORE:
             raise Unsupported(f"verl's {name!r} estimator needs {NEEDS_MORE[name]}, which no canonical input carries")
         getter = getattr(core, "get_adv_estimator_fn", None)
-        if getter is None:  # before the registry (verl < 0.4)
-            legacy = {"gae": "compute_gae_advantage_return", "grpo": "compute_grpo_outcome_advantage",
-                      "rloo": "compute_rloo_outcome_advantage",
-                      "reinforce_plus_plus": "compute_reinforce_plus_plus_outcome_advantage"}
-            if name not in legacy:
-                raise Unsupported(f"verl {self.facts.get('version')} has no {name!r} estimator")
-            return name, self._fn(legacy[name], boundary="advantages")
+        if getter is None:  # before the registry (verl < 0.4): the trainer dispatches by name to
+            # core_algos.compute_<name>_outcome_advantage (gae: compute_gae_advantage_return)
+            for fname in (f"compute_{name}_outcome_advantage", f"compute_{name}_advantage_return",
+                          f"compute_{name}_advantage"):
+                fn = getattr(core, fname, None)
+                if callable(fn):
+                    return name, fn
+            known = sorted(n[len("compute_"):].replace("_outcome_advantage", "").replace("_advantage_return", "")
+                           for n in dir(core) if n.startswith("compute_") and "advantage" in n)
+            raise Unsupported(f"verl {self.facts.get('version')} has no {name!r} estimator (core_algos has: "
+                              f"{', '.join(known)})")
         try:
             return name, getter(name)
         except (ValueError, KeyError) as e:
@@ -378,7 +385,7 @@ class VerlAdapter(PolicyLosses, Surfaces, Adapter):
         rewards = inputs["rewards"]
         kl_coef = float(config["kl_coef"])
         kl_name = self._kl_name(config["kl_type"])
-        scores = last_valid_scores(rewards, mask)
+        scores = last_valid_scores(rewards, mask, inputs.get("attention_mask"))
         uids = uid_array(inputs.get("group"), config["group_size"], n)
         tensors: dict[str, torch.Tensor] = {"response_mask": mask, "token_level_scores": scores,
                                             # verl <= 0.4 slices the response mask out of these
@@ -436,27 +443,42 @@ class VerlAdapter(PolicyLosses, Surfaces, Adapter):
                 if "eos_mask" in params:
                     req["eos_mask"] = mask
                 adv, ret = est_fn(**bind(est_fn, "advantages", req))
-        if whiten_wanted:
-            if not whiten:
-                raise Unsupported(f"normalize_advantages: verl's {name!r} estimator does not whiten its advantages "
-                                  f"and verl has no separate advantage normalisation")
-        elif whiten:
-            same = ret is adv  # estimators returning (scores, scores) whiten both
-            adv = whiten[-1][0]["values"]  # the estimator's advantages before its built-in whitening
-            if same:
-                ret = adv
+        # the advantages are the trainer's, whitened where its estimator whitens (never undone)
+        if whiten_wanted and not whiten:
+            raise Unsupported(f"normalize_advantages: verl's {name!r} estimator does not whiten its advantages "
+                              f"and verl has no separate advantage normalisation")
         outputs.update(advantages=adv, returns=ret, token_rewards=data.batch["token_level_rewards"])
         return BoundaryResult(outputs, function=self._ref(est_fn))
 
     # --- rollout / trainer mismatch -------------------------------------------------------
-    @implements("is_correction", calls=(f"{ROLLOUT_CORR}:compute_rollout_correction_weights",
-                                        f"{CORE}:compute_policy_loss_vanilla", f"{CORE}:compute_policy_loss_reinforce",
-                                        f"{CORE}:agg_loss"))
+    @contextlib.contextmanager
+    def _weights_seen(self):
+        """Record the IS weights verl's own entries compute (a call-through spy on
+        compute_rollout_correction_weights). Where tensordict is a stub, the DataProto those
+        entries wrap the weights in is a plain carrier (layout only: the tensor is verl's)."""
+        mod = self.mods[ROLLOUT_CORR]
+        carrier = getattr(mod, "DataProto", None)
+        plain = carrier is not None and is_stub(sys.modules.get("tensordict"))
+        if plain:
+            mod.DataProto = _PlainProto
+        try:
+            with spy(mod, "compute_rollout_correction_weights") as calls:
+                yield calls
+        finally:
+            if plain:
+                mod.DataProto = carrier
+
+    @implements("is_correction", calls=(f"{ROLLOUT_CORR}:compute_rollout_correction_and_rejection_mask",
+                                        f"{ROLLOUT_CORR}:compute_rollout_correction_weights",
+                                        f"{CORE}:compute_policy_loss_vanilla", f"{CORE}:compute_policy_loss_bypass_mode",
+                                        f"{CORE}:compute_policy_loss_reinforce", f"{CORE}:agg_loss"))
     def b_is_correction(self, inputs, config):
-        """Token-level rollout IS weights from rollout_corr_helper.compute_rollout_correction_weights
-        and the loss that consumes them: vanilla_tis / icepop = decoupled mode (weights from
-        old vs rollout, vanilla PPO loss times the weights); off_policy_is = bypass mode with
-        loss_type reinforce (weights from the current policy vs rollout, REINFORCE loss)."""
+        """Token-level rollout IS weights and the loss that consumes them, through verl's own
+        entries, so whatever detaching happens is verl's: vanilla_tis / icepop = decoupled mode
+        (compute_rollout_correction_and_rejection_mask(old, rollout) as the trainer's
+        compute_rollout_correction_and_add_to_batch calls it, then the vanilla PPO loss times the
+        weights); off_policy_is = the registered "bypass_mode" loss with loss_type reinforce
+        (weights pi_theta / pi_rollout computed inside it, REINFORCE loss)."""
         method = config["method"]
         wfn = self._fn("compute_rollout_correction_weights", ROLLOUT_CORR, boundary="is_correction")
         mask = inputs["loss_mask"].to(torch.int64)
@@ -468,7 +490,7 @@ class VerlAdapter(PolicyLosses, Surfaces, Adapter):
             if tis_low > 0:
                 raise Unsupported(f"vanilla_tis with tis_clip_low={tis_low}: verl's token TIS truncates from above "
                                   f"only (a 'low_upper' threshold is IcePop, which zeroes instead of clipping)")
-            log_ratio, threshold = (old - roll).detach(), tis_high
+            threshold: Any = tis_high
         elif method == "icepop":
             if tis_low <= 0:
                 raise Unsupported("icepop needs tis_clip_low > 0: verl's 'low_upper' threshold requires a positive "
@@ -477,28 +499,47 @@ class VerlAdapter(PolicyLosses, Surfaces, Adapter):
             if "str" not in ann:
                 raise Unsupported(f"icepop: {signature_text(wfn)} takes a single upper threshold at this verl version (no "
                                   f"'low_upper' IcePop threshold)")
-            log_ratio, threshold = (old - roll).detach(), f"{tis_low}_{tis_high}"
+            threshold = f"{tis_low}_{tis_high}"
         elif method == "off_policy_is":
             if 1.0 - low > 0:
                 raise Unsupported(f"off_policy_is clips the weight to [1 - {low}, 1 + {high}]: verl's bypass-mode "
                                   f"IS weight min(pi_theta / pi_rollout, threshold) has no lower clip")
-            log_ratio, threshold = (lp - roll).detach(), 1.0 + high
+            threshold = 1.0 + high
         else:
             raise ValueError(f"unknown is_correction method {method!r}")
-        kw = bind(wfn, "is_correction", {"log_ratio": log_ratio, "response_mask": mask},
-                     {"rollout_is": "token", "rollout_is_threshold": threshold})
-        with torch.no_grad():
-            weights, _metrics = wfn(**kw)
+        corr = {"rollout_is": "token", "rollout_is_threshold": threshold}
         if method == "off_policy_is":
-            fn = self._fn("compute_policy_loss_reinforce", boundary="is_correction")
-            token, loss, fn = self._policy("is_correction", "vanilla", lp, roll, adv, inputs["loss_mask"],
-                                           clip_low=low, clip_high=high, clip_c=None, loss_agg=loss_agg,
-                                           rollout_is_weights=weights, fn=fn)
+            if "bypass_mode" not in (getattr(self.core, "POLICY_LOSS_REGISTRY", None) or {}):
+                raise Unsupported(f"verl {self.facts.get('version')} registers no 'bypass_mode' policy loss "
+                                  f"(off-policy REINFORCE with IS weights pi_theta / pi_rollout)")
+            with self._weights_seen() as seen:
+                token, loss, fn = self._policy("is_correction", "bypass_mode", lp, roll, adv, inputs["loss_mask"],
+                                               clip_low=low, clip_high=high, clip_c=None, loss_agg=loss_agg,
+                                               rollout_correction={**corr, "loss_type": "reinforce",
+                                                                   "bypass_mode": True})
         else:
-            token, loss, _ = self._policy("is_correction", "vanilla", lp, old, adv, inputs["loss_mask"],
-                                          clip_low=low, clip_high=high, clip_c=None, loss_agg=loss_agg,
-                                          rollout_is_weights=weights)
-        outputs: dict[str, Any] = {"weights": weights, "loss": loss}
+            entry = getattr(self.mods[ROLLOUT_CORR], "compute_rollout_correction_and_rejection_mask", None)
+            with self._weights_seen() as seen:
+                if entry is not None:
+                    entry(**bind(entry, "is_correction", {"old_log_prob": old, "rollout_log_prob": roll,
+                                                          "response_mask": mask}, corr))
+                else:  # before the unified entry: the weight function on the trainer's log-ratio
+                    wfn(**bind(wfn, "is_correction", {"log_ratio": old - roll, "response_mask": mask}, corr))
+            if seen:
+                token, loss, fn = self._policy("is_correction", "vanilla", lp, old, adv, inputs["loss_mask"],
+                                               clip_low=low, clip_high=high, clip_c=None, loss_agg=loss_agg,
+                                               rollout_is_weights=seen[-1][1][0])
+        if not seen:
+            raise RuntimeError("verl computed no rollout IS weights (compute_rollout_correction_weights was not called)")
+        outputs: dict[str, Any] = {"weights": seen[-1][1][0], "loss": loss}
         if token is not None:
             outputs["pg_loss"] = token
-        return BoundaryResult(outputs, function=self._ref(wfn))
+        return BoundaryResult(outputs, function=self._ref(wfn).with_also(self._ref(fn)))
+
+
+class _PlainProto(types.SimpleNamespace):
+    """DataProto.from_dict(tensors=...) as a plain carrier of ``.batch`` (tensordict absent)."""
+
+    @classmethod
+    def from_dict(cls, tensors: dict[str, torch.Tensor] | None = None, **_: Any) -> "_PlainProto":
+        return cls(batch=dict(tensors or {}), non_tensor_batch={}, meta_info={})

@@ -14,30 +14,20 @@ import numpy as np
 import torch
 
 from ..base import Unsupported
-from ..support import group_ids
+from ..support import group_ids, pip_hint
 
 CORE = "verl.trainer.ppo.core_algos"
 TRAINER = "verl.trainer.ppo.ray_trainer"
 ROLLOUT_CORR = "verl.trainer.ppo.rollout_corr_helper"
 ACTOR_LOSSES_FILE = ("verl", "workers", "utils", "losses.py")
 
-PIP_HINT = "pip install --no-deps verl==0.9.1 && pip install -r requirements/verl.txt"
+PIP_HINT = pip_hint("verl", "pip install --no-deps verl==0.9.1")
 
-# Third-party modules verl's import chain (verl/__init__ -> verl.protocol, verl.workers.config,
-# verl.trainer.ppo.ray_trainer) reaches at module level but no boundary calls. Found by
-# importing verl 0.9.1 and 0.8.0.dev in an environment with torch, RL-Sentinel's
-# dependencies and requirements/verl.txt only; stubbed only when not installed.
-HEAVY_DEPS = frozenset({
-    "ray", "tensordict", "transformers", "codetiming", "torchdata", "tqdm", "datasets", "PIL",
-    "pandas", "peft", "cachetools", "uvicorn", "fastapi", "wandb", "swanlab", "mlflow", "tensorboard",
-    "tensorboardX", "vllm", "sglang", "accelerate", "pyarrow", "dill", "pylatexenc", "pybind11",
-    "torchcodec", "qwen_vl_utils", "mathruler", "math_verify", "msgspec", "zmq", "transfer_queue",
-    "liger_kernel", "flash_attn", "megatron", "mbridge", "torch_npu", "hydra", "safetensors",
-    "huggingface_hub", "starlette", "pydantic_settings", "aiohttp", "httpx", "requests", "psutil",
-    "nvtx", "torchvision", "torchaudio", "modelscope", "trl", "cupy", "filelock", "jinja2",
-    "orjson",  # verl.utils.tracking (a logging client)
-    "pkg_resources",  # verl <= 0.4 imports it at top level (used only on Ascend NPUs)
-})
+# The light third-party modules verl's import path needs for real: the `verl` extra
+# (pyproject.toml). Any other missing third-party module (ray, tensordict, transformers,
+# torchdata, datasets, pandas, peft, fastapi, vllm, sglang, tracking clients, ...) is a
+# heavy dependency no boundary calls: stubbed (the report lists each).
+LIGHT = frozenset({"omegaconf", "packaging"})
 
 # Canonical KL estimator -> verl kl_penalty name (verl 0.9 also accepts k1/k2/k3; "kl", "mse"
 # and "low_var_kl" exist at every version).
@@ -64,14 +54,17 @@ def uid_array(group: torch.Tensor | None, group_size: int | None, n: int) -> np.
     return np.array([str(uuid.uuid5(uuid.NAMESPACE_OID, f"sentinel-group-{g}")) for g in ids], dtype=object)
 
 
-def last_valid_scores(rewards: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """verl's token_level_scores: each row's scalar reward at its last response token."""
+def last_valid_scores(rewards: torch.Tensor, mask: torch.Tensor, attention: torch.Tensor | None = None) -> torch.Tensor:
+    """verl's token_level_scores: each row's scalar reward at its last response token. A fully
+    masked row (a response rollout rejection sampling zeroed) keeps its reward, as verl's reward
+    manager leaves it: at its last real token (attention_mask), else at the last column."""
     scores = torch.zeros(mask.shape, dtype=rewards.dtype if rewards.is_floating_point() else torch.float32,
                          device=mask.device)
     for b in range(mask.shape[0]):
         idx = mask[b].nonzero(as_tuple=True)[0]
-        if len(idx):
-            scores[b, int(idx[-1])] = rewards[b]
+        if not len(idx) and attention is not None:
+            idx = attention[b].nonzero(as_tuple=True)[0]
+        scores[b, int(idx[-1]) if len(idx) else mask.shape[1] - 1] = rewards[b]
     return scores
 
 

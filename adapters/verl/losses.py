@@ -23,8 +23,9 @@ class PolicyLosses:
     """verl's policy-loss path, for the loss boundaries of `VerlAdapter`."""
 
     def _actor_config(self, boundary: str, *, clip_low: float, clip_high: float, clip_c: float, loss_agg: str,
-                      loss_mode: str, mask: torch.Tensor):
-        """verl's ActorConfig (with its PolicyLossConfig) for one micro-batch on one rank."""
+                      loss_mode: str, mask: torch.Tensor, rollout_correction: dict[str, Any] | None = None):
+        """verl's ActorConfig (with its PolicyLossConfig, and that one's RolloutCorrectionConfig
+        where given) for one micro-batch on one rank."""
         cls = self._config_class("ActorConfig", "verl.workers.config", "verl.workers.config.actor")
         if cls is None:
             raise Unsupported(f"verl has no ActorConfig at this version (boundary {boundary!r})")
@@ -35,7 +36,14 @@ class PolicyLosses:
         )
         pl_cls = self._config_class("PolicyLossConfig", "verl.workers.config", "verl.workers.config.actor")
         if pl_cls is not None:
-            values["policy_loss"] = build(pl_cls, boundary, {"loss_mode": loss_mode})
+            pl: dict[str, Any] = {"loss_mode": loss_mode}
+            if rollout_correction is not None:
+                rc_cls = self._config_class("RolloutCorrectionConfig", "verl.trainer.config",
+                                            "verl.trainer.config.algorithm")
+                if rc_cls is None:
+                    raise Unsupported(f"verl has no RolloutCorrectionConfig at this version (boundary {boundary!r})")
+                pl["rollout_correction"] = build(rc_cls, boundary, rollout_correction)
+            values["policy_loss"] = build(pl_cls, boundary, pl)
         missing = [f.name for f in dataclasses.fields(cls)
                    if f.name not in values and f.default is dataclasses.MISSING
                    and f.default_factory is dataclasses.MISSING]  # type: ignore[misc]
@@ -57,7 +65,7 @@ class PolicyLosses:
     def _policy(self, boundary: str, loss_mode: str, lp: torch.Tensor, old: torch.Tensor, adv: torch.Tensor,
                 mask: torch.Tensor, *, clip_low: float, clip_high: float, clip_c: float | None, loss_agg: str,
                 rollout_is_weights: torch.Tensor | None = None, fn: Callable | None = None,
-                extra: dict[str, Any] | None = None):
+                extra: dict[str, Any] | None = None, rollout_correction: dict[str, Any] | None = None):
         """One registered policy loss on one micro-batch; returns (token loss, scalar loss, fn)."""
         core = self.core
         c = math.inf if clip_c is None else float(clip_c)
@@ -74,7 +82,7 @@ class PolicyLosses:
                                   f"{self.facts.get('version')}: {e}") from e
         if fn is not None:
             cfg = self._actor_config(boundary, clip_low=clip_low, clip_high=clip_high, clip_c=c, loss_agg=loss_agg,
-                                     loss_mode=loss_mode, mask=mask)
+                                     loss_mode=loss_mode, mask=mask, rollout_correction=rollout_correction)
             kw = bind(fn, boundary, {"old_log_prob": old, "log_prob": lp, "advantages": adv,
                                         "response_mask": mask_t},
                          {"loss_agg_mode": loss_agg, "config": cfg, "rollout_is_weights": rollout_is_weights,
@@ -115,8 +123,9 @@ class PolicyLosses:
         """use_decoupled_loss: verl's decoupled rollout correction (old_log_probs = the recomputed
         pi_old, rollout_log_probs = the rollout engine's): IS weights pi_old / pi_rollout from
         compute_rollout_correction_weights and, with rollout_rs, the rejection mask from
-        compute_rollout_rejection_mask, as the trainer's compute_rollout_correction_and_add_to_batch
-        combines them. `rejection_sampling` is verl's own rollout_correction keys."""
+        compute_rollout_rejection_mask, through compute_rollout_correction_and_rejection_mask as
+        the trainer's compute_rollout_correction_and_add_to_batch calls it (no detach or no_grad
+        of ours). `rejection_sampling` is verl's own rollout_correction keys."""
         mask = inputs["loss_mask"]
         if not config["use_decoupled_loss"]:
             return None, mask
@@ -130,22 +139,25 @@ class PolicyLosses:
                               f"({', '.join(self._RS_KEYS)})")
         if "rollout_log_probs" not in inputs:
             raise ValueError("use_decoupled_loss needs input rollout_log_probs (the rollout engine's log-probs)")
-        log_ratio = (inputs["old_log_probs"] - inputs["rollout_log_probs"]).detach()
-        imask = mask.to(torch.int64)
+        old, roll, imask = inputs["old_log_probs"], inputs["rollout_log_probs"], mask.to(torch.int64)
+        entry = getattr(self.mods.get(ROLLOUT_CORR), "compute_rollout_correction_and_rejection_mask", None)
+        if entry is not None:  # the trainer's entry (compute_rollout_correction_and_add_to_batch calls it)
+            with self._weights_seen() as seen:
+                _, imask, _ = entry(**bind(entry, boundary, {"old_log_prob": old, "rollout_log_prob": roll,
+                                                             "response_mask": imask}, dict(spec)))
+            return (seen[-1][1][0] if seen else None), imask
+        # before the unified entry: its two steps on the log-ratio the trainer formed
+        log_ratio = old - roll
         weights = None
         if spec.get("rollout_is") is not None:
             wfn = self._fn("compute_rollout_correction_weights", ROLLOUT_CORR, boundary=boundary)
-            kw = bind(wfn, boundary, {"log_ratio": log_ratio, "response_mask": imask},
-                         {k: spec[k] for k in ("rollout_is", "rollout_is_threshold", "rollout_is_batch_normalize")
-                          if k in spec})
-            with torch.no_grad():
-                weights, _ = wfn(**kw)
+            weights, _ = wfn(**bind(wfn, boundary, {"log_ratio": log_ratio, "response_mask": imask},
+                                    {k: spec[k] for k in ("rollout_is", "rollout_is_threshold",
+                                                          "rollout_is_batch_normalize") if k in spec}))
         if spec.get("rollout_rs") is not None:
             rfn = self._fn("compute_rollout_rejection_mask", ROLLOUT_CORR, boundary=boundary)
-            kw = bind(rfn, boundary, {"log_ratio": log_ratio, "response_mask": imask},
-                         {k: spec[k] for k in ("rollout_rs", "rollout_rs_threshold") if k in spec})
-            with torch.no_grad():
-                imask, _ = rfn(**kw)
+            imask, _ = rfn(**bind(rfn, boundary, {"log_ratio": log_ratio, "response_mask": imask},
+                                  {k: spec[k] for k in ("rollout_rs", "rollout_rs_threshold") if k in spec}))
         return weights, imask
 
     def _policy_boundary(self, boundary: str, mode: str, inputs, config, low: float, high: float,

@@ -143,6 +143,8 @@ def _hunt_console(rep: Report, verbose: bool) -> None:
         why = (r.reason or "").split("; ")[0][:100]
         if p.errors and p.error_sample and p.status != "error":
             why += f" · target raised on {p.errors} input(s): {p.error_sample.type}: {p.error_sample.message[:80]}"
+        if p.preconditions:
+            why += " · excluded by precondition: " + ", ".join(f"{k.split(':')[0]} x{n}" for k, n in p.preconditions.items())
         t.add_row(p.property, render.Text(p.status, render.STYLE[p.status]), str(p.examples), str(p.rejected),
                   str(p.errors), f"{p.duration_s:.2f}", render.Text(why))
     if t.row_count:

@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, Phase, find, reject, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
 from hypothesis.errors import HypothesisException, NoSuchExample, Unsatisfiable
 
-from sentinel_adapters.base import Unsupported
+from sentinel_adapters.base import PreconditionUnmet, Unsupported
 
 from ..errors import SentinelError
 
@@ -82,12 +82,14 @@ def fingerprint(ex: S.Example) -> str:
 
 # --- one round ------------------------------------------------------------------------------
 
-def probe(prop: Property, adapter, device) -> tuple[dict[str, list[Any]], str | None]:
+def probe(prop: Property, adapter, device,
+          reasons: dict[str, str] | None = None) -> tuple[dict[str, list[Any]], str | None]:
     """Which config choices does the target not have? From the property's simplest
     applicable example, try each other choice of each config key alone; the ones the
     target raises Unsupported for are excluded from this hunt's draws. Returns
     (excluded choices, reason) where a reason means the property does not apply at all
-    (the simplest example is itself unsupported, or an output it checks is absent)."""
+    (the simplest example is itself unsupported, or an output it checks is absent); each
+    excluded choice's own reason goes into `reasons` ("key=value" -> the target's message)."""
     seen: dict[str, Any] = {"declined": 0}
     default = {k: v[0] for k, v in prop.config_choices().items()}
 
@@ -105,7 +107,7 @@ def probe(prop: Property, adapter, device) -> tuple[dict[str, list[Any]], str | 
             cand = replace(ex, config=dict(cfg))
             try:
                 outcome, _, _ = check(prop, cand, adapter, device)
-            except NotApplicable:
+            except (NotApplicable, PreconditionUnmet):  # an input the trainer never receives: draw another
                 return False
             except Unsupported as e:
                 seen.setdefault("unsupported", str(e).splitlines()[0] if str(e) else "Unsupported")
@@ -137,8 +139,10 @@ def probe(prop: Property, adapter, device) -> tuple[dict[str, list[Any]], str | 
                 continue
             try:
                 check(prop, replace(base, config={**base.config, key: v}), adapter, device)
-            except Unsupported:
+            except Unsupported as e:
                 excluded.setdefault(key, []).append(v)
+                if reasons is not None:
+                    reasons[f"{key}={v!r}"] = (str(e).splitlines()[0] if str(e) else "Unsupported")[:300]
             except Exception:  # noqa: BLE001
                 pass
     return excluded, None
@@ -150,8 +154,9 @@ def run_round(adapter, device, job: dict[str, Any], emit: Callable[[dict[str, An
     prop = PROPERTIES[job["property"]]
     t_probe = time.monotonic()
     exclude = job.get("exclude") or {}
+    excluded_why: dict[str, str] = {}
     if job.get("probe"):
-        exclude, why = probe(prop, adapter, device)
+        exclude, why = probe(prop, adapter, device, excluded_why)
         if why:
             return {"status": "ok", "property": prop.name, "examples": 0, "rejected": 0, "errors": 0,
                     "shrink_calls": 0, "timed_out": 0, "note": "", "not_applicable": why, "exclude": {},
@@ -162,6 +167,7 @@ def run_round(adapter, device, job: dict[str, Any], emit: Callable[[dict[str, An
     shrink_time = float(job.get("shrink_time", SHRINK_TIME))
     st = {"examples": 0, "rejected": 0, "errors": 0, "shrink_calls": 0, "timed_out": 0}
     unsupported: Counter[str] = Counter()
+    preconditions: Counter[str] = Counter()  # examples each declared precondition excluded (no target call)
     first: dict[str, Any] = {}
     best: dict[str, Any] = {}
     error_sample: dict[str, Any] | None = None
@@ -184,6 +190,10 @@ def run_round(adapter, device, job: dict[str, Any], emit: Callable[[dict[str, An
             return False  # shrinking budget spent: only the best so far is still a failure
         try:
             outcome, obs, function = check(prop, ex, adapter, device)
+        except PreconditionUnmet as e:  # Adapter.call refused before any target code ran
+            st["rejected"] += 1
+            preconditions[f"{e.name}: {e.reason}"[:300]] += 1
+            reject()
         except (NotApplicable, Unsupported) as e:
             st["rejected"] += 1
             unsupported[str(e).splitlines()[0][:300] if str(e) else type(e).__name__] += 1
@@ -231,7 +241,9 @@ def run_round(adapter, device, job: dict[str, Any], emit: Callable[[dict[str, An
             break
     progress(force=True)
     out: dict[str, Any] = {"status": "ok", "property": prop.name, **st, "note": note, "exclude": exclude,
-                           "unsupported_reasons": [f"{r} (x{n})" for r, n in unsupported.most_common(5)],
+                           "unsupported_reasons": [f"config {k} excluded: {r}" for k, r in excluded_why.items()]
+                           + [f"{r} (x{n})" for r, n in unsupported.most_common(5)],
+                           "preconditions": dict(preconditions),
                            "error_sample": error_sample, "duration_s": time.monotonic() - t_probe,
                            "probe_s": t0 - t_probe,
                            "ran_out_of_time": st["timed_out"] > 0}

@@ -49,6 +49,7 @@ class PropertyState:
     status: str = "running"
     reason: str = ""
     reasons: list[str] = field(default_factory=list)
+    preconditions: dict[str, int] = field(default_factory=dict)  # "name: reason" -> examples it excluded
     error_sample: dict | None = None
     exclude: dict | None = None  # config choices the target does not have (probed in round 1)
     finding: dict | None = None
@@ -82,6 +83,8 @@ class PropertyState:
         self.errors += res.get("errors", 0)
         self.shrink_calls += res.get("shrink_calls", 0)
         self.duration_s += res.get("duration_s", 0.0)
+        for r, n in (res.get("preconditions") or {}).items():
+            self.preconditions[r] = self.preconditions.get(r, 0) + n
         for r in res.get("unsupported_reasons", []):
             if r not in self.reasons:
                 self.reasons.append(r)
@@ -105,8 +108,8 @@ class PropertyState:
                                    f"{self.error_sample['type']}: {self.error_sample['message'][:300]}")
                 else:
                     self.status = "unsupported"
-                    self.reason = ("not applicable to this target: "
-                                   + ("; ".join(self.reasons[:3]) or res.get("note", "")))
+                    why = self.reasons[:3] + [f"excluded by precondition {p}" for p in self.preconditions][:3]
+                    self.reason = "not applicable to this target: " + ("; ".join(why) or res.get("note", ""))
             elif self.empty_rounds >= 3:
                 self.status = "holds"
             return

@@ -76,7 +76,8 @@ def _property(s: PropertyState, target_key: str,
     prop = HuntProperty(property=p.name, boundary=p.boundary, family=p.family, doc=p.doc, status=s.status,
                         reason=s.reason, examples=s.examples, rejected=s.rejected, errors=s.errors,
                         shrink_calls=s.shrink_calls, rounds=s.rounds, duration_s=round(s.duration_s, 4),
-                        unsupported_reasons=s.reasons[:5], excluded_config=s.exclude or {},
+                        unsupported_reasons=s.reasons[:12], preconditions=dict(s.preconditions),
+                        excluded_config=s.exclude or {},
                         error_sample=err)
     return result, prop, finding
 

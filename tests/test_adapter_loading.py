@@ -1,0 +1,57 @@
+"""How a target's import path is satisfied (adapters/shims.py, adapters/support.py): a
+missing heavy module is stubbed, a missing light one is a load error naming the pip extra
+that installs it, and a package entered without its `__init__` still serves what that
+`__init__` re-exports. Each case runs in a fresh interpreter (stubs are process-wide)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+
+def _run(tmp_path, body: str) -> subprocess.CompletedProcess:
+    code = f"import sys\nsys.path.insert(0, {str(tmp_path)!r})\n" + textwrap.dedent(body)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+
+
+def test_heavy_is_stubbed_light_is_a_load_error_with_the_fix(tmp_path):
+    pkg = tmp_path / "toytrainer"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "heavy.py").write_text("import no_such_runtime_xyz.cluster\nVALUE = 3\n")
+    (pkg / "light.py").write_text("import no_such_light_xyz\n")
+    p = _run(tmp_path, """
+        from sentinel_adapters.base import TargetLoadError
+        from sentinel_adapters.shims import import_with_stubs
+        from sentinel_adapters.support import pip_hint
+        stubs = []
+        kw = dict(target="toy", own="toytrainer", allowed=None, light={"no_such_light_xyz"}, stubs=stubs,
+                  hint="install it: " + pip_hint("toy"))
+        assert import_with_stubs("toytrainer.heavy", **kw).VALUE == 3 and stubs == ["no_such_runtime_xyz"]
+        try:
+            import_with_stubs("toytrainer.light", **kw)
+        except TargetLoadError as e:
+            print(e)
+    """)
+    assert p.returncode == 0, p.stderr[-3000:]
+    msg = p.stdout.strip()
+    assert "'no_such_light_xyz'" in msg and "pip install 'rl-sentinel[toy]'" in msg and "\n" not in msg
+
+
+def test_bare_package_serves_its_reexports(tmp_path):
+    pkg = tmp_path / "wired" / "backend"
+    pkg.mkdir(parents=True)
+    (tmp_path / "wired" / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("import no_such_cluster_runtime\nfrom .arguments import padded_vocab\n")
+    (pkg / "arguments.py").write_text("def padded_vocab(n):\n    return -(-n // 128) * 128\n")
+    (pkg / "loss.py").write_text("from wired.backend import padded_vocab\n")
+    p = _run(tmp_path, f"""
+        from pathlib import Path
+        from sentinel_adapters.support import bare_package
+        bare_package("wired.backend", Path({str(tmp_path)!r}))  # its __init__ never runs
+        import wired.backend.loss as loss
+        print(loss.padded_vocab(130))
+    """)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert p.stdout.strip() == "256"
