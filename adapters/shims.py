@@ -18,6 +18,7 @@ resulting tensors will not be tensors, which fails loudly rather than silently.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
@@ -25,7 +26,7 @@ import sys
 import types
 from typing import Any
 
-__all__ = ["import_with_stubs", "install_stubs", "is_stub", "stubbed_names"]
+__all__ = ["block", "hidden", "import_with_stubs", "install_stubs", "is_stub", "stubbed_names"]
 
 _STUB_MARK = "__sentinel_stub__"
 
@@ -138,13 +139,17 @@ class _StubFinder(importlib.abc.MetaPathFinder):
 
     def __init__(self) -> None:
         self.roots: set[str] = set()
+        self.blocked: set[str] = set()  # dotted names below a stubbed root that must not import
         self.loader = _StubLoader()
 
     def claims(self, fullname: str) -> bool:
         return any(fullname == r or fullname.startswith(r + ".") for r in self.roots)
 
+    def blocks(self, fullname: str) -> bool:
+        return any(fullname == b or fullname.startswith(b + ".") for b in self.blocked)
+
     def find_spec(self, fullname: str, path: Any = None, target: Any = None):
-        if not self.claims(fullname):
+        if not self.claims(fullname) or self.blocks(fullname):
             return None
         return importlib.machinery.ModuleSpec(fullname, self.loader, is_package=True)
 
@@ -184,6 +189,39 @@ def install_stubs(names: list[str]) -> list[str]:
     if _FINDER.roots and _FINDER not in sys.meta_path:
         sys.meta_path.insert(0, _FINDER)
     return stubbed
+
+
+def block(names: list[str]) -> None:
+    """Make each dotted name (and everything below it) unimportable when its root is stubbed:
+    ``import`` raises ModuleNotFoundError as if the real package lacked it. For target code that
+    picks a path by trying an import (``try: from flash_attn.ops.triton.cross_entropy import ...
+    except ImportError:`` falls back to plain torch), so a stubbed root does not send it down a
+    path the stub cannot run. A real installed module is never affected."""
+    _FINDER.blocked.update(names)
+    for name in list(sys.modules):
+        if any(name == b or name.startswith(b + ".") for b in names) and getattr(sys.modules[name], _STUB_MARK, False):
+            del sys.modules[name]
+
+
+@contextlib.contextmanager
+def hidden(names: list[str]):
+    """Hide the stubs of `names` (and their submodules) for the block: ``find_spec`` does not find
+    them and they are out of ``sys.modules``. For a target that asks whether an optional package
+    is installed (TRL: ``is_vllm_available()`` is find_spec, then its version) in a process where
+    another target stubbed that package, as one test process loading several targets does. The
+    block may stub a name again (import_with_stubs); afterwards the hidden stubs are back."""
+    roots = [n for n in names if n in _FINDER.roots]
+    saved = {k: m for k, m in sys.modules.items()
+             if any(k == r or k.startswith(r + ".") for r in roots) and getattr(m, _STUB_MARK, False)}
+    _FINDER.roots.difference_update(roots)
+    for k in saved:
+        del sys.modules[k]
+    try:
+        yield
+    finally:
+        _FINDER.roots.update(roots)
+        for k, m in saved.items():
+            sys.modules.setdefault(k, m)
 
 
 def is_stub(obj: Any) -> bool:

@@ -58,6 +58,10 @@ BUILTIN = (
     TargetInfo("verl", "sentinel_adapters.verl:VerlAdapter", "volcengine/verl (core_algos and the PPO trainer's helpers)",
                package="verl", extra="verl", repo_env="SENTINEL_VERL_REPO",
                install="pip install --no-deps verl==0.9.1"),
+    TargetInfo("openrlhf", "sentinel_adapters.openrlhf:OpenRLHFAdapter", "OpenRLHF/OpenRLHF (PolicyLoss and the experience maker's estimators)",
+               package="openrlhf", extra="openrlhf", repo_env="SENTINEL_OPENRLHF_REPO", install="pip install --no-deps openrlhf==0.11.2"),
+    TargetInfo("trl", "sentinel_adapters.trl:TRLAdapter", "huggingface/trl (GRPOTrainer._compute_loss on a bare trainer)",
+               package="trl", extra="trl", repo_env="SENTINEL_TRL_REPO", install="pip install --no-deps trl==1.16.0"),
     TargetInfo("slime", "sentinel_adapters.slime:SlimeAdapter", "THUDM/slime (Megatron loss path, shimmed)",
                needs_repo=True, extra="slime", repo_env="SENTINEL_SLIME_REPO"),
 )

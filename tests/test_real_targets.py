@@ -100,7 +100,8 @@ def test_verl_findings_reproduce():
                         "masked-token-nan-reaches-loss": "holds", "decoupled-loss-behaviour-weight": "unsupported",
                         "single-trajectory-ref-logp-mutated": "holds",
                         # verl's masked_whiten selects; its approx-KL metric is old - new
-                        "whiten-nan-at-masked-position": "holds", "areal-approx-kl-sign": "holds"}
+                        "whiten-nan-at-masked-position": "holds", "areal-approx-kl-sign": "holds",
+                        "gae-interior-hole-discount": "holds", "grpo-loss-counts-masked-rows": "violated"}
     assert code == 1
 
 

@@ -1,0 +1,50 @@
+"""Reading a target function's local variables as it returns.
+
+Some trainers build a per-token tensor inside one long function and hand on only its
+reduction (TRL's ``GRPOTrainer._compute_loss`` builds ``per_token_loss`` and returns the
+aggregated loss; OpenRLHF's ``PolicyLoss.forward`` keeps its IS weight ``vllm_is`` to
+itself). `locals_on_return` records the named locals of every call of one function, as
+they are at its ``return``: the very tensors the target computed (autograd graph included),
+nothing recomputed here.
+
+    with locals_on_return(GRPOTrainer._compute_loss, ("per_token_loss", "coef_1")) as seen:
+        loss = trainer._compute_loss(model, inputs)
+    per_token_loss = seen[-1]["per_token_loss"]
+
+It installs a `sys.settrace` hook for the duration (the previous hook is put back), which
+traces only frames of that function's code object.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import sys
+from typing import Any, Callable, Iterator
+
+
+@contextlib.contextmanager
+def locals_on_return(fn: Callable, names: tuple[str, ...]) -> Iterator[list[dict[str, Any]]]:
+    """Yield a list that gets, for each call of `fn` that returns (or raises) while the block
+    runs, a dict of those of `names` that were bound at that moment."""
+    code = getattr(inspect.unwrap(fn), "__code__", None)
+    seen: list[dict[str, Any]] = []
+    if code is None:
+        yield seen
+        return
+
+    def local(frame, event, arg):
+        if event == "return":
+            values = frame.f_locals
+            seen.append({n: values[n] for n in names if n in values})
+        return local
+
+    def tracer(frame, event, arg):
+        return local if frame.f_code is code else None
+
+    before = sys.gettrace()
+    sys.settrace(tracer)
+    try:
+        yield seen
+    finally:
+        sys.settrace(before)

@@ -1,0 +1,108 @@
+"""OpenRLHF's own names and shapes, as the adapter speaks them: the modules of its loss path,
+the heavy dependencies they import, its estimator names, the ``args`` namespace its experience
+maker reads (flat before 0.11, nested ``args.algo.advantage.*`` after) and its ``Experience``
+records built with the fields a version has."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+LOSS = "openrlhf.models.loss"
+UTILS = "openrlhf.models.utils"
+MAKER = "openrlhf.trainer.ppo_utils.experience_maker"
+EXPERIENCE = "openrlhf.trainer.ppo_utils.experience"  # Experience moved here from MAKER (0.8)
+KL_CONTROLLER = "openrlhf.trainer.ppo_utils.kl_controller"
+LOSS_UTILS = "openrlhf.utils.loss_utils"  # the actor's loss normalisers (0.11)
+
+PIP_HINT = "pip install --no-deps openrlhf==0.11.2 && pip install 'rl-sentinel[openrlhf]'"
+
+# Third-party modules OpenRLHF's import chain (openrlhf.models -> actor/model, deepspeed;
+# experience_maker -> ray, vllm, the launcher) reaches at module level but no boundary calls.
+# Found by importing every sampled commit since v0.5.0 (benchmarks/bench_import_openrlhf_trl.py)
+# with torch and RL-Sentinel's dependencies only; stubbed only when not installed.
+HEAVY_DEPS = frozenset({
+    "deepspeed", "flash_attn", "peft", "transformers", "ray", "vllm", "bitsandbytes", "optimum", "accelerate",
+    "datasets", "pylatexenc", "torchdata", "aiohttp", "requests", "wandb", "tensorboard", "tensorboardX",
+    "jsonlines", "loralib", "einops", "tqdm", "torchmetrics", "isort", "math_verify", "latex2sympy2",
+    "transformers_stream_generator", "flask", "fastapi", "uvicorn", "liger_kernel", "ring_flash_attn",
+    "sentencepiece", "tokenizers", "safetensors", "huggingface_hub", "psutil", "packaging", "openai", "msgspec",
+    "nvtx", "pynvml", "triton", "mpi4py", "qwen_vl_utils", "PIL", "torchvision",
+})
+# Below a stubbed flash_attn: `log_probs_from_logits` tries this import and falls back to
+# plain torch on ImportError; a stub here would send it down the Triton path.
+BLOCKED = ("flash_attn.ops.triton.cross_entropy",)
+
+# Canonical estimator -> OpenRLHF's `advantage_estimator` (grpo -> group_norm, or dr_grpo when
+# the scenario's reward_norm keeps the group mean only: see `estimator`).
+ESTIMATORS = {"gae": "gae", "ppo": "gae", "reinforce_plus_plus": "reinforce",
+              "reinforce_plus_plus_baseline": "reinforce_baseline", "rloo": "rloo", "grpo": "group_norm"}
+GROUP_NORM_EPS = 1e-9  # group_norm: (r - mean) / (std + 1e-9), torch.std (unbiased)
+
+
+class Args:
+    """The trainer's ``args`` (a flat argparse Namespace, or ``hierarchize``'s nested one):
+    attributes the adapter sets, nested namespaces by dotted name; reading any other raises
+    AttributeError naming it (so ``getattr(args.reward, "x", None)`` still gets its default),
+    and every read is recorded in `reads` (which code paths ran)."""
+
+    def __init__(self, values: dict[str, Any], path: str = "", reads: set[str] | None = None):
+        object.__setattr__(self, "_path", path)
+        object.__setattr__(self, "_reads", set() if reads is None else reads)
+        nested: dict[str, dict[str, Any]] = {}
+        for key, value in values.items():
+            head, dot, rest = key.partition(".")
+            if dot:
+                nested.setdefault(head, {})[rest] = value
+            else:
+                object.__setattr__(self, key, value)
+        for head, sub in nested.items():
+            object.__setattr__(self, head, Args(sub, f"{path}{head}.", self._reads))
+
+    def __getattribute__(self, name: str) -> Any:
+        if not name.startswith("_"):
+            object.__getattribute__(self, "_reads").add(object.__getattribute__(self, "_path") + name)
+        return object.__getattribute__(self, name)
+
+    def __getattr__(self, name: str) -> Any:
+        raise AttributeError(f"OpenRLHF reads args.{self._path}{name}, which the adapter does not set")
+
+
+def trainer_args(*, estimator: str, n: int, gamma: float, lambd: float, clip_range: tuple[float, float] | None,
+                 stop_coef: float | None) -> Args:
+    """The options compute_advantages_and_returns reads, under both the flat names (<= 0.10)
+    and the nested ones (0.11): length penalties off unless `stop_coef` (ProRL's
+    stop_properly_penalty_coef), advantage std-normalisation on (OpenRLHF's default)."""
+    values = {
+        # flat (argparse dests up to 0.10)
+        "advantage_estimator": estimator, "n_samples_per_prompt": n, "gamma": gamma, "lambd": lambd,
+        "reward_clip_range": clip_range, "no_advantage_std_norm": False, "overlong_buffer_len": None,
+        "overlong_penalty_factor": 1.0, "stop_properly_penalty_coef": stop_coef,
+        # nested (0.11: hierarchize)
+        "algo.advantage.estimator": estimator, "algo.advantage.gamma": gamma, "algo.advantage.lambd": lambd,
+        "algo.advantage.no_std_norm": False, "rollout.n_samples_per_prompt": n, "reward.clip_range": clip_range,
+        "reward.overlong_buffer_len": None, "reward.overlong_penalty_factor": 1.0,
+        "reward.stop_properly_penalty_coef": stop_coef,
+    }
+    return Args(values)
+
+
+def whitened(args: Args) -> bool:
+    """True when the call normalised the advantages (its whitening reads the std switch)."""
+    return bool(args._reads & {"no_advantage_std_norm", "algo.advantage.no_std_norm"})
+
+
+def experience(cls: type, **values: Any) -> Any:
+    """An Experience of this version: the fields it has, the others left at their defaults
+    (required ones None); values it has no field for are set as attributes (``index``)."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    kw = {k: v for k, v in values.items() if k in fields}
+    for name, f in fields.items():
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING  # type: ignore[misc]
+        if name not in kw and required:
+            kw[name] = None
+    exp = cls(**kw)
+    for k, v in values.items():
+        if k not in fields:
+            setattr(exp, k, v)
+    return exp

@@ -1,0 +1,291 @@
+"""`TRLAdapter`: TRL's GRPO loss at the canonical boundaries (see the package docstring for
+what each boundary reaches and the conventions translated)."""
+
+from __future__ import annotations
+
+import inspect
+import re
+import time
+import types
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..base import Adapter, BoundaryResult, TargetLoadError, Unsupported, implements
+from ..frames import locals_on_return
+from ..shims import hidden, import_with_stubs
+from ..support import first_on_path, keep_host_logging, locate, version_facts
+from .bare import PROMPT, CanonicalPolicy, bare_trainer, missing_attribute
+
+GRPO = "trl.trainer.grpo_trainer"
+CONFIG = "trl.trainer.grpo_config"
+PIP_HINT = "pip install --no-deps trl==1.16.0 && pip install 'rl-sentinel[trl]'"
+
+# Third-party modules TRL's import chain (trl -> trainer.grpo_trainer) reaches at module level
+# but the loss never calls; found by importing every sampled commit since v0.17.0
+# (benchmarks/bench_import_openrlhf_trl.py) with rl-sentinel[trl] installed. transformers,
+# accelerate and huggingface_hub are imported for real (GRPOConfig is a TrainingArguments).
+HEAVY_DEPS = frozenset({
+    "datasets", "pandas", "pyarrow", "requests", "urllib3", "vllm", "vllm_ascend", "mergekit", "llm_blender",
+    "deepspeed", "weave", "peft", "liger_kernel", "wandb", "rich", "jmespath", "math_verify", "PIL", "torchvision",
+    "fastapi", "uvicorn", "aiohttp", "bitsandbytes", "openreward", "harbor", "num2words", "kernels", "trackio",
+    "comet_ml", "mlflow", "flash_attn", "optimum", "unsloth", "jinja2", "psutil", "httpx", "openai",
+})
+
+# Packages TRL probes with find_spec (trl.import_utils) before importing them.
+OPTIONAL = ("vllm", "vllm_ascend", "liger_kernel", "peft", "deepspeed", "mergekit", "llm_blender", "weave",
+            "math_verify", "rich", "jmespath", "wandb", "bitsandbytes", "unsloth", "openreward", "harbor", "kernels")
+
+# Canonical loss_agg -> TRL loss_type (options.loss_type picks another of the same reduction,
+# e.g. "dapo" for token-mean, or "dr_grpo" whose normaliser B * max_completion_length is no
+# canonical mode).
+LOSS_TYPES = {"token-mean": "bnpo", "seq-mean-token-mean": "grpo"}
+TOKEN_MEAN_TYPES = ("bnpo", "dapo", "cispo")
+OUTPUTS = ("per_token_loss", "per_token_kl", "is_region_clipped", "off_policy_mask")
+
+
+def _tool() -> None:
+    """A tool, so that versions which apply tool_mask only for a trainer with tools apply it."""
+
+
+class TRLAdapter(Adapter):
+    """huggingface/trl from a checkout (``--repo``) or the installed package."""
+
+    name = "trl"
+    description = ("huggingface/trl: GRPOTrainer._compute_loss (loss types grpo, bnpo, dr_grpo, dapo, cispo; "
+                   "sequence-level IS; k3 KL in the loss) and get_off_policy_mask, on a bare trainer.")
+    declines = {
+        "advantages": "TRL computes GRPO advantages inside generation (_generate_and_score_completions), which "
+                      "needs the model, the reward functions and the accelerator's gather",
+        "reward_norm": "TRL's reward normalisation is inline in _generate_and_score_completions (generation)",
+        "gae": "TRL's GRPOTrainer has no value model and no GAE",
+        "gspo_kl": "TRL computes the sequence log-ratio inline in _compute_loss (use policy_loss with "
+                   "importance_sampling_level sequence)",
+        "is_correction": "TRL's vLLM importance-sampling ratio is computed during generation "
+                         "(_generate_and_score_completions); _compute_loss only multiplies by it",
+    }
+
+    def __init__(self, root: Path | None, device: torch.device, options: dict[str, Any] | None = None):
+        super().__init__(root, device, options)
+        self.mods, self.facts = {}, {}  # type: dict[str, types.ModuleType], dict[str, Any]
+        self.source = ""  # this version's GRPOTrainer._compute_loss
+
+    # --- loading ------------------------------------------------------------------------
+    def load(self) -> dict[str, Any]:
+        root = locate("trl", "trl", GRPO, self.root, hint=PIP_HINT)
+        from_checkout = self.root is not None
+        first_on_path(root)
+        self.root = root
+        t0 = time.perf_counter()
+        # TRL imports its vLLM / optional integrations when find_spec finds them: not another target's stubs
+        with keep_host_logging(), hidden(list(OPTIONAL)):
+            for name in (GRPO, CONFIG):
+                self.mods[name] = import_with_stubs(name, target="trl", own="trl", stubs=self.stubs,
+                                                    allowed=HEAVY_DEPS | set(self.options.get("extra_stubs") or ()),
+                                                    hint=f"{PIP_HINT}, or options.extra_stubs")
+        cls = getattr(self.mods[GRPO], "GRPOTrainer", None)
+        if not isinstance(cls, type) or not callable(getattr(cls, "_compute_loss", None)):
+            raise TargetLoadError("trl target: GRPOTrainer._compute_loss is absent at this version "
+                                  "(it arrived in v0.17)")
+        self.source = inspect.getsource(cls._compute_loss)
+        version = self._version(root) if from_checkout else metadata.version("trl")
+        self.facts = {**version_facts(root, version, from_checkout), "stubs": list(self.stubs),
+                      "boundary_import_s": round(time.perf_counter() - t0, 4),
+                      "fused_lm_head": "fused_lm_head=True" in inspect.getsource(self._logps_method(cls))}
+        return dict(self.facts)
+
+    @staticmethod
+    def _version(root: Path) -> str | None:
+        """A checkout's version: its VERSION file (1.x), else ``__version__`` in trl/__init__.py."""
+        vfile = root / "VERSION"
+        if vfile.is_file():
+            return vfile.read_text(errors="replace").strip()
+        init = root / "trl" / "__init__.py"
+        text = init.read_text(errors="replace") if init.is_file() else ""
+        m = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)['\"]", text, re.M)
+        return m.group(1) if m else None
+
+    @staticmethod
+    def _logps_method(cls: type):
+        return getattr(cls, "_get_per_token_logps_and_entropies", None) or cls._get_per_token_logps
+
+    @property
+    def trainer_cls(self) -> type:
+        return self.mods[GRPO].GRPOTrainer
+
+    def _has(self, text: str) -> bool:
+        """Whether this version's _compute_loss mentions `text` (an option or loss type it has)."""
+        return text in self.source
+
+    # --- one call of _compute_loss --------------------------------------------------------
+    def _advantages(self, adv: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """GRPO's one advantage per sequence when a row's valid tokens share one (its value; 0 for a
+        row with none); else the per-token [B, T] advantages, where _compute_loss takes them."""
+        m = mask.bool()
+        first = torch.where(m.any(-1), m.float().argmax(-1), torch.zeros(m.shape[0], dtype=torch.long, device=m.device))
+        row = adv.gather(1, first[:, None])
+        uniform = bool(torch.where(m, adv == row, torch.ones_like(m)).all())
+        if uniform:
+            return torch.where(m.any(-1), row[:, 0], torch.zeros_like(row[:, 0]))
+        if "advantages.dim() == 1" not in self.source:
+            raise Unsupported("TRL's GRPO takes one advantage per sequence at this version; these advantages differ "
+                              "within a sequence")
+        return adv
+
+    def _loss(self, boundary: str, inputs: dict[str, torch.Tensor], *, loss_type: str, eps_low: float,
+              eps_high: float, beta: float = 0.0, advantages: torch.Tensor | None = None,
+              extra: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Call _compute_loss once on the canonical batch; the loss and its locals at return."""
+        if f'"{loss_type}"' not in self.source:
+            raise Unsupported(f"TRL's _compute_loss has no loss_type {loss_type!r} at this version")
+        mask = inputs["loss_mask"]
+        B, T = mask.shape
+        dev = mask.device
+        lp = inputs["log_probs"]
+        pos = torch.arange(T, device=dev).expand(B, T)
+        real = pos <= torch.where(mask.bool(), pos, torch.full_like(pos, -1)).amax(-1, keepdim=True)
+        # attention over the completion: every token up to the row's last trained one; the untrained
+        # tokens inside (tool output, observations) are TRL's tool_mask where it has one
+        completion_mask = real.long()
+        tool = None
+        if bool((real & ~mask.bool()).any()):
+            if self._has('"tool_mask"'):
+                tool = mask.long()
+            else:
+                completion_mask = mask.long()  # before tool_mask: the loss mask is the completion mask
+        batch: dict[str, Any] = {
+            "prompt_ids": torch.zeros(B, PROMPT, dtype=torch.long, device=dev),
+            "prompt_mask": torch.ones(B, PROMPT, dtype=torch.long, device=dev),
+            "completion_ids": torch.zeros(B, T, dtype=torch.long, device=dev),
+            "completion_mask": completion_mask,
+            "advantages": advantages if advantages is not None else self._advantages(inputs["advantages"], mask),
+            "old_per_token_logps": inputs["old_log_probs"],
+            "num_items_in_batch": mask.sum().float(),
+        }
+        values: dict[str, Any] = dict(extra or {})
+        if tool is not None:
+            batch["tool_mask"] = tool
+            values["tools"] = [_tool]  # 0.2x apply tool_mask only when the trainer has tools
+        if beta:
+            batch["ref_per_token_logps"] = inputs["ref_log_probs"]
+            # versions that score the reference model inside the loss
+            values["ref_model"] = CanonicalPolicy(inputs["ref_log_probs"]).eval()
+        model = CanonicalPolicy(lp)
+        model.train()
+        trainer = bare_trainer(self.trainer_cls, self.mods[CONFIG].GRPOConfig, model, loss_type=loss_type,
+                               epsilon=eps_low, epsilon_low=eps_low, epsilon_high=eps_high, beta=beta,
+                               max_completion_length=T, **values)
+        fn = self.trainer_cls._compute_loss
+        try:
+            with locals_on_return(fn, OUTPUTS) as frames:
+                loss = trainer._compute_loss(model, batch)
+        except AttributeError as e:
+            why = missing_attribute(e, self.facts.get("version", "?"))
+            if why is None:
+                raise
+            raise RuntimeError(why) from None
+        seen = frames[-1] if frames else {}
+        full = lambda t: t.expand(B, T) if t is not None and t.dim() == 2 else t  # noqa: E731 - (B, 1) -> [B, T]
+        return {"loss": loss, **{k: full(seen.get(k)) for k in OUTPUTS}}
+
+    def _clip(self, config: dict[str, Any]) -> tuple[float, float]:
+        return float(config["eps_clip"]), float(config["eps_clip_high"])
+
+    def _policy_type(self, agg: str) -> str:
+        lt = self.options.get("loss_type")
+        if lt:
+            if agg != "token-mean" and lt in TOKEN_MEAN_TYPES:
+                raise Unsupported(f"TRL's {lt!r} loss reduces token-mean, not {agg}")
+            return lt
+        if agg not in LOSS_TYPES:
+            raise Unsupported(f"TRL has no {agg} loss (grpo: seq-mean-token-mean, bnpo / dapo: token-mean, dr_grpo: "
+                              f"sum / (B * max_completion_length))")
+        return LOSS_TYPES[agg]
+
+    # --- boundaries -----------------------------------------------------------------------
+    @implements("policy_loss", calls=(f"{GRPO}:GRPOTrainer._compute_loss",))
+    def b_policy_loss(self, inputs, config):
+        low, high = self._clip(config)
+        loss_type = self._policy_type(config["loss_agg"])
+        if loss_type == "cispo":
+            raise Unsupported("options.loss_type cispo: use the cispo_loss boundary")
+        extra: dict[str, Any] = {}
+        if config["eps_clip_c"] is not None:
+            c = float(config["eps_clip_c"])
+            if "self.args.delta" not in self.source:
+                raise Unsupported("TRL has no two-sided clipping (args.delta) at this version")
+            if c <= 1.0 + high:
+                raise Unsupported(f"dual clip c={c}: TRL's args.delta caps the ratio, which equals the dual clip "
+                                  f"only for c > 1 + eps_clip_high")
+            extra["delta"] = c
+        level = config["importance_sampling_level"]
+        if level != "token":
+            if not self._has("importance_sampling_level"):
+                raise Unsupported("TRL has no importance_sampling_level (GSPO) at this version")
+            extra["importance_sampling_level"] = level
+        if config["use_decoupled_loss"] or config["rejection_sampling"] is not None:
+            raise Unsupported("TRL has no decoupled PPO loss")
+        out = self._loss("policy_loss", inputs, loss_type=loss_type, eps_low=low, eps_high=high, extra=extra)
+        outputs = {"pg_loss": out["per_token_loss"], "loss": out["loss"]}
+        if out["is_region_clipped"] is not None:
+            outputs["clipfrac"] = out["is_region_clipped"].float()
+        return BoundaryResult(outputs, function=self._ref(self.trainer_cls._compute_loss))
+
+    @implements("cispo_loss", calls=(f"{GRPO}:GRPOTrainer._compute_loss",))
+    def b_cispo_loss(self, inputs, config):
+        """TRL's CISPO: -sg(min(ratio, epsilon_high)) * A * log pi, reduced over the batch's tokens
+        (num_items_in_batch): the canonical upper clip 1 + eps_clip_high, no lower clip."""
+        low, high = self._clip(config)
+        if low < 1.0:
+            raise Unsupported(f"TRL's CISPO caps the ratio from above only (epsilon_high); eps_clip {low} < 1 asks "
+                              f"for a lower clip at {1 - low}")
+        if config["loss_agg"] != "token-mean":
+            raise Unsupported(f"TRL's CISPO reduces token-mean (num_items_in_batch), not {config['loss_agg']}")
+        if config["use_decoupled_loss"] or config["rejection_sampling"] is not None:
+            raise Unsupported("TRL has no decoupled CISPO loss")
+        out = self._loss("cispo_loss", inputs, loss_type="cispo", eps_low=0.2, eps_high=1.0 + high)
+        return BoundaryResult({"pg_loss": out["per_token_loss"], "loss": out["loss"]},
+                              function=self._ref(self.trainer_cls._compute_loss))
+
+    @implements("loss_agg", calls=(f"{GRPO}:GRPOTrainer._compute_loss",))
+    def b_loss_agg(self, inputs, config):
+        """TRL's reductions through _compute_loss: with log pi = log pi_old (ratio 1, no clip) and
+        advantages -values, the per-token loss it reduces is `values`."""
+        loss_type = self._policy_type(config["mode"])
+        mask = inputs["loss_mask"]
+        v = inputs["values"]
+        lp = torch.full(mask.shape, -1.0, dtype=v.dtype if v.is_floating_point() else torch.float32, device=mask.device)
+        batch = {"log_probs": lp, "old_log_probs": lp.clone(), "loss_mask": mask, "advantages": -v}
+        out = self._loss("loss_agg", batch, loss_type=loss_type, eps_low=0.2, eps_high=0.2,
+                         advantages=self._advantages(-v, mask))
+        return BoundaryResult({"loss": out["loss"]}, function=self._ref(self.trainer_cls._compute_loss))
+
+    @implements("opsm_mask", calls=(f"{GRPO}:GRPOTrainer.get_off_policy_mask", f"{GRPO}:GRPOTrainer._compute_loss"))
+    def b_opsm_mask(self, inputs, config):
+        if not callable(getattr(self.trainer_cls, "get_off_policy_mask", None)):
+            raise Unsupported("TRL has no off-policy sequence masking (get_off_policy_mask) at this version")
+        if config["loss_agg"] != "token-mean":
+            raise Unsupported("the opsm_mask boundary's reduced loss is token-mean")
+        low, high = self._clip(config)
+        out = self._loss("opsm_mask", inputs, loss_type=self.options.get("loss_type") or "bnpo", eps_low=low,
+                         eps_high=high, extra={"off_policy_mask_threshold": float(config["opsm_delta"])})
+        mask = out["off_policy_mask"]
+        return BoundaryResult({"opsm_mask": mask.to(out["per_token_loss"].dtype), "pg_loss": out["per_token_loss"],
+                               "reduced_policy_loss": out["loss"]},
+                              function=self._ref(self.trainer_cls.get_off_policy_mask))
+
+    @implements("kl", calls=(f"{GRPO}:GRPOTrainer._compute_loss",))
+    def b_kl(self, inputs, config):
+        """TRL's k3 KL, computed inside _compute_loss (beta 1, zero advantages): its
+        ``per_token_kl`` tensor at return."""
+        if config["kl_type"] != "k3":
+            raise Unsupported(f"TRL's GRPO KL is k3 (exp(ref - lp) - (ref - lp) - 1, unclamped), not "
+                              f"{config['kl_type']!r}")
+        mask = inputs["loss_mask"]
+        lp = inputs["log_probs"]
+        batch = {**inputs, "old_log_probs": lp.detach(), "advantages": torch.zeros(mask.shape, device=mask.device)}
+        out = self._loss("kl", batch, loss_type="bnpo", eps_low=0.2, eps_high=0.2, beta=1.0,
+                         advantages=torch.zeros(mask.shape[0], device=mask.device))
+        return BoundaryResult({"kl": out["per_token_kl"]}, function=self._ref(self.trainer_cls._compute_loss))

@@ -1,0 +1,201 @@
+"""The TRL adapter against TRL's real GRPOTrainer._compute_loss (the installed package; a
+checkout's history where SENTINEL_TRL_REPO names one), and a planted-bug copy of it.
+
+Install the target with: pip install --no-deps trl==1.16.0 && pip install 'rl-sentinel[trl]'
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+from sentinel.catalog import catalog_path
+from sentinel.runner import TargetSpec, run
+from sentinel.spec import load_paths
+from sentinel_adapters.base import Unsupported
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("trl") is None or importlib.util.find_spec("transformers") is None,
+    reason="trl (and transformers) not installed (pip install --no-deps trl==1.16.0 && pip install 'rl-sentinel[trl]')",
+)
+
+HERE = Path(__file__).parent
+REPO = os.environ.get("SENTINEL_TRL_REPO")
+T = torch.tensor
+R0, R1 = math.exp(0.1), math.exp(-0.1)
+
+
+@pytest.fixture(scope="module")
+def trl():
+    from sentinel_adapters.trl import TRLAdapter
+
+    adapter = TRLAdapter(None, torch.device("cpu"))
+    adapter.facts = adapter.load()
+    return adapter
+
+
+def batch(**kw):
+    return {"log_probs": T([[-0.5, -1.0, -0.3]], requires_grad=True), "old_log_probs": T([[-0.6, -0.9, -0.3]]),
+            "advantages": T([[1.0, 1.0, 1.0]]), "loss_mask": T([[1, 1, 0]]), **kw}
+
+
+def test_load_facts(trl):
+    assert trl.facts["version"] and trl.facts["version"] != "unknown"
+    assert "trl" not in trl.facts["stubs"] and "transformers" not in trl.facts["stubs"]
+
+
+def test_every_declared_call_resolves(trl):
+    from sentinel_adapters.support import resolve
+    from sentinel_adapters.trl import TRLAdapter
+
+    calls = {c for row in TRLAdapter.mapping().values() for c in row["calls"]}
+    assert calls and [c for c in sorted(calls) if resolve(c) is None] == []
+
+
+@pytest.mark.parametrize("agg, loss_type", [("token-mean", None), ("seq-mean-token-mean", None),
+                                            ("token-mean", "dapo")])
+def test_policy_loss_types(trl, agg, loss_type):
+    """bnpo / dapo (token-mean) and grpo (seq-mean-token-mean) on one row: the textbook PPO loss
+    and gradient -ratio * A / N."""
+    trl.options["loss_type"] = loss_type
+    try:
+        inputs = batch()
+        res = trl.call("policy_loss", inputs, {"eps_clip": 0.2, "loss_agg": agg})
+    finally:
+        trl.options.pop("loss_type")
+    assert res.function.qualname == "GRPOTrainer._compute_loss"
+    assert res.outputs["pg_loss"][0, :2].tolist() == pytest.approx([-R0, -R1], abs=1e-6)
+    assert res.outputs["loss"].item() == pytest.approx(-(R0 + R1) / 2, abs=1e-6)
+    res.outputs["loss"].backward()
+    assert inputs["log_probs"].grad[0].tolist() == pytest.approx([-R0 / 2, -R1 / 2, 0.0], abs=1e-6)
+
+
+def test_dr_grpo_divides_by_rows_times_max_length(trl):
+    trl.options["loss_type"] = "dr_grpo"
+    try:
+        res = trl.call("policy_loss", batch(), {"eps_clip": 0.2, "loss_agg": "seq-mean-token-mean"})
+    finally:
+        trl.options.pop("loss_type")
+    assert res.outputs["loss"].item() == pytest.approx(-(R0 + R1) / 3, abs=1e-6)  # B * max_completion_length = 3
+
+
+def test_gspo_and_two_sided_clip(trl):
+    inputs = {"log_probs": T([[1.5, -1.0]]), "old_log_probs": T([[-0.5, -1.0]]), "advantages": T([[1.0, 1.0]]),
+              "loss_mask": T([[1, 1]])}
+    res = trl.call("policy_loss", inputs, {"importance_sampling_level": "sequence",
+                                           "loss_agg": "seq-mean-token-mean"})
+    assert res.outputs["pg_loss"][0].tolist() == pytest.approx([-1.2, -1.2], abs=1e-6)
+    neg = {**inputs, "advantages": T([[-1.0, -1.0]])}
+    res = trl.call("policy_loss", neg, {"eps_clip_c": 3.0})  # args.delta: the ratio e^2 capped at 3
+    assert res.outputs["pg_loss"][0].tolist() == pytest.approx([3.0, 1.0], abs=1e-6)
+    with pytest.raises(Unsupported, match="c > 1 \\+ eps_clip_high"):
+        trl.call("policy_loss", neg, {"eps_clip_c": 1.1})
+
+
+def test_cispo(trl):
+    inputs = batch(log_probs=T([[0.5, -1.0, -0.3]], requires_grad=True))
+    res = trl.call("cispo_loss", inputs, {"eps_clip": 1.0, "eps_clip_high": 0.28})
+    w = min(math.exp(1.1), 1.28)
+    assert res.outputs["pg_loss"][0, :2].tolist() == pytest.approx([-w * 0.5, R1 * 1.0], abs=1e-6)
+    res.outputs["loss"].backward()  # the gradient flows through log pi even where the weight is clipped
+    assert inputs["log_probs"].grad[0, :2].tolist() == pytest.approx([-w / 2, -R1 / 2], abs=1e-6)
+    with pytest.raises(Unsupported, match="lower clip"):
+        trl.call("cispo_loss", batch(), {"eps_clip": 0.2})
+
+
+def test_loss_agg_counts_fully_masked_rows_in_grpo(trl):
+    """The finding grpo-loss-counts-masked-rows, on the loss_agg boundary: grpo's mean over rows
+    counts the fully masked one (0.75 where the mean over rows with tokens is 1.5); bnpo does not."""
+    inputs = {"values": T([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]), "loss_mask": T([[1, 1, 0], [0, 0, 0]])}
+    assert trl.call("loss_agg", inputs, {"mode": "seq-mean-token-mean"}).outputs["loss"].item() == \
+        pytest.approx(0.75)
+    assert trl.call("loss_agg", inputs, {"mode": "token-mean"}).outputs["loss"].item() == pytest.approx(1.5)
+
+
+def test_kl_is_k3_in_the_loss(trl):
+    lp = T([[-0.5, -1.0]], requires_grad=True)
+    res = trl.call("kl", {"log_probs": lp, "ref_log_probs": T([[-0.6, -0.9]]), "loss_mask": T([[1, 1]])},
+                   {"kl_type": "k3"})
+    assert res.outputs["kl"][0].tolist() == pytest.approx([math.exp(-0.1) - 1 + 0.1, math.exp(0.1) - 1 - 0.1],
+                                                          abs=1e-6)
+    with pytest.raises(Unsupported, match="k3"):
+        trl.call("kl", {"log_probs": lp, "ref_log_probs": lp.detach(), "loss_mask": T([[1, 1]])}, {"kl_type": "k1"})
+
+
+def test_opsm_mask_is_per_sequence_with_grpo_advantages(trl):
+    """One advantage per sequence (GRPO's own layout): the whole off-policy row is rejected."""
+    inputs = {"log_probs": T([[0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]), "old_log_probs": T([[1.0, 1.0, 1.0], [0.0, 0.0, 0.0]]),
+              "advantages": T([[-0.5, -0.5, -0.5], [-0.5, -0.5, -0.5]]), "loss_mask": T([[1, 1, 1], [1, 1, 1]])}
+    res = trl.call("opsm_mask", inputs, {"opsm_delta": 0.1})
+    assert res.outputs["opsm_mask"].tolist() == [[0.0, 0.0, 0.0], [1.0, 1.0, 1.0]]
+
+
+def test_missing_attribute_is_named(trl):
+    from sentinel_adapters.trl.bare import ATTRIBUTES
+
+    saved = ATTRIBUTES.pop("current_gradient_accumulation_steps")
+    try:
+        with pytest.raises(RuntimeError, match="reads self.current_gradient_accumulation_steps, which the bare "
+                                               "trainer does not set"):
+            trl.call("policy_loss", batch(), {})
+    finally:
+        ATTRIBUTES["current_gradient_accumulation_steps"] = saved
+
+
+# --- the catalog, the planted copy, the hunt --------------------------------------------------
+
+PLANTED = "planted_targets:PlantedTRLAdapter"
+
+
+@pytest.fixture(scope="module")
+def catalogs():
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))
+    rep = run(load_paths([catalog_path()]), [TargetSpec("trl"), TargetSpec(PLANTED)])
+    return {t: {r.id: r for r in rep.results if r.target == t} for t in ("trl", PLANTED)}
+
+
+def test_catalog_runs_without_errors(catalogs):
+    real = catalogs["trl"]
+    assert real and not [r.id for r in real.values() if r.verdict == "error"]
+    assert real["grpo-loss-counts-masked-rows"].verdict == "violated"
+    assert real["ppo-gradient-unclipped"].verdict == "holds" and real["kl-k3"].verdict == "holds"
+
+
+def test_catalog_catches_the_planted_copy(catalogs):
+    real, planted = catalogs["trl"], catalogs[PLANTED]
+    flipped = {sid for sid, r in planted.items() for k, i in enumerate(r.invariants)
+               if i.verdict == "violated" and real[sid].invariants[k].verdict == "held"}
+    assert "ppo-gradient-unclipped" in flipped, flipped
+
+
+def test_hunt_catches_the_planted_copy(tmp_path):
+    from planted_targets import hunt_both
+
+    planted, real = hunt_both(PLANTED, "trl", "policy_loss.gradient", tmp_path)
+    assert [f.family for f in planted.hunt.findings] == ["gradient"] and planted.hunt.findings[0].reproduced is True
+    assert real.hunt.findings == [] and {p.status for p in real.hunt.properties} == {"holds"}
+
+
+# --- a checkout's history ----------------------------------------------------------------------
+
+needs_repo = pytest.mark.skipif(not REPO, reason="set SENTINEL_TRL_REPO to a TRL clone with history")
+
+
+@needs_repo
+def test_history_loads():
+    """The first version with _compute_loss (logits path, num_iterations) and HEAD: bnpo excludes a
+    fully masked row, grpo's mean counts it, at both (the finding's "since v0.17.0")."""
+    known = [rev for rev in ("v0.17.0", "HEAD") if subprocess.run(
+        ["git", "-C", REPO, "rev-parse", "--verify", f"{rev}^{{commit}}"], capture_output=True).returncode == 0]
+    ids = {"token-mean-counts-masked-sample": "holds", "grpo-loss-counts-masked-rows": "violated"}
+    sc = [s for s in load_paths([catalog_path() / "findings"]) if s.id in ids]
+    rep = run(sc, [TargetSpec("trl", REPO, rev) for rev in known])
+    got = {(r.target, r.id): r.verdict for r in rep.results}
+    assert known and got == {(f"trl@{rev}", i): v for rev in known for i, v in ids.items()}, \
+        [(r.target, r.id, r.verdict, r.reason) for r in rep.results]
