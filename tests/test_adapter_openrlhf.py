@@ -20,10 +20,10 @@ from sentinel.runner import TargetSpec, run
 from sentinel.spec import load_paths
 from sentinel_adapters.base import Unsupported
 
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(
     importlib.util.find_spec("openrlhf") is None,
     reason="openrlhf is not installed (pip install --no-deps openrlhf==0.11.2 && pip install 'rl-sentinel[openrlhf]')",
-)
+)]
 
 HERE = Path(__file__).parent
 REPO = os.environ.get("SENTINEL_OPENRLHF_REPO")

@@ -20,10 +20,10 @@ from sentinel.runner import TargetSpec, run
 from sentinel.spec import load_paths
 from sentinel_adapters.base import Unsupported
 
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(
     importlib.util.find_spec("trl") is None or importlib.util.find_spec("transformers") is None,
     reason="trl (and transformers) not installed (pip install --no-deps trl==1.16.0 && pip install 'rl-sentinel[trl]')",
-)
+)]
 
 HERE = Path(__file__).parent
 REPO = os.environ.get("SENTINEL_TRL_REPO")

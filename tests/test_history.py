@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # local Ray and real git histories: `pytest -m slow` (CI runs it)
+
 from sentinel.errors import GitError
 from sentinel.history import Options, Scan, exit_code, walk
 from sentinel.history.cache import Cache

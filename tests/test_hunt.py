@@ -83,6 +83,7 @@ def test_every_plant_is_listed():
     assert set(PLANT_BOUNDARY) == set(PLANTS), "a new plant needs a boundary to hunt here"
 
 
+@pytest.mark.slow  # the module fixture hunts every plant: `pytest -m slow`
 @pytest.mark.parametrize("plant", sorted(PLANT_BOUNDARY))
 def test_hunt_finds_planted_bug(reference_hunts, plant):
     rep = reference_hunts[plant]
@@ -98,6 +99,7 @@ def test_hunt_finds_planted_bug(reference_hunts, plant):
     assert f"seed {SEED}" in sc.provenance[0]
 
 
+@pytest.mark.slow  # the module fixture hunts every plant: `pytest -m slow`
 def test_opsm_trigger_is_minimal(reference_hunts):
     f, = reference_hunts["opsm-token-level"].hunt.findings
     assert f.family == "sequence_uniform" and f.rows == 1 and f.tokens <= 3  # the seed: one sequence of 3 tokens
@@ -106,11 +108,13 @@ def test_opsm_trigger_is_minimal(reference_hunts):
     assert (adv < 0).any() and (adv >= 0).any()  # mixed advantage signs: what the bug needs
 
 
+@pytest.mark.slow  # the module fixture hunts every plant: `pytest -m slow`
 def test_no_eos_trigger_no_larger_than_seed(reference_hunts):
     f, = reference_hunts["reward-norm-before-no-eos"].hunt.findings
     assert f.family == "unchanged_under" and f.rows <= 2 and f.tokens <= 3  # the seed: 2 rows of 3 tokens
 
 
+@pytest.mark.slow  # the module fixture hunts every plant: `pytest -m slow`
 def test_reference_hunt_finds_nothing(reference_hunts):
     rep = reference_hunts["reference"]
     h = rep.hunt
@@ -123,6 +127,7 @@ def test_reference_hunt_finds_nothing(reference_hunts):
     assert data["kind"] == "hunt" and data["hunt"]["properties"]
 
 
+@pytest.mark.slow  # the module fixture hunts every plant: `pytest -m slow`
 def test_findings_hold_on_the_reference(reference_hunts):
     """Every finding written for a plant holds on the correct reference (`sentinel run` path)."""
     scenarios = [sc for plant in PLANT_BOUNDARY for f in reference_hunts[plant].hunt.findings
@@ -132,6 +137,7 @@ def test_findings_hold_on_the_reference(reference_hunts):
     assert {r.id: r.verdict for r in rep.results} == {sc.id: "holds" for sc in scenarios}
 
 
+@pytest.mark.slow  # the module fixture hunts every plant: `pytest -m slow`
 def test_crash_is_an_error_and_unsupported_is_not_a_finding(reference_hunts):
     """A segfault costs its property (error), not the hunt; configs the target declines are
     probed and not drawn; a property the target declines entirely is not applicable."""
