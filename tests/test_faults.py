@@ -60,8 +60,7 @@ def test_no_fault_mode_holds(corpus, mode):
 @pytest.mark.parametrize("mode", AROUND_A_RIGHT_ANSWER)
 def test_misbehaviour_around_a_right_answer_still_answers(corpus, mode):
     r = corpus[1][mode]
-    assert r.verdict == "holds", (mode, r.reason)
-    assert r.duration_s < TIMEOUT
+    assert r.verdict == "holds", (mode, r.reason)  # answered: a held-back answer would be a Timeout error
 
 
 def test_every_scenario_has_a_result_and_the_last_one_holds(corpus):

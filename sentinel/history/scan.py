@@ -22,8 +22,8 @@ from .. import compare, verdicts
 from ..report import (Environment, ExceptionInfo, HistoryCommit, HistoryCost, HistoryFlip, HistorySummary, Report,
                       ScenarioResult, Target, statistics)
 from ..spec import Scenario, load_paths
-from . import hunting
-from . import walk as walking
+from .hunting import hunt_pairs
+from .walk import WalkCommit, auto_stride, commit_date, is_ancestor, pr_number, sample, walk
 from .cache import Cache, Entry
 from .executors import Executor
 from .task import Task
@@ -56,7 +56,7 @@ class Scan:
         self.results: dict[tuple[str, str], ScenarioResult] = {}
         self.targets: dict[str, Target] = {}
         self.environment: dict[str, Any] = {}
-        self.commits: list[walking.WalkCommit] = []
+        self.commits: list[WalkCommit] = []
         self.samples: list[int] = []
         self.probed: dict[str, str] = {}  # sha -> subject, of commits only a bisect evaluated
         self.flips: list[HistoryFlip] = []
@@ -81,13 +81,13 @@ class Scan:
 
     def walk(self) -> None:
         o = self.opts
-        self.commits = walking.walk(o.repo, o.since, o.until, () if o.all_commits else o.loss_path_files)
+        self.commits = walk(o.repo, o.since, o.until, () if o.all_commits else o.loss_path_files)
         if not o.loss_path_files:  # the adapter declares none: every commit may change a verdict
             for c in self.commits:
                 c.touches = True
         relevant = sum(1 for c in self.commits[1:] if o.all_commits or c.touches)
-        self.stride = o.every or walking.auto_stride(relevant)
-        self.samples = walking.sample(self.commits, self.stride, o.all_commits)
+        self.stride = o.every or auto_stride(relevant)
+        self.samples = sample(self.commits, self.stride, o.all_commits)
 
     def evaluate_samples(self) -> None:
         shas = [self.commits[i].sha for i in self.samples]
@@ -103,7 +103,7 @@ class Scan:
         idx = self.samples
         pairs = [(self.commits[a].sha, self.commits[b].sha) for a, b in zip(idx, idx[1:])
                  if any(c.touches for c in self.commits[a + 1:b + 1])]
-        files = hunting.hunt_pairs(pairs, target=self.opts.target, repo=self.opts.repo, seconds=seconds)
+        files = hunt_pairs(pairs, target=self.opts.target, repo=self.opts.repo, seconds=seconds)
         known = {sc.id for sc in self.scenarios}
         new = [sc for sc in (load_paths(files) if files else []) if sc.id not in known]
         self.hunted = {sc.id for sc in new}
@@ -158,7 +158,7 @@ class Scan:
         if first:
             t = self.targets[first]
             flip.subject = t.subject or ""
-            flip.pr = walking.pr_number(flip.subject)
+            flip.pr = pr_number(flip.subject)
             flip.date = self._date(first)
         with self._lock:
             self.flips.append(flip)
@@ -235,7 +235,7 @@ class Scan:
         for c in self.commits:
             if c.sha == sha:
                 return c.date
-        return walking.commit_date(self.opts.repo, sha)
+        return commit_date(self.opts.repo, sha)
 
     # --- the report ------------------------------------------------------------------------
 
@@ -262,12 +262,12 @@ class Scan:
             if sha in on_line:
                 continue
             t = self.targets.get(sha)
-            row = HistoryCommit(id=sha, date=walking.commit_date(self.opts.repo, sha), subject=subject,
-                                pr=walking.pr_number(subject), touches_loss_path=True, role="probe",
+            row = HistoryCommit(id=sha, date=commit_date(self.opts.repo, sha), subject=subject,
+                                pr=pr_number(subject), touches_loss_path=True, role="probe",
                                 verdicts=self._cells(sha),
                                 load_error=f"{t.load_error.type}: {t.load_error.message}"
                                 if t is not None and t.load_error else None)
-            at = next((i for i, r in enumerate(rows) if walking.is_ancestor(self.opts.repo, sha, r.id)), len(rows))
+            at = next((i for i, r in enumerate(rows) if is_ancestor(self.opts.repo, sha, r.id)), len(rows))
             rows.insert(at, row)
         return rows
 
