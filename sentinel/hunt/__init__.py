@@ -33,9 +33,12 @@ Modules: `properties` (the property table), `state` (settings, per-property stan
 adapter base, so only the worker imports it), `findings` (scenario YAML), `summary` (report).
 """
 
+from .differential import DiffHunter, DiffSettings, differential
 from .driver import ExitReason, Hunter, hunt
 from .findings import finding_document
+from .known import Known, load as load_known
 from .properties import PROPERTIES, Property, select
 from .state import HuntSettings
 
-__all__ = ["ExitReason", "HuntSettings", "Hunter", "PROPERTIES", "Property", "finding_document", "hunt", "select"]
+__all__ = ["DiffHunter", "DiffSettings", "ExitReason", "HuntSettings", "Hunter", "Known", "PROPERTIES", "Property",
+           "differential", "finding_document", "hunt", "load_known", "select"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import boundaries
 from .base import Invariant, Missing, Outcome, ShapeMismatch, compare, evaluate_expected, hunted, lists, resolve
 
 KL_FORMULA = {
@@ -12,6 +13,33 @@ KL_FORMULA = {
     "k3": "exp(ref_log_probs - log_probs) - 1 - (ref_log_probs - log_probs)",
     "low_var_kl": "clip(exp(ref_log_probs - log_probs) - 1 - (ref_log_probs - log_probs), -10, 10)",
 }
+
+
+def _mode_formula(mode: str, x: str) -> str:
+    """The reference formula of loss_agg `mode` over per-token values `x` (adapters/reference.py
+    `aggregate`: rows with no valid token take no part in a sequence mean)."""
+    kept = f"where(loss_mask > 0, {x}, 0)"
+    if mode == "token-mean":
+        return f"sum({kept}) / maximum(sum(loss_mask), 1)"
+    per_row = f"sum({kept}, axis=1)"
+    if mode == "seq-mean-token-mean":
+        per_row += " / maximum(sum(loss_mask, axis=1), 1)"
+    has = "any(loss_mask > 0, axis=1)"
+    return f"sum(where({has}, {per_row}, 0)) / maximum(count_nonzero({has}), 1)"
+
+
+def _mode_hunts() -> tuple:
+    """One property per loss_agg mode and boundary: each mode has its own formula, so a wrong
+    denominator in one mode is not blurred with another's."""
+    out = []
+    for b, key, x in (("loss_agg", "mode", "values"), ("policy_loss", "loss_agg", "pg_loss"),
+                      ("cispo_loss", "loss_agg", "pg_loss"), ("is_correction", "loss_agg", "pg_loss")):
+        for mode in boundaries.LOSS_AGG:
+            out.append(hunted(b, name=f"mode.{mode}", doc=f"loss_agg {mode}: the loss is the {mode} of "
+                              f"{'the values' if x == 'values' else 'pg_loss'} over valid tokens",
+                              body={"output": "loss", "expected": _mode_formula(mode, x), "atol": 1e-5, "rtol": 1e-4},
+                              config={key: [mode]}, min_valid=1))
+    return tuple(out)
 
 
 class Close(Invariant):
@@ -26,7 +54,8 @@ class Close(Invariant):
                    body=lambda ex: {"output": "logged_kl", "expected": KL_FORMULA[ex.config["kl_type"]],
                                     "where": "loss_mask", "atol": 1e-6, "rtol": 1e-5},
                    config={"kl_coef": [0.1, 0.05, 1.0], "reward_norm": [None], "mask_no_eos_with_zero": [False],
-                           "reward_clip": [None]}, min_prompt=1),)
+                           "reward_clip": [None]}, min_prompt=1),
+            *_mode_hunts())
     output: str
     expected: Any
     atol: float = 1e-6
