@@ -194,7 +194,8 @@ class HuntKnown(_Model):
 
 
 class HuntDeviation(_Model):
-    """A difference from the reference the target's adapter declares as its documented convention."""
+    """A difference from the reference the target's adapter declares as its documented convention
+    (met as a difference against the reference, or as a violated formula property)."""
 
     name: str
     boundary: str
@@ -245,7 +246,6 @@ class HuntDifferential(_Model):
         default_factory=dict, description="side -> boundary -> config choices that side does not support (not drawn)")
     compared: int = Field(0, description="examples both sides ran and were compared")
     differing: int = Field(0, description="examples whose observations differed (findings, known, deviations)")
-    deviations: list[HuntDeviation] = Field(default_factory=list)
 
 
 class HuntSummary(_Model):
@@ -267,6 +267,8 @@ class HuntSummary(_Model):
     properties: list[HuntProperty] = Field(default_factory=list)
     findings: list[HuntFinding] = Field(default_factory=list)
     known: list[HuntKnown] = Field(default_factory=list)
+    deviations: list[HuntDeviation] = Field(default_factory=list, description="differences from the reference the "
+                                            "target's adapter declares, met in this hunt: never findings")
     differential: HuntDifferential | None = None
 
 

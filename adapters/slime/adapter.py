@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import torch
 
-from ..base import Adapter, BoundaryResult, Unsupported, implements
+from ..base import Adapter, BoundaryResult, Unsupported, deviation, implements
 from ..shims import import_with_stubs
 from ..support import (bind, first_on_path, group_ids, group_layout, locate, lookup, parameters, rows, signature_text,
                        spy, unrows, version_facts)
@@ -49,6 +49,19 @@ class SlimeAdapter(EntryLoss, Adapter):
     name = "slime"
     description = ("THUDM/slime: ppo_utils / megatron_utils.loss / cp_utils called on one process "
                    "(context parallel size 1) with per-sample response tensors.")
+    # where slime departs from the reference math on purpose (sentinel hunt --against reference)
+    deviations = {
+        "per-sample-mean-over-step-samples": deviation(
+            "policy_loss", observables=("loss", "grad:loss/log_probs"), when={"loss_agg": ["seq-mean-token-mean"]},
+            reason="the per-sample mean is divided by the step's sample count (step_global_batch_size, a constant "
+                   "of the step, as its comment says), so a sample whose loss mask is all zero still counts; the "
+                   "reference averages over samples with a valid token",
+            link="https://github.com/THUDM/slime/blob/624b824a8/slime/backends/megatron_utils/loss.py#L1352-L1358"),
+        "per-sample-mean-over-step-samples-cispo": deviation(
+            "cispo_loss", observables=("loss", "grad:loss/log_probs"), when={"loss_agg": ["seq-mean-token-mean"]},
+            reason="as per-sample-mean-over-step-samples: slime's loss_function divides by the step's sample count",
+            link="https://github.com/THUDM/slime/blob/624b824a8/slime/backends/megatron_utils/loss.py#L1352-L1358"),
+    }
 
     def __init__(self, root: Path | None, device: torch.device, options: dict[str, Any] | None = None):
         super().__init__(root, device, options)

@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import torch
 
-from ..base import Adapter, BoundaryResult, TargetLoadError, Unsupported, implements
+from ..base import Adapter, BoundaryResult, TargetLoadError, Unsupported, deviation, implements
 from ..shims import import_with_stubs, is_stub
 from ..support import (bind, first_on_path, keep_host_logging, locate, lookup, parameters, signature_text, spy,
                        version_facts)
@@ -41,6 +41,22 @@ def _quiet_import():
             os.environ.pop(env_key, None)
 
 
+_VERL = "https://github.com/volcengine/verl/blob/v0.9.1/verl"
+_CORE = f"{_VERL}/trainer/ppo/core_algos.py"
+
+
+def _global_batch_deviations() -> dict:
+    """agg_loss's sequence means over the trainer's global_batch_size, on each loss boundary."""
+    why = ("the sequence mean divides by the mini-batch's global_batch_size (the trainer passes ppo_mini_batch_size, "
+           "a constant, so the loss does not depend on the parallel layout): a fully masked sequence still counts; "
+           "the reference averages over sequences with a valid token")
+    return {f"seq-mean-over-global-batch-{b}": deviation(
+        b, observables=("loss", f"grad:loss/{w}"), when={key: ["seq-mean-token-mean", "seq-mean-token-sum"]},
+        reason=why, link=f"{_CORE}#L1181-L1202")
+        for b, key, w in (("loss_agg", "mode", "values"), ("policy_loss", "loss_agg", "log_probs"),
+                          ("cispo_loss", "loss_agg", "log_probs"))}
+
+
 class VerlAdapter(PolicyLosses, Adapter):
     """volcengine/verl from a checkout (``--repo``) or the installed package."""
 
@@ -54,6 +70,27 @@ class VerlAdapter(PolicyLosses, Adapter):
         "opsm_mask": "verl has no off-policy sequence masking conditioned on the advantage (its rollout "
                      "rejection sampling, rollout_corr_helper.compute_rollout_rejection_mask, ignores the "
                      "advantage)",
+    }
+    # where verl departs from the reference math on purpose (sentinel hunt --against reference)
+    deviations = {
+        "grpo-singleton-group": deviation(
+            "advantages", observables=("advantages", "returns"), when={"estimator": ["grpo", "grpo_vectorized"]},
+            reason="a GRPO group of one response gets mean 0 and std 1: its advantage is its raw score (the "
+                   "reference centres it on itself: 0)", link=f"{_CORE}#L315-L317"),
+        "whiten-needs-two-tokens": deviation(
+            "advantages", observables=("exception",),
+            reason="verl_F.masked_whiten (GAE, REINFORCE++) raises ValueError on a batch with one valid token: "
+                   "its unbiased variance divides by n - 1",
+            link=f"{_VERL}/utils/torch_functional.py#L316-L325"),
+        "whiten-needs-two-tokens-gae": deviation(
+            "gae", observables=("exception",), reason="as whiten-needs-two-tokens: compute_gae_advantage_return "
+            "whitens with masked_whiten, which raises on one valid token",
+            link=f"{_VERL}/utils/torch_functional.py#L316-L325"),
+        "tis-needs-a-valid-token": deviation(
+            "is_correction", observables=("exception",),
+            reason="rollout_corr_helper raises ValueError on a batch whose response_mask has no valid token",
+            link=f"{_VERL}/trainer/ppo/rollout_corr_helper.py#L441-L442"),
+        **_global_batch_deviations(),
     }
 
     def __init__(self, root: Path | None, device: torch.device, options: dict[str, Any] | None = None):

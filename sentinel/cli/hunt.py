@@ -256,12 +256,12 @@ def _hunt_console(rep: Report, verbose: bool) -> None:
         if k.excluded:
             out.print(f"[dim]known, passed over {k.excluded}x: {escape(_sig_text(k.signature))} ({escape(k.source)})[/]",
                       highlight=False)
+    for dev in h.deviations:
+        if dev.met:
+            out.print(f"[yellow]deviation[/] {escape(dev.name)} ({escape(dev.boundary)}): {dev.met} example(s) "
+                      f"explained: {escape(dev.reason)} ({escape(dev.link)})", highlight=False)
     if h.differential is not None:
         d = h.differential
-        for dev in d.deviations:
-            if dev.met:
-                out.print(f"[yellow]deviation[/] {escape(dev.name)} ({escape(dev.boundary)}): {dev.met} differing "
-                          f"example(s) explained: {escape(dev.reason)} ({escape(dev.link)})", highlight=False)
         excl = {side: cfg for side, cfg in d.excluded_config.items() if cfg}
         if excl:
             out.print(f"[dim]config not drawn (a side does not support it): {escape(str(excl))}[/]", highlight=False)

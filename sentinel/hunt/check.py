@@ -23,9 +23,13 @@ from ..invariants.base import Outcome
 from ..observe import observe
 from ..runner import plan
 from ..spec import Scenario
-from .known import decode_arrays
+from .diff import deviation_for
+from .known import fitted
 from .properties import Property
 from .signature import Signature, known_match, nonfinite, signature
+
+
+FORMULA_FAMILIES = ("close", "equals", "gradient")  # families whose hunts state the reference's formula
 
 
 class NotApplicable(SentinelError):
@@ -94,6 +98,7 @@ class Checker:
     exclude: dict[str, list[Any]] = field(default_factory=dict)
     known: list[Signature] = field(default_factory=list)
     pin: dict[str, Any] = field(default_factory=dict)  # --config: the only choice of these keys
+    deviations: dict[str, dict[str, Any]] = field(default_factory=dict)  # the adapter's declared ones
     probes: int = 0
 
     def check(self, ex: S.Example, overrides: dict[str, Any] | None = None):
@@ -115,6 +120,13 @@ class Checker:
         return {k: [self.pin[k]] if k in self.pin else [v for v in vs if v not in self.exclude.get(k, [])]
                 for k, vs in self.prop.config_choices().items()}
 
+    def deviation(self, ex: S.Example, outcome: Outcome, inv: Any) -> str | None:
+        """The declared deviation a violation of a formula property is (None: none). Only a
+        property that states the reference's formula can meet a convention that departs from it."""
+        if self.prop.family not in FORMULA_FAMILIES or not self.deviations:
+            return None
+        return deviation_for(self.deviations, self.prop.boundary, observable_of(inv, outcome), ex.config)
+
     def known_as(self, ex: S.Example, outcome: Outcome, inv: Any) -> Signature | None:
         """The known signature a violation has (None: a new bug)."""
         if not self.known:
@@ -128,15 +140,16 @@ class Checker:
 
     def replay(self, known_examples: list[dict[str, Any]]) -> list[tuple[Signature, str]]:
         """Known findings given as examples (scenario files): those this property fails on,
-        as (signature, where from). Only examples of its boundary that name its family, in a
-        config the property draws."""
+        as (signature, where from). An example counts for this property when its scenario
+        names the property's family and it fits the property's boundary (its own boundary,
+        or another whose inputs it carries: a bug in a shared reducer fails the same input
+        on every boundary that reaches it), in a config the property draws."""
         out = []
         for k in known_examples:
-            if k["boundary"] != self.prop.boundary or (k.get("families") and self.prop.family not in k["families"]):
+            if k.get("families") and self.prop.family not in k["families"]:
                 continue
-            ex = S.Example(k["boundary"], dict(k["config"]), decode_arrays(k["inputs"]),
-                           {n: decode_arrays(v) for n, v in (k.get("variants") or {}).items()})
-            if not self.prop.admits(ex.config):
+            ex = fitted(k, self.prop.boundary)
+            if ex is None or not self.prop.admits(ex.config):
                 continue
             try:
                 outcome, _, _, inv = self.check(ex)

@@ -41,13 +41,14 @@ from ..spec import load_text
 from . import diff as D
 from .diffreport import diff_document, diff_report
 from .driver import resolved
-from .known import Known, decode_arrays
-from .properties import SHRINK_TIME, Property, select
+from .known import Known, fitted
+from .properties import PROPERTIES, SHRINK_TIME, Property, select
 from .sides import Side, SideDied, Sides
-from .signature import Signature, _key, fill_masked_rows, known_match, layout, neutralise, signature
+from .signature import (DIFFERENTIAL, PERTURBING, Signature, _key, fill_masked_rows, known_match, layout,
+                        neutralise, signature)
 from .state import Found, PropertyState, write_found
 
-FAMILY = "differential"
+FAMILY = DIFFERENTIAL
 BATCH = 16
 FIRST_ROUND = 100  # examples in a boundary's first round; each later round doubles
 
@@ -261,9 +262,9 @@ class DiffHunter:
         """Known findings given as scenarios: their signature where the sides differ on them."""
         b = s.prop.boundary
         for k in self.settings.replay:
-            if k["boundary"] != b:
+            ex = fitted(k, b)
+            if ex is None:
                 continue
-            ex = S.Example(b, dict(k["config"]), decode_arrays(k["inputs"]))
             (ra,), (rb,) = self.observe(b, [ex])
             left, _ = self.unexplained(b, ex, ra, rb)
             if left:
@@ -300,6 +301,13 @@ class DiffHunter:
             checked = set(xa) & set(xb)
             viol = {side: sorted(n for n in checked if x[n]["verdict"] == "violated") for side, x in (("base", xa), ("head", xb))}
             held = {side: sorted(n for n in checked if x[n]["verdict"] == "held") for side, x in (("base", xa), ("head", xb))}
+            # only properties that fail on what differs explain it (or on the output a differing
+            # gradient is of); a masking family's own NaN perturbation only explains a NaN difference
+            related = set(_related(b, d.observable))
+            relevant = {n for n in checked if (xa.get(n, {}).get("observable") in related or
+                                               xb.get(n, {}).get("observable") in related)
+                        and (PROPERTIES[n].family not in PERTURBING or d.non_finite)}
+            viol = {side: [n for n in v if n in relevant] for side, v in viol.items()}
             verdict = verdicts.differential_verdict(viol["base"], viol["head"], self.against)
             explain = sorted(set(viol["base"]) ^ set(viol["head"]))
             invariants = [(xa if n in viol["base"] else xb)[n]["invariant"] for n in explain]

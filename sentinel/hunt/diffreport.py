@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from ..boundaries import get as get_boundary
-from ..report import (Environment, HuntDeviation, HuntDifferential, HuntSide, HuntSummary, InvariantResult, Report,
+from ..report import (Environment, HuntDifferential, HuntSide, HuntSummary, InvariantResult, Report,
                       ScenarioResult, statistics)
 from .. import verdicts
 from .findings import _Dumper, _Flow, _tensor, signature_hash, slug
-from .summary import _property, finding, known_entries
+from .summary import _property, deviation_entries, finding, known_entries
 
 if TYPE_CHECKING:
     from .differential import DiffHunter
@@ -130,13 +130,10 @@ def diff_report(h: "DiffHunter") -> Report:
         search_s=round(h.search_s, 3), startup_s=round(max(base.startup_s, head.startup_s), 3),
         examples_per_s=round(total / h.search_s, 1) if h.search_s > 0 else 0.0,
         verdicts=dict(Counter(p.status for p in properties)), properties=properties, findings=findings,
-        known=known_entries(h.states),
+        known=known_entries(h.states), deviations=deviation_entries(h.deviations),
         differential=HuntDifferential(
             base=base.key, head=head.key, against_reference=h.against, atol=h.settings.atol, rtol=h.settings.rtol,
-            excluded_config=h.excluded, compared=h.compared, differing=h.differing,
-            deviations=[HuntDeviation(name=n, boundary=d["boundary"], reason=d["reason"], link=d["link"],
-                                      observables=d["observables"], config=d["when"], met=d["met"], example=d["example"])
-                        for n, d in h.deviations.items()]))
+            excluded_config=h.excluded, compared=h.compared, differing=h.differing))
     env = base.env or head.env
     return Report(kind="hunt", success=not findings and stats.errors == 0, created_at=h.created,
                   duration_s=round(time.perf_counter() - h.t_start, 3), command=h.command or [],

@@ -99,6 +99,7 @@ class Hunter:
         self.t_search = 0.0
         self.queue: collections.deque[PropertyState] = collections.deque()
         self.running: set[int] = set()
+        self.deviations: dict[str, dict[str, Any]] = {}  # declared deviations met: name -> declaration, met, example
 
     def run(self) -> Report:
         """Hunt; the report of kind "hunt" (findings written as scenario YAML under out_dir)."""
@@ -108,7 +109,7 @@ class Hunter:
         return hunt_report(self.states, self.settings, spec=self.spec, target=self.target, env=self.env,
                            search_s=self.search_s, startup_s=self.startup_s, created=self.created,
                            duration_s=round(time.perf_counter() - self.t_start, 3), command=self.command,
-                           exit_reason=self.exit_reason.name if self.exit_reason else "")
+                           exit_reason=self.exit_reason.name if self.exit_reason else "", deviations=self.deviations)
 
     def _run(self, stack: ExitStack) -> None:
         self.header = {"target": self.spec.name, "root": checkout_root(stack, self.spec, self.target),
@@ -304,6 +305,9 @@ class Hunter:
             res = {"status": "error", "error": {"type": "WorkerDied", "message": str(e), "traceback": ""}}
         with self.lock:
             found = s.merge(res, st.max_examples, s.search_before)
+            for name, d in (res.get("deviations") or {}).items():
+                seen = self.deviations.setdefault(name, {**d, "met": 0})
+                seen["met"] += d["met"]
             self.emit({"event": "round", "property": s.prop.name, "status": s.status, "examples": s.examples,
                        "hunt_elapsed_s": time.perf_counter() - self.t_search, "round": s.rounds,
                        "found": found.finding["signature"] if found else None, "findings": len(s.found)})

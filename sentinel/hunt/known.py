@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from .. import strategies as S
+from ..boundaries import get as get_boundary
 from ..spec import load_paths
 
 
@@ -96,3 +98,19 @@ def load(paths: list[Path]) -> Known:
         else:
             out.extend(_from_scenarios(path))
     return out
+
+
+def fitted(k: dict[str, Any], boundary: str) -> S.Example | None:
+    """A known example (known.py) as an example of `boundary`: its inputs that the boundary
+    takes, its config keys that the boundary has over the boundary's defaults (None: it lacks
+    an input the boundary requires, or has an input the boundary does not take)."""
+    spec = get_boundary(boundary)
+    inputs = decode_arrays(k["inputs"])
+    if k["boundary"] != boundary:
+        if any(spec.input(n) is None for n in inputs) or any(p.required and p.name not in inputs for p in spec.inputs):
+            return None
+        config = {**spec.config, **{c: v for c, v in k["config"].items() if c in spec.config}}
+    else:
+        config = dict(k["config"])
+    variants = {n: decode_arrays(v) for n, v in (k.get("variants") or {}).items()}
+    return S.Example(boundary, config, inputs, variants)

@@ -120,6 +120,7 @@ class _Search:
         self.st = {"examples": 0, "rejected": 0, "errors": 0, "shrink_calls": 0, "timed_out": 0}
         self.reasons: Counter[str] = Counter()
         self.excluded: Counter[str] = Counter()  # known signature -> violations excluded as that bug
+        self.deviations: dict[str, dict[str, Any]] = {}  # declared deviation -> met, first example
         self.first: dict[str, Any] = {}
         self.best: dict[str, Any] = {}
         self.error_sample: dict[str, Any] | None = None
@@ -168,6 +169,12 @@ class _Search:
                 continue
             if best and observable_of(inv, outcome) != observable_of(best["inv"], best["outcome"]):
                 continue  # shrinking keeps the first violation's observable: no slipping to another bug
+            dev = self.checker.deviation(ex, outcome, inv)
+            if dev is not None:
+                d = self.deviations.setdefault(dev, {**self.checker.deviations[dev], "met": 0, "example": {
+                    "config": plain(ex.config), "inputs": {n: a.tolist() for n, a in ex.inputs.items()}}})
+                d["met"] += 1
+                continue
             known = self.checker.known_as(ex, outcome, inv)
             if known is not None:
                 self.excluded[known.text()] += 1
@@ -189,7 +196,8 @@ def run_round(adapter, device, job: dict[str, Any], emit: Callable[[dict[str, An
     prop = PROPERTIES[job["property"]]
     t_probe = time.monotonic()
     checker = Checker(prop, adapter, device, dict(job.get("exclude") or {}),
-                      [Signature.from_dict(d) for d in job.get("known") or []], pin=dict(job.get("pin") or {}))
+                      [Signature.from_dict(d) for d in job.get("known") or []], pin=dict(job.get("pin") or {}),
+                      deviations=type(adapter).deviation_table())
     out: dict[str, Any] = {"status": "ok", "property": prop.name, "examples": 0, "rejected": 0, "errors": 0,
                            "shrink_calls": 0, "timed_out": 0, "note": "", "exclude": checker.exclude,
                            "reasons": {}, "excluded_known": {}, "learned_known": [], "error_sample": None,
@@ -221,7 +229,7 @@ def run_round(adapter, device, job: dict[str, Any], emit: Callable[[dict[str, An
             break
     search.progress(force=True)
     out.update(search.st, note=note, reasons=dict(search.reasons.most_common(20)), error_sample=search.error_sample,
-               excluded_known=dict(search.excluded), probe_s=t0 - t_probe,
+               excluded_known=dict(search.excluded), deviations=search.deviations, probe_s=t0 - t_probe,
                ran_out_of_time=search.st["timed_out"] > 0)
     if search.best:
         best = search.best

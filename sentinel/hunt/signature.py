@@ -16,8 +16,9 @@ cannot hide a second one on the same property.
   `group-boundary` (the failure needs two groups) and `non-finite` (the failing value is
   NaN / Inf). "Needs" is tested: for a family that perturbs masked positions
   (masked_invariance, finite) by perturbing only one class; otherwise by setting that
-  class's values to 0 (head / interior / tail) or putting a valid row in place of each fully
-  masked row (the batch keeps its size: "needs a masked row" is not "needs two rows").
+  class's values to 0 or making its positions valid (head / interior / tail: the failure
+  needs the values there, or the masked layout itself), or putting a valid row in place of
+  each fully masked row (the batch keeps its size: "needs a masked row" is not "needs two rows").
 
 Pure numpy over examples; the caller supplies `probe`, which evaluates a changed example.
 """
@@ -38,6 +39,7 @@ GROUP_BOUNDARY, NON_FINITE = "group-boundary", "non-finite"
 PERTURBING = ("masked_invariance", "finite")
 # the `at` value of a masking family for each layout class
 AT = {f"masked-{k}": k for k in ("head", "interior", "tail", "row")}
+DIFFERENTIAL = "differential"  # a differential hunt's family: two sides differ
 
 # probe(example, invariant-body overrides) -> (verdict, what failed): "violated" | "held" | "n/a";
 # what failed is an observable, or a tuple of them (a differential probe: every one that differs)
@@ -112,6 +114,19 @@ def neutralise(ex, label: str):
     return replace(ex, inputs=new)
 
 
+def unmask(ex, label: str):
+    """The example with `label`'s masked positions made valid (mask 1, values 0): whether the
+    failure needs the masked layout itself, not the values there."""
+    where = layout(ex).get(label)
+    if where is None:
+        return ex
+    new = neutralise(ex, label).inputs
+    new = {n: (np.where(where, 1, a).astype(a.dtype) if n == "loss_mask" else a) for n, a in new.items()}
+    if "attention_mask" in new and new["attention_mask"].shape == where.shape:
+        new["attention_mask"] = np.where(where, 1, new["attention_mask"]).astype(new["attention_mask"].dtype)
+    return replace(ex, inputs=new)
+
+
 def fill_masked_rows(ex):
     """The example with each fully masked row replaced by a copy of the first row that has a
     valid token (its token tensors; the batch keeps its size, rewards and groups). None:
@@ -168,19 +183,35 @@ def _fails(probe: Probe, ex, observable: str, overrides: dict[str, Any] | None =
     return verdict == "violated" and (obs == observable or (isinstance(obs, tuple) and observable in obs))
 
 
+def sufficient(family: str, bad_value: bool) -> bool:
+    """Do this failure's labels name masked positions where a value alone makes it fail (a
+    masking family's own perturbation, or a NaN / Inf drawn there), rather than a layout it
+    needs? Then a shared label is one bug: a reducer that multiplies by the mask fails at a
+    hole and in a masked row alike."""
+    return family in PERTURBING or (family == DIFFERENTIAL and bad_value)
+
+
+def _alone(probe: Probe, ex, family: str, c: str, observable: str) -> bool:
+    """Does the failure persist with only class `c`'s masked values left (perturbed, or drawn)?"""
+    if family in PERTURBING:
+        return bool(_fails(probe, ex, observable, {"at": AT[c]}))
+    return bool(_fails(probe, reduced(ex, (c, GROUP_BOUNDARY)), observable))
+
+
 def position_class(ex, family: str, observable: str, probe: Probe, bad_value: bool) -> tuple[str, ...]:
     """The position labels the failure needs (see the module's docstring)."""
     present = list(layout(ex))
     labels: list[str] = []
-    if family in PERTURBING:
-        labels = [c for c in present if _fails(probe, ex, observable, {"at": AT[c]})] or present
+    if sufficient(family, bad_value):
+        labels = [c for c in present if _alone(probe, ex, family, c, observable)] or present
     else:
         for c in present:
             if c == "masked-row":  # needed when a valid row in its place makes the failure go away
                 filled = fill_masked_rows(ex)
                 if filled is None or not _fails(probe, filled, observable):
                     labels.append(c)
-            elif not _fails(probe, neutralise(ex, c), observable):
+            elif _fails(probe, neutralise(ex, c), observable) is False or \
+                    _fails(probe, unmask(ex, c), observable) is False:
                 labels.append(c)
     merged = one_group(ex)
     if merged is not None and not _fails(probe, merged, observable):
@@ -218,21 +249,51 @@ def signature(prop: str, family: str, ex, observable: str, bad_value: bool, choi
                           position_class(ex, family, observable, probe, bad_value))
 
 
+def reduced(ex, keep: tuple[str, ...]):
+    """The example with the values at every masked class not in `keep` set to 0, each fully
+    masked row replaced by a valid one unless `keep` names masked-row, and its groups merged
+    unless `keep` names group-boundary: where a bug needing `keep` still fails, and the junk
+    and rows that other bugs feed on are gone. (Holes stay holes: the valid tokens, which a
+    bug may be about, do not change.)"""
+    r = ex
+    if "masked-row" not in keep:
+        r = fill_masked_rows(r) or r
+    for c in [c for c in layout(r) if c not in keep and c != "masked-row"]:
+        r = neutralise(r, c)
+    if GROUP_BOUNDARY not in keep:
+        r = one_group(r) or r
+    return r
+
+
+def is_known(k: Signature, family: str, ex, observable: str, bad_value: bool, probe: Probe) -> bool:
+    """Does known bug `k` make this failure? Its flags agree, and the failure persists where
+    only what `k` needs is left: for a family that perturbs masked positions, perturbing one
+    kind of position `k` names (each of its labels alone fails); otherwise on the example
+    reduced to `k`'s layout (`reduced`). An example with a second bug besides `k` counts as
+    `k`'s: the second shows on examples without `k`'s layout."""
+    if (NON_FINITE in k.position) != bad_value:
+        return False
+    labels = [c for c in k.position if c in AT and c in layout(ex)]
+    if sufficient(family, bad_value):
+        if not labels:
+            return not any(c in AT for c in k.position) and bool(_fails(probe, ex, observable))
+        return any(_alone(probe, ex, family, c, observable) for c in labels)
+    if any(c in AT and c not in labels for c in k.position):  # it needs a layout this example lacks
+        return False
+    return bool(_fails(probe, reduced(ex, k.position), observable))
+
+
 def known_match(known: list[Signature], prop: str, family: str, ex, observable: str, bad_value: bool,
                 probe: Probe, choices: dict[str, list[Any]]) -> Signature | None:
-    """The known signature this failure has, if any. Cheap parts first (property,
-    observable); the position class, which needs probes, only when one of them matches; then
-    the config: the example's own config fails under the known signature, or else the configs
-    this failure needs overlap the known one's (the same bug seen through another threshold)."""
+    """The known signature this failure has, if any: same property and observable (cheap),
+    then the config (the example's own config fails under the known signature, or else the
+    configs this failure needs overlap the known one's: the same bug seen through another
+    threshold), then the position (`is_known`, a probe or two)."""
     cands = [k for k in known if k.property == prop and k.observable == observable]
     if not cands:
         return None
-    position = position_class(ex, family, observable, probe, bad_value)
-    cands = [k for k in cands if k.position == position]
-    if not cands:
-        return None
-    hit = next((k for k in cands if k.admits(ex.config)), None)
-    if hit is not None:
-        return hit
-    needs = config_that_matters(ex, choices, observable, probe)
-    return next((k for k in cands if k.overlaps(needs)), None)
+    admitted = [k for k in cands if k.admits(ex.config)]
+    if len(admitted) < len(cands):
+        needs = config_that_matters(ex, choices, observable, probe)
+        admitted += [k for k in cands if k not in admitted and k.overlaps(needs)]
+    return next((k for k in admitted if is_known(k, family, ex, observable, bad_value, probe)), None)

@@ -14,7 +14,7 @@ from typing import Any
 
 from .. import verdicts
 from ..boundaries import get as get_boundary
-from ..report import (Environment, ExceptionInfo, FunctionInfo, HuntFinding, HuntKnown, HuntProperty, HuntSignature,
+from ..report import (Environment, ExceptionInfo, FunctionInfo, HuntDeviation, HuntFinding, HuntKnown, HuntProperty, HuntSignature,
                       HuntSummary, InvariantResult, Report, ScenarioResult, Target, statistics)
 from ..runner import TargetSpec
 from .findings import provenance_of
@@ -24,7 +24,8 @@ from .state import Found, HuntSettings, PropertyState
 
 def hunt_report(states: list[PropertyState], settings: HuntSettings, *, spec: TargetSpec, target: Target,
                 env: dict[str, Any], search_s: float, startup_s: float, created: str, duration_s: float,
-                command: list[str] | None, exit_reason: str = "") -> Report:
+                command: list[str] | None, exit_reason: str = "",
+                deviations: dict[str, dict[str, Any]] | None = None) -> Report:
     provenance = provenance_of(spec, target.commit, settings.seed)
     results, properties, findings = [], [], []
     for s in states:
@@ -36,6 +37,7 @@ def hunt_report(states: list[PropertyState], settings: HuntSettings, *, spec: Ta
     stats = statistics(results)
     summary = _summary(states, settings, properties, findings, search_s, startup_s)
     summary.exit_reason = exit_reason
+    summary.deviations = deviation_entries(deviations or {})
     return Report(kind="hunt", success=not findings and stats.errors == 0, created_at=created,
                   duration_s=duration_s, command=command or [], environment=Environment(**env),
                   targets={spec.key: target}, results=results, statistics=stats, hunt=summary)
@@ -113,6 +115,13 @@ def known_entries(states: list[PropertyState]) -> list[HuntKnown]:
                 out[key] = HuntKnown(signature=HuntSignature(**sig.as_dict()), source=k.get("source", ""))
             out[key].excluded += s.excluded.get(key, 0)
     return list(out.values())
+
+
+def deviation_entries(deviations: dict[str, dict[str, Any]]) -> list[HuntDeviation]:
+    """The declared deviations (name -> declaration, met, example), as the report lists them."""
+    return [HuntDeviation(name=n, boundary=d["boundary"], reason=d["reason"], link=d["link"],
+                          observables=d["observables"], config=d["when"], met=d.get("met", 0),
+                          example=d.get("example") or {}) for n, d in deviations.items()]
 
 
 def _summary(states: list[PropertyState], settings: HuntSettings, properties: list[HuntProperty],

@@ -105,7 +105,7 @@ class Finite(_MaskFamily):
     family = "finite"
     hunt = (*_finite_hunts(LOSS_MASKED, "valid outputs"),
             *_finite_hunts(("advantages",), "valid advantages", min_prompt=1))
-    values: list[str] = ["nan", "inf", "-inf"]
+    values: list[str | float] = ["nan", "inf", "-inf"]  # YAML reads 3e38 as a number
 
     def check(self, sc):
         out = super().check(sc)
