@@ -86,6 +86,30 @@ class VerlAdapter(PolicyLosses, Adapter):
             "gae", observables=("exception",), reason="as whiten-needs-two-tokens: compute_gae_advantage_return "
             "whitens with masked_whiten, which raises on one valid token",
             link=f"{_VERL}/utils/torch_functional.py#L316-L325"),
+        "whiten-epsilon-inside-the-root": deviation(
+            "advantages", observables=("advantages",), when={"normalize_advantages": [True]},
+            reason="masked_whiten divides by rsqrt(var + 1e-8), the reference by (std + 1e-8): advantages whose "
+                   "spread is near 1e-4 come out smaller",
+            link=f"{_VERL}/utils/torch_functional.py#L342-L343"),
+        "rpp-baseline-returns-whitened": deviation(
+            "advantages", observables=("returns",), when={"estimator": ["reinforce_plus_plus_baseline"]},
+            reason="compute_reinforce_plus_plus_baseline_outcome_advantage returns (scores, scores): its returns are "
+                   "the whitened advantages; the reference's returns are the advantages before normalisation",
+            link=f"{_CORE}#L582-L584"),
+        "rpp-baseline-sequence-score": deviation(
+            "advantages", observables=("advantages", "returns"),
+            when={"estimator": ["reinforce_plus_plus_baseline"], "kl_coef": [0.05, 0.1, 1.0]},
+            reason="RF++-baseline operates on outcome rewards only: the token-level rewards (score minus the KL "
+                   "penalty at each token) are summed into one sequence score, centred on its group and broadcast; "
+                   "the reference subtracts the KL penalty at each token",
+            link=f"{_CORE}#L545-L562"),
+        "token-rewards-are-raw-scores": deviation(
+            "advantages", observables=("token_rewards",),
+            when={"estimator": ["grpo", "grpo_vectorized", "reinforce_plus_plus_baseline", "rloo"]},
+            reason="token_level_rewards hold the reward manager's raw score (and the KL penalty); the group-level "
+                   "normalisation happens inside the estimator, so they are not the normalised reward the reference "
+                   "places at the last token",
+            link=f"{_CORE}#L562"),
         "tis-needs-a-valid-token": deviation(
             "is_correction", observables=("exception",),
             reason="rollout_corr_helper raises ValueError on a batch whose response_mask has no valid token",

@@ -77,7 +77,10 @@ def _differs(a: np.ndarray, b: np.ndarray, where: np.ndarray | None, atol: float
 
 def differences(boundary: str, ex, a: dict[str, Any], b: dict[str, Any], atol: float = ATOL,
                 rtol: float = RTOL) -> list[Difference]:
-    """Every observable on which answers `a` (base) and `b` (head) to example `ex` differ."""
+    """Every observable on which answers `a` (base) and `b` (head) to example `ex` differ (none
+    where a side does not support the example: nothing to compare)."""
+    if "unsupported" in (a["status"], b["status"]):
+        return []
     if a["status"] == "error" or b["status"] == "error":
         text = lambda r: f"{r['type']}: {r['message']}" if r["status"] == "error" else "answered"  # noqa: E731
         return [] if a["status"] == b["status"] else [Difference("exception", [], text(a), text(b))]

@@ -41,7 +41,7 @@ from ..spec import load_text
 from . import diff as D
 from .diffreport import diff_document, diff_report
 from .driver import resolved
-from .known import Known, fitted
+from .known import Known, fitted, runs_of
 from .properties import PROPERTIES, SHRINK_TIME, Property, select
 from .sides import Side, SideDied, Sides
 from .signature import (DIFFERENTIAL, PERTURBING, Signature, _key, fill_masked_rows, known_match, layout,
@@ -191,7 +191,8 @@ class DiffHunter:
         limit = max(0.3, min(left, max(left / max(running, 1), 0.5) * (1 + s.rounds)))
         rnd = random.Random(f"{st.seed}:{b}:{s.rounds}") if st.seed is not None else None
         search = _Search(self, s, n, time.monotonic() + limit)
-        strategy = S.batches(S.examples(b, config=self._choices(b), junk="wild", row_mask=True), BATCH)
+        # a batch with no valid token has no training signal: what a side returns there is its convention
+        strategy = S.batches(S.examples(b, config=self._choices(b), junk="wild", row_mask=True, min_valid=1), BATCH)
         try:
             find(strategy, search.condition, random=rnd, settings=hsettings(
                 max_examples=max(1, math.ceil(n / 3)), database=None, deadline=None,
@@ -228,7 +229,9 @@ class DiffHunter:
         diffs = D.differences(b, ex, ra, rb, self.settings.atol, self.settings.rtol)
         devs, left = [], []
         for d in diffs:
-            name = D.deviation_for(self.deviations, b, d.observable, ex.config) if self.deviations else None
+            # a convention changes values; it does not make them NaN: a non-finite difference is never one
+            name = D.deviation_for(self.deviations, b, d.observable, ex.config) \
+                if self.deviations and not d.non_finite else None
             (devs.append(name) if name else left.append(d))
         return left, devs
 
@@ -262,15 +265,17 @@ class DiffHunter:
         """Known findings given as scenarios: their signature where the sides differ on them."""
         b = s.prop.boundary
         for k in self.settings.replay:
-            ex = fitted(k, b)
-            if ex is None:
+            examples = [ex for run in runs_of(k) if (ex := fitted(run, b)) is not None]
+            if not examples:
                 continue
-            (ra,), (rb,) = self.observe(b, [ex])
-            left, _ = self.unexplained(b, ex, ra, rb)
-            if left:
-                sig = signature(s.prop.name, FAMILY, ex, left[0].observable, left[0].non_finite, self._choices(b),
-                                self.probe(b))
-                s.known.append({**sig.as_dict(), "source": k.get("source", "")})
+            ra, rb = self.observe(b, examples)
+            for ex, a, r in zip(examples, ra, rb):
+                left, _ = self.unexplained(b, ex, a, r)
+                if left:  # the first input the sides differ on stands for the known finding
+                    sig = signature(s.prop.name, FAMILY, ex, left[0].observable, left[0].non_finite,
+                                    self._choices(b), self.probe(b))
+                    s.known.append({**sig.as_dict(), "source": k.get("source", "")})
+                    break
 
     def _classify(self, b: str, ex, sig: Signature) -> tuple[Any, str, dict, dict, list, D.Difference]:
         """Which properties each side violates where they differ: on the example, else on the

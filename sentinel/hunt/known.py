@@ -22,6 +22,7 @@ import numpy as np
 
 from .. import strategies as S
 from ..boundaries import get as get_boundary
+from ..runner import plan
 from ..spec import load_paths
 
 
@@ -73,6 +74,9 @@ def _from_scenarios(path: Path) -> Known:
     for sc in load_paths([path]):
         out.examples.append({
             "boundary": sc.boundary, "config": sc.full_config(), "inputs": encode_arrays(sc.inputs),
+            # every input the scenario's invariants run it on (NaN at masked positions, ...): a
+            # differential hunt compares the sides on each
+            "runs": [{"inputs": encode_arrays(r.inputs), "config": r.config} for r in plan(sc)],
             "variants": {n: encode_arrays({k: a for k, a in ins.items() if not np.array_equal(a, sc.inputs.get(k))})
                          for n, (ins, cfg) in sc.variants.items() if not cfg},
             "families": sorted({inv.family for inv in sc.invariants}), "source": f"{sc.file or path}: {sc.id}"})
@@ -98,6 +102,11 @@ def load(paths: list[Path]) -> Known:
         else:
             out.extend(_from_scenarios(path))
     return out
+
+
+def runs_of(k: dict[str, Any]) -> list[dict[str, Any]]:
+    """The known example once per input its scenario runs (itself when it names none)."""
+    return [{**k, "inputs": r["inputs"], "config": r["config"], "variants": {}} for r in k.get("runs") or []] or [k]
 
 
 def fitted(k: dict[str, Any], boundary: str) -> S.Example | None:
