@@ -74,9 +74,10 @@ class VerlAdapter(PolicyLosses, Adapter):
     # where verl departs from the reference math on purpose (sentinel hunt --against reference)
     deviations = {
         "grpo-singleton-group": deviation(
-            "advantages", observables=("advantages", "returns"), when={"estimator": ["grpo", "grpo_vectorized"]},
-            reason="a GRPO group of one response gets mean 0 and std 1: its advantage is its raw score (the "
-                   "reference centres it on itself: 0)", link=f"{_CORE}#L315-L317"),
+            "advantages", observables=("advantages", "returns"),
+            when={"estimator": ["grpo", "grpo_vectorized", "reinforce_plus_plus_baseline"]},
+            reason="a group of one response gets mean 0 (GRPO: and std 1): its advantage is its raw score (the "
+                   "reference centres it on itself: 0)", link=f"{_CORE}#L315-L317 and #L572-L573"),
         "whiten-needs-two-tokens": deviation(
             "advantages", observables=("exception",),
             reason="verl_F.masked_whiten (GAE, REINFORCE++) raises ValueError on a batch with one valid token: "
