@@ -131,43 +131,41 @@ def _row(tensors: tuple[str, ...], *, min_prompt: int, max_len: int, reward: boo
     padding holds; its reward and group id. Drawn as one unit, so the shrinker can delete
     a whole row.
 
-    One byte string of fixed size is the whole row (one draw): its head holds the prompt and
-    response lengths, the reward and the group; response token j owns slot j (a hole flag
-    byte, then one byte per tensor), prompt token i the slot max_len - 1 - i, the padding
-    the last bytes. Slots never move when a length shrinks; every byte shrinks towards 0:
-    shorter rows, valid tokens, values and junk towards 0, group 0."""
+    One byte string is the whole row (one draw): a fixed head (prompt length, reward, group),
+    the padding's and the prompt tokens' junk, then one slot per response token (a hole flag
+    byte, then one byte per tensor); the response has as many tokens as whole slots follow
+    (up to the room the prompt leaves). Every byte shrinks towards 0 (valid tokens, values and
+    junk towards 0, group 0), and the shrinker's deletion of a run of bytes deletes a token."""
     k = len(tensors)
     stride = k + 1
     orders = [_order(values.get(n, VALUES.get(n))) for n in tensors]
     if any(o is None for o in orders):  # a tensor whose values are not a grid: draw them one by one
         return _row_slow(tensors, min_prompt=min_prompt, max_len=max_len, reward=reward, group=group,
                          holes=holes, values=values, junk=junk)
-    head = 4  # prompt length, response length, reward, group
-    blob_s = st.binary(min_size=head + max_len * stride + k, max_size=head + max_len * stride + k)
-    prompts = max(min_prompt, 2) - min_prompt + 1
+    top = max(min_prompt, 2)
+    fixed = 3 + k + top * k  # prompt length, reward, group; padding junk; prompt junk
+    blob_s = st.binary(min_size=fixed, max_size=fixed + max_len * stride)
     rewards = _order(VALUES["rewards"])
     nj = len(junk)
 
     def row(blob: bytes) -> dict[str, Any]:
-        p = min_prompt + blob[0] % prompts
-        r = blob[1] % (max(0, max_len - p) + 1)
-        body = blob[head:]
-
-        def slot(i: int) -> bytes:
-            return body[i * stride:(i + 1) * stride]
-        prompt = [tuple(junk[b % nj] for b in slot(max_len - 1 - i)[1:]) for i in range(p)]
+        p = min_prompt + blob[0] % (top - min_prompt + 1)
+        tail = blob[fixed:]
+        r = min(len(tail) // stride, max(0, max_len - p))
+        pjunk = blob[3 + k:fixed]
+        prompt = [tuple(junk[b % nj] for b in pjunk[i * k:(i + 1) * k]) for i in range(p)]
         response = []
         for j in range(r):
-            flag, *vals = slot(j)
+            flag, *vals = tail[j * stride:(j + 1) * stride]
             if holes and flag % HOLE_EVERY == HOLE_EVERY - 1:
                 response.append((True, tuple(junk[b % nj] for b in vals)))
             else:
                 response.append((False, tuple(o[b % len(o)] for o, b in zip(orders, vals))))
-        out = {"prompt": prompt, "response": response, "pad": tuple(junk[b % nj] for b in body[max_len * stride:])}
+        out = {"prompt": prompt, "response": response, "pad": tuple(junk[b % nj] for b in blob[3:3 + k])}
         if reward:
-            out["reward"] = rewards[blob[2] % len(rewards)]
+            out["reward"] = rewards[blob[1] % len(rewards)]
         if group:
-            out["group"] = blob[3] % 3
+            out["group"] = blob[2] % 3
         return out
 
     return blob_s.map(row)

@@ -208,7 +208,8 @@ def test_yaml_round_trip_is_bit_exact(ex):
 def test_policy_gradient_property_can_fail(tmp_path):
     """policy_loss.gradient holds on the reference (test_reference_hunt_finds_nothing); a
     token-mean that counts padding breaks the stated -ratio * A / N."""
-    rep = hunt(TargetSpec("reference", plant="loss-agg-counts-padding"), tmp_path, names=["policy_loss.gradient"])
+    rep = hunt(TargetSpec("reference", plant="loss-agg-counts-padding"), tmp_path, names=["policy_loss.gradient"],
+               first=True)
     f, = rep.hunt.findings
     assert f.property == "policy_loss.gradient" and f.reproduced is True
 

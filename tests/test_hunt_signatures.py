@@ -141,13 +141,14 @@ SLIME = os.environ.get("SENTINEL_SLIME_REPO")
 @pytest.mark.skipif(not SLIME, reason="set SENTINEL_SLIME_REPO to a clone of THUDM/slime")
 def test_slime_known_findings_are_not_reported_again(tmp_path):
     known = H.load_known([CATALOG])
-    rep = H.hunt(TargetSpec("slime", SLIME), boundaries=["policy_loss", "opsm_mask"], time_budget=60.0,
-                 max_examples=2000, seed=0, db=None, out_dir=tmp_path, known=known,
-                 until=["opsm_mask.sequence_uniform"])
-    found = {f.property: f for f in rep.hunt.findings}
+    rep = H.hunt(TargetSpec("slime", SLIME), boundaries=["policy_loss", "opsm_mask"], time_budget=45.0,
+                 max_examples=2000, seed=0, db=None, out_dir=tmp_path, known=known)
+    found = {f.property for f in rep.hunt.findings}
     assert "opsm_mask.sequence_uniform" in found
-    for name in ("policy_loss.gradient", "policy_loss.mode.token-mean", "policy_loss.finite.nan"):
-        assert not any(f.property == name and f.signature.config.get("importance_sampling_level") != ["sequence"]
-                       for f in rep.hunt.findings), [f.signature for f in rep.hunt.findings]
-    sources = " ".join(k.source for k in rep.hunt.known if k.excluded)
-    assert "token-mean-counts-masked-sample" in sources or "masked-token-nan-reaches-loss" in sources
+    # slime HEAD's token-level loss keeps both known bugs; neither is reported again
+    token_level = [f.signature for f in rep.hunt.findings
+                   if f.property in ("policy_loss.gradient", "policy_loss.mode.token-mean", "policy_loss.finite.nan")
+                   and f.signature.config.get("importance_sampling_level") != ["sequence"]]
+    assert token_level == []
+    passed = {k.source.rsplit(": ", 1)[-1] for k in rep.hunt.known if k.excluded}
+    assert {"token-mean-counts-masked-sample", "masked-token-nan-reaches-loss"} <= passed, passed
