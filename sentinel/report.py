@@ -262,6 +262,9 @@ class HuntSummary(_Model):
     search_s: float = Field(0.0, description="seconds spent in rounds (worker start excluded)")
     startup_s: float = 0.0
     examples_per_s: float = 0.0
+    cpu_s: float = Field(0.0, description="CPU seconds of the rounds in the workers (single-target hunts)")
+    examples_per_cpu_s: float = Field(0.0, description="examples per CPU second of the workers: throughput that "
+                                      "a machine shared with other work does not hide")
     verdicts: dict[str, int] = Field(default_factory=dict, description="properties by verdict")
     invariants_per_boundary: dict[str, list[str]] = Field(default_factory=dict)
     properties: list[HuntProperty] = Field(default_factory=list)

@@ -379,10 +379,7 @@ class _Search:
             return False
         if best and now - self.t0 - best["t"] > h.settings.shrink_time:
             return any(_same(e, best["ex"]) for e in batch)
-        try:
-            ra, rb = h.observe(self.b, batch)
-        except SideDied:
-            raise
+        ra, rb = h.observe(self.b, batch)  # SideDied ends the hunt: the search cannot go on with one side
         for ex, a, b in zip(batch, ra, rb):
             if "unsupported" in (a["status"], b["status"]):
                 self.rejected += 1

@@ -194,7 +194,7 @@ def run_round(adapter, device, job: dict[str, Any], emit: Callable[[dict[str, An
         from .session import serve
         return serve(adapter, device, job, emit)
     prop = PROPERTIES[job["property"]]
-    t_probe = time.monotonic()
+    t_probe, cpu0 = time.monotonic(), time.process_time()
     checker = Checker(prop, adapter, device, dict(job.get("exclude") or {}),
                       [Signature.from_dict(d) for d in job.get("known") or []], pin=dict(job.get("pin") or {}),
                       deviations=type(adapter).deviation_table())
@@ -206,7 +206,8 @@ def run_round(adapter, device, job: dict[str, Any], emit: Callable[[dict[str, An
         checker.exclude, why = probe_config(checker)
         out["exclude"] = checker.exclude
         if why:
-            return {**out, "not_applicable": why, "reasons": {why: 1}, "duration_s": time.monotonic() - t_probe}
+            return {**out, "not_applicable": why, "reasons": {why: 1}, "duration_s": time.monotonic() - t_probe,
+                    "cpu_s": time.process_time() - cpu0}
     if job.get("replay"):
         out["learned_known"] = [{**sig.as_dict(), "source": src} for sig, src in checker.replay(job["replay"])]
     t0 = time.monotonic()
@@ -238,7 +239,7 @@ def run_round(adapter, device, job: dict[str, Any], emit: Callable[[dict[str, An
         sig = checker.signature(best["ex"], best["outcome"], best["inv"])
         out["finding"] = _finding(prop, best, sig, search.first["examples"], search.first["t"] - t_probe)
         out["signature_probes"] = checker.probes
-    out["duration_s"] = time.monotonic() - t_probe
+    out["duration_s"], out["cpu_s"] = time.monotonic() - t_probe, time.process_time() - cpu0
     return out
 
 

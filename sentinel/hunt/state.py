@@ -70,6 +70,7 @@ class PropertyState:
     rounds: int = 0
     empty_rounds: int = 0
     duration_s: float = 0.0  # this property's own search seconds
+    cpu_s: float = 0.0  # CPU seconds its rounds took in the worker (what a loaded machine does not inflate)
     status: str = "running"  # running | finished | unsupported | error; the verdict comes at the end
     verdict: str | None = None
     reason: str = ""
@@ -114,6 +115,7 @@ class PropertyState:
         self.errors += res.get("errors", 0)
         self.shrink_calls += res.get("shrink_calls", 0)
         self.duration_s += res.get("duration_s", 0.0)
+        self.cpu_s += res.get("cpu_s", 0.0)
         self.reasons.update(res.get("reasons") or {})
         self.excluded.update(res.get("excluded_known") or {})
         if res.get("error_sample") and self.error_sample is None:

@@ -131,6 +131,7 @@ def _summary(states: list[PropertyState], settings: HuntSettings, properties: li
         if s.verdict in ("holds", "violated"):
             per_boundary.setdefault(s.prop.boundary, []).append(s.prop.family)
     total = sum(s.examples for s in states)
+    cpu = sum(s.cpu_s for s in states)
     out = settings.out_dir
     return HuntSummary(seed=settings.seed, max_examples=settings.max_examples, min_examples=settings.minimum,
                        time_budget_s=settings.time_budget, database=settings.database,
@@ -138,6 +139,7 @@ def _summary(states: list[PropertyState], settings: HuntSettings, properties: li
                        shrink_calls=sum(s.shrink_calls for s in states), search_s=round(search_s, 3),
                        startup_s=round(startup_s, 3),
                        examples_per_s=round(total / search_s, 1) if search_s > 0 else 0.0,
+                       cpu_s=round(cpu, 3), examples_per_cpu_s=round(total / cpu, 1) if cpu > 0 else 0.0,
                        verdicts=dict(Counter(p.status for p in properties)),
                        invariants_per_boundary={b: sorted(set(v)) for b, v in sorted(per_boundary.items())},
                        properties=properties, findings=findings, known=known_entries(states))
