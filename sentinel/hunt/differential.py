@@ -195,7 +195,7 @@ class DiffHunter:
         strategy = S.batches(S.examples(b, config=self._choices(b), junk="wild", row_mask=True, min_valid=1), BATCH)
         try:
             find(strategy, search.condition, random=rnd, settings=hsettings(
-                max_examples=max(1, math.ceil(n / 3)), database=None, deadline=None,
+                max_examples=max(1, math.ceil(n / 5)), database=None, deadline=None,
                 phases=(Phase.generate, Phase.shrink), suppress_health_check=list(HealthCheck)))
         except NoSuchExample:
             pass

@@ -34,7 +34,7 @@ from .summary import hunt_report
 
 DEFAULT_DB = Path(".sentinel") / "hunt-db"
 DEFAULT_OUT = Path("reports") / "hunt"
-FIRST_ROUND = 50  # examples in a property's first round; each later round doubles
+FIRST_ROUND = 100  # examples in a property's first round; each later round doubles
 
 
 class ExitReason(Enum):

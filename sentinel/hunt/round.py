@@ -39,6 +39,7 @@ from .signature import Signature, nonfinite
 PROGRESS_EVERY = 0.5  # seconds between progress lines from a round
 PROBE_GIVE_UP = 12  # inputs the target declines in every config before a property is not applicable
 BATCH = 16  # most examples per Hypothesis test case
+BATCH_MEAN = 5  # about how many it draws on average (Hypothesis's list sizes)
 
 
 # --- the config choices a target lacks ----------------------------------------------------
@@ -216,7 +217,8 @@ def run_round(adapter, device, job: dict[str, Any], emit: Callable[[dict[str, An
     strategy = S.batches(prop.strategy(checker.exclude, job.get("pin")), BATCH)
     note, found = "", None
     for phases, rnd in _attempts(job.get("seed"), db is not None):
-        s = settings(max_examples=max(1, math.ceil(search.quota / 3)), database=db, deadline=None, phases=phases,
+        # a test case is a batch of ~5 examples: drawn past the quota, they would be thrown away
+        s = settings(max_examples=max(1, math.ceil(search.quota / BATCH_MEAN)), database=db, deadline=None, phases=phases,
                      suppress_health_check=list(HealthCheck), report_multiple_bugs=False)
         try:
             found = find(strategy, search.condition, settings=s, random=rnd, database_key=job["db_key"].encode())
