@@ -87,7 +87,7 @@ def test_verdict_rule():
 
 def test_cut_off_properties_are_stopped_or_untested_never_holds(tmp_path):
     rep = H.hunt(TargetSpec("reference"), boundaries=["kl", "gae"], time_budget=1.0, max_examples=10 ** 6,
-                 seed=0, db=None, out_dir=None)
+                 min_examples=10 ** 6, seed=0, db=None, out_dir=None)
     statuses = {p.property: p.status for p in rep.hunt.properties}
     assert set(statuses.values()) <= {"stopped", "untested"}, statuses
     assert {r.id for r in rep.results} == set()  # they decided nothing: no scenario result
@@ -152,3 +152,13 @@ def test_slime_known_findings_are_not_reported_again(tmp_path):
     assert token_level == []
     passed = {k.source.rsplit(": ", 1)[-1] for k in rep.hunt.known if k.excluded}
     assert {"token-mean-counts-masked-sample", "masked-token-nan-reaches-loss"} <= passed, passed
+
+
+@pytest.mark.skipif(not SLIME, reason="set SENTINEL_SLIME_REPO to a clone of THUDM/slime")
+def test_gspo_finding_reproduces_on_slime_and_holds_on_the_reference():
+    """The finding the slime hunt adds to scenarios/findings/ (also violated on verl: test_real_targets)."""
+    from sentinel.runner import run
+    from sentinel.spec import load_file
+    sc, = load_file(CATALOG / "gspo-seq-ratio-nan-masked.yaml")
+    rep = run([sc], [TargetSpec("reference"), TargetSpec("slime", SLIME)])
+    assert {r.target: r.verdict for r in rep.results} == {"reference": "holds", "slime": "violated"}

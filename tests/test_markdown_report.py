@@ -33,7 +33,7 @@ def test_plant_markdown_starts_with_the_violation_and_its_grid(plant):
     assert done.returncode == 1  # the report holds a violation: `sentinel report` exits with its code
     md = done.stdout
     lines = md.splitlines()
-    assert lines[0] == "## RL-Sentinel FAIL: `opsm-mixed-advantage` violated · 32 hold"
+    assert lines[0] == "## RL-Sentinel FAIL: `opsm-mixed-advantage` violated · 33 hold"
     sections = [ln for ln in lines if ln.startswith("### ")]
     assert sections == ["### `opsm-mixed-advantage` violated: OPSM rejects a whole off-policy sequence, not some of its tokens"]
     # the per-token grid is a markdown table: rows are sequences, the offending cell in bold with the expected value
@@ -41,7 +41,7 @@ def test_plant_markdown_starts_with_the_violation_and_its_grid(plant):
     assert lines[grid + 1] == "|---:|---:|---:|---:|"
     assert lines[grid + 2] == "| 0 | 0 | **1** ≠ 0 | 0 |"
     # holds are collapsed, after the violation; the target is described once
-    assert md.index("<details><summary>32 hold</summary>") > grid
+    assert md.index("<details><summary>33 hold</summary>") > grid
     assert md.count("planted bug opsm-token-level") == 1
     # scalars read as values, not as positions [[]]
     assert "observed `-0.030656620860099792`, expected `0.0`" in md

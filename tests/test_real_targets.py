@@ -98,7 +98,7 @@ def test_verl_findings_reproduce():
                         "grpo-rejected-row-in-group-stats": "violated", "seq-mean-loss-nan-masked": "violated",
                         "grpo-unequal-group-sizes": "holds", "token-mean-counts-masked-sample": "holds",
                         "masked-token-nan-reaches-loss": "holds", "decoupled-loss-behaviour-weight": "unsupported",
-                        "single-trajectory-ref-logp-mutated": "holds"}
+                        "single-trajectory-ref-logp-mutated": "holds", "gspo-seq-ratio-nan-masked": "violated"}
     assert code == 1
 
 
