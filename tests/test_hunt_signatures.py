@@ -162,3 +162,20 @@ def test_gspo_finding_reproduces_on_slime_and_holds_on_the_reference():
     sc, = load_file(CATALOG / "gspo-seq-ratio-nan-masked.yaml")
     rep = run([sc], [TargetSpec("reference"), TargetSpec("slime", SLIME)])
     assert {r.target: r.verdict for r in rep.results} == {"reference": "holds", "slime": "violated"}
+
+
+def test_labels_carry_the_commit_that_ran(tmp_path):
+    """`--commit X^` is labelled with the parent's hash, never X's (findings of a parent and its
+    fix would otherwise be written under one name)."""
+    import subprocess
+    from sentinel.hunt.driver import resolved
+    git = lambda *a: subprocess.run(["git", "-C", str(tmp_path), *a], capture_output=True, text=True,  # noqa: E731
+                                    check=True).stdout.strip()
+    git("init", "-q")
+    for i in range(2):
+        (tmp_path / "f").write_text(str(i))
+        git("add", "f")
+        git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", f"c{i}")
+    parent, head = git("rev-parse", "HEAD^"), git("rev-parse", "HEAD")
+    spec = resolved(TargetSpec("reference", str(tmp_path), "HEAD^"))
+    assert spec.commit == parent != head and spec.key == f"reference@{parent[:12]}"
