@@ -6,7 +6,10 @@ target's real function and translates the outputs back.
 
 Where a boundary is mapped to a trainer's functions: the `@implements` decorator on the
 adapter's method for it, and the adapter's `declines` table for the boundaries it does not
-offer, with the reason. `Adapter.mapping()` reads both back (no target import needed);
+offer, with the reason. Where a trainer differs from the reference math on purpose (its
+documented convention), the adapter's `deviations` table says so once, with a reason and a
+link: `sentinel hunt --against reference` reports such a difference as a `deviation`, never
+as a finding. `Adapter.mapping()` reads both back (no target import needed);
 `Adapter.supported()` and `Adapter.call()` dispatch through them. Shared helpers for
 writing an adapter live in `support.py`.
 
@@ -109,6 +112,30 @@ class Precondition:
         return not self.boundaries or boundary in self.boundaries
 
 
+@dataclass(frozen=True)
+class Deviation:
+    """A documented convention where the target's result differs from the reference math.
+
+    boundary: where; observables: the outputs (or `grad:OUT/IN`, `input:IN`) that differ,
+    empty for any; when: the config choices under which it applies (key -> allowed values),
+    empty for always; reason: why it is intended; link: the trainer's documentation or code."""
+
+    boundary: str
+    reason: str
+    link: str
+    observables: tuple[str, ...] = ()
+    when: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"boundary": self.boundary, "reason": self.reason, "link": self.link,
+                "observables": list(self.observables), "when": {k: list(v) for k, v in self.when.items()}}
+
+
+def deviation(boundary: str, *, reason: str, link: str, observables: tuple[str, ...] = (),
+              when: Mapping[str, tuple[Any, ...] | list[Any]] | None = None) -> Deviation:
+    return Deviation(boundary, reason, link, tuple(observables), {k: tuple(v) for k, v in (when or {}).items()})
+
+
 _MARK = "__sentinel_implements__"
 
 
@@ -145,6 +172,7 @@ class Adapter:
     description: ClassVar[str] = ""
     declines: ClassVar[Mapping[str, str]] = {}
     preconditions: ClassVar[Mapping[str, Precondition]] = {}
+    deviations: ClassVar[Mapping[str, Deviation]] = {}  # name -> a documented difference from the reference
     _implemented: ClassVar[dict[str, Implementation]] = {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -176,6 +204,12 @@ class Adapter:
         both = sorted(set(table) & set(cls.declines))
         if both:
             raise TypeError(f"{cls.__name__} both implements and declines {', '.join(both)}")
+        for name, dev in cls.deviations.items():
+            spec = boundaries.get(dev.boundary)  # an unknown boundary fails here, at class creation
+            bad = [k for k in dev.when if spec.option(k) is None]
+            if bad or not dev.reason or not dev.link:
+                raise TypeError(f"{cls.__name__}.deviations[{name!r}]: needs a reason and a link, and options "
+                                f"of {dev.boundary!r} in `when` (unknown: {bad})")
         cls._implemented = table
 
     def __init__(self, root: Path | None, device: torch.device, options: dict[str, Any] | None = None):
@@ -207,6 +241,11 @@ class Adapter:
             out[b] = {"calls": list(impl.calls) if impl else [], "declined": cls.declined(b),
                       "method": impl.method if impl else None}
         return out
+
+    @classmethod
+    def deviation_table(cls) -> dict[str, dict[str, Any]]:
+        """name -> the deviation as plain data (a differential hunt's parent reads it)."""
+        return {name: d.as_dict() for name, d in cls.deviations.items()}
 
     def supported(self) -> list[str]:
         """The boundaries this adapter implements (declined ones excluded)."""

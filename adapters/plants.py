@@ -43,7 +43,7 @@ PLANTS: dict[str, Plant] = {
         ("masked_invariance", "finite"), "gspo_seq_kl"),
     "loss-agg-counts-padding": Plant(
         "token-mean divides by B*T instead of the valid-token count: adding padding changes the loss.",
-        ("padding_invariant",), "aggregate"),
+        ("padding_invariant", "close"), "aggregate"),
     "grpo-cross-group": Plant(
         "Group reward statistics computed over the whole batch: one group's rewards move another's.",
         ("group_isolation",), "reward_norm"),

@@ -1,25 +1,29 @@
-"""Benchmark `sentinel hunt`: throughput on the reference, and time and examples to the
-first violation of each seed bug, all measured in this run.
+"""Benchmark `sentinel hunt`: throughput, single-target and differential, and the time to each
+bug it must find with no trigger given, all measured in this run.
 
-    python benchmarks/bench_hunt.py [--time 20] [--seeds 3] [--jobs 1]
+    python benchmarks/bench_hunt.py [--time 20] [--seeds 3] [--jobs 1] [--sections ...]
                                     [--slime PATH] [--areal] [--areal-repo PATH] [--json FILE]
 
-1. Throughput: every property on the bundled reference for --time seconds (no database,
-   fixed seed): examples per second of search (worker start-up excluded), with one worker
-   and, with --jobs N, with N.
-2. Seed bugs, hunted with no trigger given (no database, --seeds different seeds, median):
-   - the planted bugs of the reference (`--plant NAME`), each by hunting its boundary;
-   - slime HEAD's OPSM leak and the KL aliasing at 045310b2b^ (--slime PATH, a clone with
-     history; default $SENTINEL_SLIME_REPO);
-   - AReaL's no-EOS normalisation leak on the installed package (--areal) and on a checkout
-     (--areal-repo PATH; default $SENTINEL_AREAL_REPO).
-   Each is hunted two ways: `property` (only the property that catches it: the focused
-   search) and `boundary` (every property of its boundary, taking turns; the property's
-   own time to its first violation is reported). Time is search time from the hunt's start;
-   `wall` adds the worker start-up (importing torch and the target).
-   Aim: each seed bug found within 10 s on CPU.
+Sections (--sections, comma separated; default all that the given targets allow):
+- `throughput`: every property on the bundled reference for --time seconds (no database,
+  seed 0): examples per second of search (worker start-up excluded), with one worker and,
+  with --jobs N, with N. Aim: >= 500 examples/s per worker.
+- `differential`: the reference against itself over every boundary for --time seconds:
+  examples compared per second, as a ratio to the single-target throughput of the same run
+  (aim >= 0.5); with --slime, slime HEAD^ against HEAD as a ratio to a single-target hunt of
+  slime HEAD in the same run.
+- `seeds`: the planted bugs of the reference (`--plant NAME`, each by hunting its boundary,
+  and by the one property that catches it), slime HEAD's OPSM leak and the KL aliasing at
+  045310b2b^, AReaL's no-EOS leak (--areal / --areal-repo): time and examples to the first
+  violation (median of --seeds seeds). Aim: each within 10 s.
+- `done` (the differential and multi-bug checks): `--against reference` on each plant; with
+  --slime: 045310b2b^ -> 045310b2b (a `fixed` finding on advantages) and 763f18d5b^ ->
+  763f18d5b (a `fixed` finding on policy_loss), each within 60 s of search; 624b824a8^ ->
+  624b824a8 (off the loss path: no finding in 120 s); slime HEAD with --known
+  scenarios/findings/ for 60 s (the OPSM bug; which known findings were met and passed over).
 
-Nothing here is a pass/fail test; it prints a table (and --json writes the numbers).
+Search time is the hunt's own (worker start excluded); `wall` adds the start. Nothing here
+is a pass/fail test; it prints a table (and --json writes the numbers).
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ sys.path.insert(0, str(HERE.parent))
 from sentinel import hunt as H  # noqa: E402
 from sentinel.runner import TargetSpec  # noqa: E402
 
-# (label, target spec, boundary, property that catches it)
+# (plant, boundary, property that catches it)
 PLANTED = [
     ("opsm-token-level", "opsm_mask", "opsm_mask.sequence_uniform"),
     ("reward-norm-before-no-eos", "advantages", "advantages.no_eos_isolation"),
@@ -52,6 +56,61 @@ PLANTED = [
     ("row-order", "reward_norm", "reward_norm.permutation_equivariant"),
     ("gspo-token-ratio", "policy_loss", "policy_loss.sequence_uniform"),
 ]
+CATALOG_FINDINGS = HERE.parent / "scenarios" / "findings"
+
+
+def _tmp(tmp: Path, name: str) -> Path:
+    return tmp / f"{name}-{time.monotonic_ns()}"
+
+
+def throughput(spec: TargetSpec, seconds: float, jobs: int, out: Path, boundaries=None) -> dict:
+    t0 = time.perf_counter()
+    rep = H.hunt(spec, boundaries=boundaries, max_examples=10 ** 9, time_budget=seconds, seed=0, db=None,
+                 out_dir=out, jobs=jobs)
+    h = rep.hunt
+    return {"jobs": jobs, "examples": h.examples, "search_s": h.search_s, "examples_per_s": h.examples_per_s,
+            "per_worker": round(h.examples_per_s / jobs, 1), "per_cpu_s": h.examples_per_cpu_s,
+            "load": round(os.getloadavg()[0], 1), "startup_s": h.startup_s,
+            "wall_s": round(time.perf_counter() - t0, 2), "findings": len(h.findings)}
+
+
+def diff_throughput(base: TargetSpec, head: TargetSpec, seconds: float, out: Path, boundaries=None) -> dict:
+    t0 = time.perf_counter()
+    rep = H.differential(base, head, boundaries, seconds, 0, out_dir=out)
+    h = rep.hunt
+    return {"examples": h.examples, "search_s": h.search_s, "examples_per_s": h.examples_per_s,
+            "startup_s": h.startup_s, "wall_s": round(time.perf_counter() - t0, 2), "findings": len(h.findings),
+            "differing": h.differential.differing}
+
+
+def first_violation(spec: TargetSpec, mode: str, boundary: str, prop: str, seed: int, out: Path,
+                    budget: float) -> dict:
+    kw = {"names": [prop]} if mode == "property" else {"boundaries": [boundary], "until": [prop]}
+    t0 = time.perf_counter()
+    rep = H.hunt(spec, max_examples=2000 if mode == "property" else 200, time_budget=budget, seed=seed, db=None,
+                 out_dir=out, first=(mode == "property"), **kw)
+    wall = time.perf_counter() - t0
+    f = next((f for f in rep.hunt.findings if f.property == prop), None)
+    if f is None:
+        return {"found": False, "wall_s": wall, "startup_s": rep.hunt.startup_s}
+    return {"found": True, "time_s": f.time_to_first_s, "examples": f.examples_to_first,
+            "wall_to_first_s": rep.hunt.startup_s + f.time_to_first_s, "startup_s": rep.hunt.startup_s,
+            "rows": f.rows, "tokens": f.tokens, "shrink_calls": f.shrink_calls, "reproduced": f.reproduced}
+
+
+def differential_check(label: str, base: TargetSpec, head: TargetSpec, boundaries, budget: float, out: Path,
+                       against: bool = False, first: bool = True) -> dict:
+    t0 = time.perf_counter()
+    rep = H.differential(base, head, boundaries, budget, 0, against=against, out_dir=out, first=first)
+    h = rep.hunt
+    f = h.findings[0] if h.findings else None
+    row = {"check": label, "findings": len(h.findings), "compared": h.differential.compared, "search_s": h.search_s,
+           "wall_s": round(time.perf_counter() - t0, 2), "startup_s": h.startup_s}
+    if f is not None:
+        row.update(classification=f.classification, property=f.property, observable=f.signature.observable,
+                   time_s=f.time_to_first_s, examples=f.examples_to_first, reproduced=f.reproduced,
+                   trigger=f"{f.rows}x{f.tokens}")
+    return row
 
 
 def seed_bugs(args) -> list[tuple[str, TargetSpec, str, str]]:
@@ -74,60 +133,42 @@ def seed_bugs(args) -> list[tuple[str, TargetSpec, str, str]]:
     return out
 
 
-def throughput(seconds: float, jobs: int, out: Path) -> dict:
-    t0 = time.perf_counter()
-    rep = H.hunt(TargetSpec("reference"), max_examples=10 ** 9, time_budget=seconds, seed=0, db=None,
-                 out_dir=out, jobs=jobs)
-    h = rep.hunt
-    return {"jobs": jobs, "examples": h.examples, "search_s": h.search_s, "examples_per_s": h.examples_per_s,
-            "startup_s": h.startup_s, "wall_s": round(time.perf_counter() - t0, 2), "findings": len(h.findings)}
-
-
-def first_violation(spec: TargetSpec, mode: str, boundary: str, prop: str, seed: int, out: Path,
-                    budget: float) -> dict:
-    kw = {"names": [prop]} if mode == "property" else {"boundaries": [boundary], "until": [prop]}
-    t0 = time.perf_counter()
-    rep = H.hunt(spec, max_examples=2000 if mode == "property" else 200, time_budget=budget, seed=seed, db=None,
-                 out_dir=out, first=(mode == "property"), **kw)
-    wall = time.perf_counter() - t0
-    f = next((f for f in rep.hunt.findings if f.property == prop), None)
-    if f is None:
-        return {"found": False, "wall_s": wall, "startup_s": rep.hunt.startup_s}
-    return {"found": True, "time_s": f.time_to_first_s, "examples": f.examples_to_first,
-            "wall_to_first_s": rep.hunt.startup_s + f.time_to_first_s, "startup_s": rep.hunt.startup_s,
-            "rows": f.rows, "tokens": f.tokens, "shrink_calls": f.shrink_calls, "reproduced": f.reproduced}
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--time", type=float, default=20.0, help="seconds of the throughput hunt")
-    ap.add_argument("--seeds", type=int, default=3, help="seeds per seed bug (median reported)")
-    ap.add_argument("--jobs", type=int, default=1, help="also measure throughput with this many workers")
-    ap.add_argument("--budget", type=float, default=30.0, help="search budget per seed-bug hunt")
-    ap.add_argument("--modes", default="property,boundary")
-    ap.add_argument("--slime", default=os.environ.get("SENTINEL_SLIME_REPO"))
-    ap.add_argument("--areal", action="store_true", help="hunt the installed areal package")
-    ap.add_argument("--areal-repo", default=os.environ.get("SENTINEL_AREAL_REPO"))
-    ap.add_argument("--json", type=Path, help="write the numbers here")
-    args = ap.parse_args()
-    tmp = Path(tempfile.mkdtemp(prefix="bench-hunt-"))
-    result: dict = {"cpu_count": os.cpu_count(), "throughput": [], "seed_bugs": []}
-
-    print(f"# sentinel hunt benchmark ({os.cpu_count()} CPUs)\n")
+def section_throughput(args, tmp: Path, result: dict) -> None:
     print("## throughput: every property on the reference, no database, seed 0")
     for jobs in sorted({1, args.jobs}):
-        r = throughput(args.time, jobs, tmp / f"tp{jobs}")
+        r = throughput(TargetSpec("reference"), args.time, jobs, _tmp(tmp, "tp"))
         result["throughput"].append(r)
-        print(f"  jobs={jobs}: {r['examples']} examples in {r['search_s']:.1f} s search = "
-              f"{r['examples_per_s']:.0f} examples/s (worker start {r['startup_s']:.1f} s; findings {r['findings']})")
+        print(f"  jobs={jobs}: {r['examples']} examples in {r['search_s']:.1f} s search = {r['examples_per_s']:.0f} "
+              f"examples/s, {r['per_worker']:.0f} per worker, {r['per_cpu_s']:.0f} per CPU second of a worker "
+              f"(aim >= 500; load average {r['load']}; worker start {r['startup_s']:.1f} s; findings {r['findings']})")
 
+
+def section_differential(args, tmp: Path, result: dict) -> None:
+    print("\n## differential throughput, as a ratio to a single-target hunt in this run (aim >= 0.5)")
+    ref = TargetSpec("reference")
+    pairs = [("reference vs reference", ref, ref, ref, None)]
+    if args.slime:
+        slime = TargetSpec("slime", args.slime)
+        # boundaries where slime HEAD has no finding: a single-target hunt's shrinking would not compare
+        pairs.append(("slime HEAD^ vs HEAD (kl, gae)", TargetSpec("slime", args.slime, "HEAD^"), slime, slime,
+                      ["kl", "gae"]))
+    for label, base, head, single, boundaries in pairs:
+        one = throughput(single, args.time, 1, _tmp(tmp, "single"), boundaries)
+        two = diff_throughput(base, head, args.time, _tmp(tmp, "diff"), boundaries)
+        ratio = two["examples_per_s"] / one["examples_per_s"] if one["examples_per_s"] else 0.0
+        result["differential"].append({"pair": label, "single": one, "differential": two, "ratio": round(ratio, 2)})
+        print(f"  {label:28s} differential {two['examples_per_s']:.0f} examples/s (both sides) vs single-target "
+              f"{one['examples_per_s']:.0f}/s = {ratio:.2f}x")
+
+
+def section_seeds(args, tmp: Path, result: dict) -> None:
     print(f"\n## seed bugs: time and examples to the first violation (median of {args.seeds} seeds, no database)")
-    head = (f"  {'seed bug':40s} {'mode':9s} {'found':6s} {'search s':>9s} {'wall s':>7s} {'examples':>9s} "
-            f"{'trigger':>8s}")
-    print(head)
+    print(f"  {'seed bug':40s} {'mode':9s} {'found':6s} {'search s':>9s} {'wall s':>7s} {'examples':>9s} "
+          f"{'trigger':>8s}")
     for label, spec, boundary, prop in seed_bugs(args):
         for mode in args.modes.split(","):
-            runs = [first_violation(spec, mode, boundary, prop, s, tmp / "sb", args.budget) for s in range(args.seeds)]
+            runs = [first_violation(spec, mode, boundary, prop, s, _tmp(tmp, "sb"), args.budget)
+                    for s in range(args.seeds)]
             ok = [r for r in runs if r["found"]]
             row = {"bug": label, "mode": mode, "property": prop, "found": f"{len(ok)}/{len(runs)}", "runs": runs}
             if ok:
@@ -141,8 +182,64 @@ def main() -> None:
             else:
                 print(f"  {label:40s} {mode:9s} {row['found']:6s} {'-':>9s}")
             result["seed_bugs"].append(row)
+
+
+def section_done(args, tmp: Path, result: dict) -> None:
+    print("\n## differential and multi-bug checks (search seconds to the finding; wall adds the worker start)")
+    rows = []
+    for plant, boundary, _ in PLANTED:
+        rows.append(differential_check(f"--against reference, --plant {plant}", TargetSpec("reference"),
+                                       TargetSpec("reference", plant=plant), [boundary], 60.0, _tmp(tmp, "ag"),
+                                       against=True))
+    if args.slime:
+        s = args.slime
+        rows.append(differential_check("slime 045310b2b^ -> 045310b2b", TargetSpec("slime", s, "045310b2b^"),
+                                       TargetSpec("slime", s, "045310b2b"), None, 60.0, _tmp(tmp, "kl")))
+        rows.append(differential_check("slime 763f18d5b^ -> 763f18d5b", TargetSpec("slime", s, "763f18d5b^"),
+                                       TargetSpec("slime", s, "763f18d5b"), None, 60.0, _tmp(tmp, "ptl")))
+        rows.append(differential_check("slime 624b824a8^ -> 624b824a8 (off the loss path)",
+                                       TargetSpec("slime", s, "624b824a8^"), TargetSpec("slime", s, "624b824a8"),
+                                       None, 120.0, _tmp(tmp, "nfc"), first=False))
+        t0 = time.perf_counter()
+        rep = H.hunt(TargetSpec("slime", s), boundaries=["policy_loss", "opsm_mask"], time_budget=60.0,
+                     max_examples=2000, seed=0, db=None, out_dir=_tmp(tmp, "known"),
+                     known=H.load_known([CATALOG_FINDINGS]))
+        opsm = next((f for f in rep.hunt.findings if f.property == "opsm_mask.sequence_uniform"), None)
+        again = [k.source.rsplit(": ", 1)[-1] for k in rep.hunt.known if k.excluded and k.source != "this hunt"]
+        rows.append({"check": "slime HEAD --known scenarios/findings/: OPSM", "findings": len(rep.hunt.findings),
+                     "time_s": opsm.time_to_first_s if opsm else None, "search_s": rep.hunt.search_s,
+                     "wall_s": round(time.perf_counter() - t0, 2), "known_passed_over": sorted(set(again)),
+                     "properties": sorted({f.property for f in rep.hunt.findings})})
+    for r in rows:
+        found = (f"{r.get('classification', 'found')} {r.get('observable', '')} in {r['time_s']:.2f} s"
+                 if r.get("time_s") is not None else "no finding")
+        print(f"  {r['check']:56s} {found:42s} findings {r['findings']:2d}  search {r['search_s']:.1f} s  "
+              f"wall {r['wall_s']:.1f} s" + (f"  known passed over: {r['known_passed_over']}" if "known_passed_over" in r else ""))
+    result["done"] = rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--time", type=float, default=20.0, help="seconds of each throughput hunt")
+    ap.add_argument("--seeds", type=int, default=3, help="seeds per seed bug (median reported)")
+    ap.add_argument("--jobs", type=int, default=1, help="also measure throughput with this many workers")
+    ap.add_argument("--budget", type=float, default=30.0, help="search budget per seed-bug hunt")
+    ap.add_argument("--modes", default="property,boundary")
+    ap.add_argument("--sections", default="throughput,differential,seeds,done")
+    ap.add_argument("--slime", default=os.environ.get("SENTINEL_SLIME_REPO"))
+    ap.add_argument("--areal", action="store_true", help="hunt the installed areal package")
+    ap.add_argument("--areal-repo", default=os.environ.get("SENTINEL_AREAL_REPO"))
+    ap.add_argument("--json", type=Path, help="write the numbers here")
+    args = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="bench-hunt-"))
+    result: dict = {"cpu_count": os.cpu_count(), "throughput": [], "differential": [], "seed_bugs": []}
+    print(f"# sentinel hunt benchmark ({os.cpu_count()} CPUs)\n")
+    sections = {"throughput": section_throughput, "differential": section_differential, "seeds": section_seeds,
+                "done": section_done}
+    for name in args.sections.split(","):
+        sections[name](args, tmp, result)
     if args.json:
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
+        args.json.write_text(json.dumps(result, indent=2, default=str) + "\n")
         print(f"\nnumbers written to {args.json}")
 
 

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from . import REPORT_SCHEMA_VERSION, __version__, cleanup, verdicts
 from .errors import SentinelError
-from .verdicts import CompareVerdict, InvariantVerdict, ScenarioVerdict
+from .verdicts import CompareVerdict, DiffVerdict, HuntVerdict, InvariantVerdict, ScenarioVerdict
 
 if TYPE_CHECKING:
     from .spec import Scenario
@@ -138,23 +138,76 @@ class Environment(_Model):
     device_name: str | None = None
 
 
+class HuntSignature(_Model):
+    """What makes two findings one bug (sentinel/hunt/signature.py)."""
+
+    property: str
+    observable: str = Field("", description="what fails or differs: an output, grad:OUT/IN, input:IN, exception")
+    config: dict[str, list[Any]] = Field(default_factory=dict,
+                                         description="config keys that matter, with the choices the failure persists under")
+    position: list[str] = Field(default_factory=list, description="masked-head / masked-interior / masked-tail / "
+                                "masked-row, group-boundary, non-finite: what the failure needs")
+
+
+class HuntSide(_Model):
+    """One side of a differential finding: its values where the sides differ, and the
+    properties it violates on that input."""
+
+    target: str = Field(description="key into Report.targets")
+    values: Any = None
+    violates: list[str] = Field(default_factory=list, description="properties violated on this input")
+    holds: list[str] = Field(default_factory=list, description="properties checked and held on this input")
+    error: str | None = Field(None, description="the exception this side raised on the input, if any")
+
+
 class HuntFinding(_Model):
     """One minimal counterexample `sentinel hunt` found and wrote as a scenario file."""
 
-    property: str = Field(description="boundary.family[.qualifier], e.g. opsm_mask.sequence_uniform")
+    property: str = Field(description="boundary.family[.qualifier], e.g. opsm_mask.sequence_uniform; "
+                                      "boundary.differential for a difference between two sides")
     boundary: str
     family: str
     scenario_id: str
-    file: str | None = Field(None, description="the scenario YAML written for it (sentinel run reproduces it)")
+    file: str | None = Field(None, description="the scenario YAML written for it (sentinel run reproduces it; a "
+                                               "differential one is replayed with sentinel compare)")
     rows: int = Field(description="batch size of the shrunk trigger")
     tokens: int = Field(description="sequence length of the shrunk trigger (0 for row-only boundaries)")
     valid_tokens: int = Field(0, description="loss_mask ones in the shrunk trigger")
-    examples_to_first: int = Field(description="examples tried before the first violation (all rounds)")
-    time_to_first_s: float = Field(description="search seconds before the first violation (all rounds)")
+    examples_to_first: int = Field(description="examples of this property tried before it (all rounds)")
+    time_to_first_s: float = Field(description="search seconds of this property before it (all rounds)")
+    hunt_elapsed_s: float | None = Field(None, description="search seconds of the whole hunt when it was found")
     shrink_calls: int = 0
     message: str = ""
     reproduced: bool | None = Field(None, description="the written scenario, run as `sentinel run` runs it, "
                                                        "is violated on this target (None: not checked)")
+    signature: HuntSignature | None = None
+    classification: DiffVerdict | None = Field(None, description="differential findings: fixed, regressed, "
+                                               "changed; against the reference bug, changed, reference-bug")
+    base: HuntSide | None = None
+    head: HuntSide | None = None
+    config: dict[str, Any] = Field(default_factory=dict, description="the shrunk trigger's config")
+
+
+class HuntKnown(_Model):
+    """A signature excluded from the search: given with --known, or found earlier in this hunt."""
+
+    signature: HuntSignature
+    source: str = Field("", description="the report or scenario file it came from; 'this hunt' for its own findings")
+    excluded: int = Field(0, description="violations with this signature met and passed over")
+
+
+class HuntDeviation(_Model):
+    """A difference from the reference the target's adapter declares as its documented convention
+    (met as a difference against the reference, or as a violated formula property)."""
+
+    name: str
+    boundary: str
+    reason: str
+    link: str = ""
+    observables: list[str] = Field(default_factory=list)
+    config: dict[str, list[Any]] = Field(default_factory=dict)
+    met: int = Field(0, description="differing examples it explained")
+    example: dict[str, Any] = Field(default_factory=dict, description="the first such input (config and inputs)")
 
 
 class HuntProperty(_Model):
@@ -164,14 +217,20 @@ class HuntProperty(_Model):
     boundary: str
     family: str
     doc: str = ""
-    status: Literal["holds", "violated", "unsupported", "error"]
+    status: HuntVerdict = Field(description="holds (its examples ran, none violated) · violated · untested (no "
+                                "example ran) · stopped (cut off by the budget or -x before min_examples) · "
+                                "unsupported · error")
     reason: str = ""
     examples: int = Field(0, description="examples whose invariant was evaluated (generation phase)")
     rejected: int = Field(0, description="examples not applicable: config unsupported by the target, precondition unmet")
+    rejections: dict[str, int] = Field(default_factory=dict, description="rejected examples by reason")
     errors: int = Field(0, description="examples on which the target raised")
     shrink_calls: int = 0
     rounds: int = 0
-    duration_s: float = 0.0
+    duration_s: float = Field(0.0, description="this property's own search seconds (all rounds)")
+    findings: int = Field(0, description="distinct findings (signatures) on this property")
+    excluded_known: dict[str, int] = Field(default_factory=dict,
+                                           description="violations passed over as a known signature, by signature")
     unsupported_reasons: list[str] = Field(default_factory=list)
     preconditions: dict[str, int] = Field(
         default_factory=dict, description="examples not run because an adapter's declared precondition excluded "
@@ -181,21 +240,45 @@ class HuntProperty(_Model):
     error_sample: ExceptionInfo | None = None
 
 
+class HuntDifferential(_Model):
+    """A differential hunt: the same drawn inputs through two sides."""
+
+    base: str = Field(description="key into Report.targets")
+    head: str
+    against_reference: bool = False
+    atol: float
+    rtol: float
+    excluded_config: dict[str, dict[str, dict[str, list[Any]]]] = Field(
+        default_factory=dict, description="side -> boundary -> config choices that side does not support (not drawn)")
+    compared: int = Field(0, description="examples both sides ran and were compared")
+    differing: int = Field(0, description="examples whose observations differed (findings, known, deviations)")
+
+
 class HuntSummary(_Model):
     seed: int | None = None
     max_examples: int = Field(description="per property")
+    min_examples: int = Field(0, description="per property: fewer, when cut off, is `stopped`")
     time_budget_s: float
     database: str | None = None
     out_dir: str | None = None
+    exit_reason: str = ""
     examples: int = 0
     rejected: int = 0
     shrink_calls: int = 0
     search_s: float = Field(0.0, description="seconds spent in rounds (worker start excluded)")
     startup_s: float = 0.0
     examples_per_s: float = 0.0
+    cpu_s: float = Field(0.0, description="CPU seconds of the rounds in the workers (single-target hunts)")
+    examples_per_cpu_s: float = Field(0.0, description="examples per CPU second of the workers: throughput that "
+                                      "a machine shared with other work does not hide")
+    verdicts: dict[str, int] = Field(default_factory=dict, description="properties by verdict")
     invariants_per_boundary: dict[str, list[str]] = Field(default_factory=dict)
     properties: list[HuntProperty] = Field(default_factory=list)
     findings: list[HuntFinding] = Field(default_factory=list)
+    known: list[HuntKnown] = Field(default_factory=list)
+    deviations: list[HuntDeviation] = Field(default_factory=list, description="differences from the reference the "
+                                            "target's adapter declares, met in this hunt: never findings")
+    differential: HuntDifferential | None = None
 
 
 class Report(_Model):

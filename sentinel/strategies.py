@@ -42,12 +42,21 @@ CONFIG_CHOICES: dict[str, dict[str, list[Any]]] = {
 _NORMS = CONFIG_CHOICES["advantages"]["reward_norm"]  # None first, then the normalisations
 
 # --- value grids ------------------------------------------------------------------------
+#
+# A row's token values are decoded from one fixed-size byte string (`_row`): a Hypothesis draw
+# costs ~25 us whatever it draws, and drawing every value on its own made generation 80% of a
+# hunt's time. Each byte picks a grid value by magnitude order (0, +step, -step, ...), so the
+# shrinker, lowering bytes towards 0, still moves every value towards 0.
+
+_ORDERS: dict[int, tuple[float, ...]] = {}  # id(grid strategy) -> its values, smallest magnitude first
 
 
 def grid(lo: float, hi: float, step: float) -> st.SearchStrategy[float]:
     """Multiples of `step` in [lo, hi] (shrinking towards 0, or the bound nearest to it)."""
     a, b = int(np.ceil(lo / step)), int(np.floor(hi / step))
-    return st.integers(a, b).map(lambda k: float(F32(k * step)))
+    s = st.integers(a, b).map(lambda k: float(F32(k * step)))
+    _ORDERS[id(s)] = tuple(float(F32(k * step)) for k in sorted(range(a, b + 1), key=lambda k: (abs(k), k < 0)))
+    return s
 
 
 # valid-position values per canonical input (log-probabilities are <= 0)
@@ -69,8 +78,16 @@ VOCAB_SIZES = (2, 3, 4, 5)
 LOGITS = grid(-4.0, 4.0, 0.25)
 
 # what masked positions hold: zeros, moderate junk, extremes (exp() of them overflows).
-# NaN and +-Inf there come from the `finite` family, which poisons every masked position.
-JUNK = st.sampled_from([0.0, 1.0, -1.0, 0.5, -2.5, 4.0, 60.0, -60.0, 1.0e4, -1.0e4])
+# NaN and +-Inf there come from the `finite` family, which poisons every masked position, and
+# from differential hunts (junk="wild"), where they are one more input both sides must agree on.
+JUNK_VALUES = (0.0, 1.0, -1.0, 0.5, -2.5, 4.0, 60.0, -60.0, 1.0e4, -1.0e4)
+WILD_VALUES = JUNK_VALUES + (float("nan"), float("inf"), float("-inf"), 3.0e38)
+JUNK = st.sampled_from(list(JUNK_VALUES))
+HOLE_EVERY = 3  # a response token is a hole (masked) when its flag byte % HOLE_EVERY == HOLE_EVERY - 1
+
+
+def _order(strategy: st.SearchStrategy[float]) -> tuple[float, ...] | None:
+    return _ORDERS.get(id(strategy))
 
 
 # --- examples -----------------------------------------------------------------------------
@@ -111,40 +128,89 @@ def layout_arrays(lengths: list[tuple[int, int]], holes: list[list[bool]], width
     return loss, attn
 
 
-def _token(tensors: tuple[str, ...], holes: bool, values: dict[str, st.SearchStrategy[Any]],
-           junk: dict[str, st.SearchStrategy[Any]]):
-    """(is_hole, value per token tensor) of one response token."""
-    valid = st.tuples(st.just(False), st.tuples(*(values[n] if n in values else VALUES[n] for n in tensors)))
-    if not holes:
-        return valid
-    return st.one_of(valid, st.tuples(st.just(True), st.tuples(*(junk.get(n, JUNK) for n in tensors))))  # shrinks to trained
-
-
-def _vocab_values(spec, vocab: int | None) -> tuple[dict[str, st.SearchStrategy[Any]], dict[str, st.SearchStrategy[Any]]]:
-    """(valid, masked) value strategies of the boundary's vocab tensors (V logits per position)
-    and token ids (in [0, V) everywhere: an id outside the vocabulary is no input a trainer gets)."""
-    valid: dict[str, st.SearchStrategy[Any]] = {}
-    junk: dict[str, st.SearchStrategy[Any]] = {}
-    if vocab is None:
-        return valid, junk
-    for p in spec.inputs:
-        if p.kind == "vocab":
-            valid[p.name], junk[p.name] = st.tuples(*[LOGITS] * vocab), st.tuples(*[JUNK] * vocab)
-        elif p.kind == "token" and p.dtype == "int":
-            valid[p.name] = junk[p.name] = st.integers(0, vocab - 1)
-    return valid, junk
-
-
 def _row(tensors: tuple[str, ...], *, min_prompt: int, max_len: int, reward: bool, group: bool,
-         holes: bool, values: dict[str, st.SearchStrategy[Any]],
+         holes: bool, values: dict[str, st.SearchStrategy[Any]], junk: tuple[float, ...] = JUNK_VALUES,
          junk_of: dict[str, st.SearchStrategy[Any]] | None = None) -> st.SearchStrategy[dict[str, Any]]:
     """One sequence: prompt tokens (masked), then response tokens (trained, or holes: tool
     output, rejected spans), each token carrying a value for every token tensor; what its
     padding holds; its reward and group id. Drawn as one unit, so the shrinker can delete
-    a whole row, or one token of it."""
-    junk_of = junk_of or {}
-    junk = st.tuples(*(junk_of.get(n, JUNK) for n in tensors))
-    prompts = st.lists(junk, min_size=min_prompt, max_size=max(min_prompt, 2))
+    a whole row.
+
+    One byte string is the whole row (one draw): a fixed head (prompt length, reward, group),
+    the padding's and the prompt tokens' junk, then one slot per response token (a hole flag
+    byte, then one byte per tensor); the response has as many tokens as whole slots follow
+    (up to the room the prompt leaves). Every byte shrinks towards 0 (valid tokens, values and
+    junk towards 0, group 0), and the shrinker's deletion of a run of bytes deletes a token.
+    `junk_of` (vocab logits, token ids: per-tensor masked values) takes the slower path."""
+    k = len(tensors)
+    stride = k + 1
+    orders = [_order(values.get(n, VALUES.get(n))) for n in tensors]
+    if junk_of or any(o is None for o in orders):  # vocab logits, token ids: drawn one by one
+        return _row_slow(tensors, min_prompt=min_prompt, max_len=max_len, reward=reward, group=group,
+                         holes=holes, values=values, junk=junk, junk_of=junk_of)
+    top = max(min_prompt, 2)
+    fixed = 3 + k + top * k  # prompt length, reward, group; padding junk; prompt junk
+    blob_s = st.binary(min_size=fixed, max_size=fixed + max_len * stride)
+    rewards = _order(VALUES["rewards"])
+    nj = len(junk)
+
+    def row(blob: bytes) -> dict[str, Any]:
+        p = min_prompt + blob[0] % (top - min_prompt + 1)
+        tail = blob[fixed:]
+        r = min(len(tail) // stride, max(0, max_len - p))
+        pjunk = blob[3 + k:fixed]
+        prompt = [tuple(junk[b % nj] for b in pjunk[i * k:(i + 1) * k]) for i in range(p)]
+        response = []
+        for j in range(r):
+            flag, *vals = tail[j * stride:(j + 1) * stride]
+            if holes and flag % HOLE_EVERY == HOLE_EVERY - 1:
+                response.append((True, tuple(junk[b % nj] for b in vals)))
+            else:
+                response.append((False, tuple(o[b % len(o)] for o, b in zip(orders, vals))))
+        out = {"prompt": prompt, "response": response, "pad": tuple(junk[b % nj] for b in blob[3:3 + k])}
+        if reward:
+            out["reward"] = rewards[blob[1] % len(rewards)]
+        if group:
+            out["group"] = blob[2] % 3
+        return out
+
+    return blob_s.map(row)
+
+
+def _token(tensors: tuple[str, ...], holes: bool, values: dict[str, st.SearchStrategy[Any]],
+           junk_of: dict[str, st.SearchStrategy[Any]]):
+    """(is_hole, value per token tensor) of one response token."""
+    valid = st.tuples(st.just(False), st.tuples(*(values[n] if n in values else VALUES[n] for n in tensors)))
+    if not holes:
+        return valid
+    return st.one_of(valid, st.tuples(st.just(True), st.tuples(*(junk_of[n] for n in tensors))))  # shrinks to trained
+
+
+def _vocab_values(spec, vocab: int | None, junk: tuple[float, ...]
+                  ) -> tuple[dict[str, st.SearchStrategy[Any]], dict[str, st.SearchStrategy[Any]]]:
+    """(valid, masked) value strategies of the boundary's vocab tensors (V logits per position)
+    and token ids (in [0, V) everywhere: an id outside the vocabulary is no input a trainer gets)."""
+    valid: dict[str, st.SearchStrategy[Any]] = {}
+    masked: dict[str, st.SearchStrategy[Any]] = {}
+    if vocab is None:
+        return valid, masked
+    junk_s = st.sampled_from(list(junk))
+    for p in spec.inputs:
+        if p.kind == "vocab":
+            valid[p.name], masked[p.name] = st.tuples(*[LOGITS] * vocab), st.tuples(*[junk_s] * vocab)
+        elif p.kind == "token" and p.dtype == "int":
+            valid[p.name] = masked[p.name] = st.integers(0, vocab - 1)
+    return valid, masked
+
+
+def _row_slow(tensors: tuple[str, ...], *, min_prompt: int, max_len: int, reward: bool, group: bool,
+              holes: bool, values: dict[str, st.SearchStrategy[Any]], junk: tuple[float, ...],
+              junk_of: dict[str, st.SearchStrategy[Any]] | None = None):
+    """`_row` for values that are not on a grid: one draw per value."""
+    junk_s = st.sampled_from(list(junk))
+    junk_of = {n: (junk_of or {}).get(n, junk_s) for n in tensors}
+    jt = st.tuples(*(junk_of[n] for n in tensors))
+    prompts = st.lists(jt, min_size=min_prompt, max_size=max(min_prompt, 2))
     token = _token(tensors, holes, values, junk_of)
     responses = {room: st.lists(token, max_size=room) for room in range(max_len + 1)}
     group_s = st.integers(0, 2)
@@ -152,7 +218,7 @@ def _row(tensors: tuple[str, ...], *, min_prompt: int, max_len: int, reward: boo
     @st.composite
     def row(draw) -> dict[str, Any]:
         prompt = draw(prompts)
-        out = {"prompt": prompt, "response": draw(responses[max(0, max_len - len(prompt))]), "pad": draw(junk)}
+        out = {"prompt": prompt, "response": draw(responses[max(0, max_len - len(prompt))]), "pad": draw(jt)}
         if reward:
             out["reward"] = draw(VALUES["rewards"])
         if group:
@@ -171,12 +237,34 @@ def _masked_inside(r: dict[str, Any]) -> bool:
 
 
 def configs(boundary: str, **choices: list[Any]) -> st.SearchStrategy[dict[str, Any]]:
-    """The boundary's config: every key of CONFIG_CHOICES[boundary], overridden by `choices`."""
+    """The boundary's config: every key of CONFIG_CHOICES[boundary], overridden by `choices`.
+
+    One integer draw picks the whole config (mixed radix, the first key most significant):
+    shrinking it moves keys to their first choice, the boundary's usual setting."""
     table = {**CONFIG_CHOICES[boundary], **choices}
     unknown = set(table) - set(get_boundary(boundary).config)
     if unknown:
         raise KeyError(f"boundary {boundary!r} has no config key(s) {sorted(unknown)}")
-    return st.fixed_dictionaries({k: st.sampled_from(v) for k, v in table.items()})
+    keys = list(table)
+    sizes = [len(table[k]) for k in keys]
+    if not keys or 0 in sizes:
+        return st.fixed_dictionaries({k: st.sampled_from(v) for k, v in table.items()})
+    total = int(np.prod(sizes, dtype=np.int64))
+
+    def pick(i: int) -> dict[str, Any]:
+        out = {}
+        for k, n in zip(reversed(keys), reversed(sizes)):
+            i, j = divmod(i, n)
+            out[k] = table[k][j]
+        return {k: out[k] for k in keys}
+
+    return st.integers(0, total - 1).map(pick)
+
+
+def _repaired(rows: list, min_batch: int, simple: Any) -> list:
+    """At least `min_batch` rows: the simplest row appended. A length filter would reject
+    whole batches; a `min_size` would force rows the shrinker could not delete."""
+    return rows + [simple] * (min_batch - len(rows)) if len(rows) < min_batch else rows
 
 
 def _uses_groups(boundary: str, cfg: dict[str, Any]) -> bool:
@@ -192,13 +280,15 @@ def _uses_groups(boundary: str, cfg: dict[str, Any]) -> bool:
 _PERMS = {n: st.permutations(range(n)) for n in range(1, MAX_BATCH + 3)}
 _BUMP = grid(0.25, 100.0, 0.25)
 _WILD_BUMP = st.one_of(_BUMP, st.sampled_from([1.0e4, float("nan"), float("inf")]))
+_WILD_ROW_REWARD = st.sampled_from([float("nan"), float("inf"), 1.0e4])
 
 
 def examples(boundary: str, *, config: dict[str, list[Any]] | None = None, min_batch: int = 1,
              need_masked: bool = False, eos: str = "any", min_prompt: int = 0, groups: str = "auto",
              min_groups: int = 1, perm: bool = False, variant: str | None = None, holes: bool = True,
              max_batch: int = MAX_BATCH, max_len: int = MAX_LEN,
-             seq_advantages: bool = False) -> st.SearchStrategy[Example]:
+             seq_advantages: bool = False, junk: str = "finite", row_mask: bool = False,
+             min_valid: int = 0) -> st.SearchStrategy[Example]:
     """Canonical examples for `boundary`.
 
     Rows are drawn one by one (ragged) and padded to the longest; a row that fills the
@@ -211,6 +301,10 @@ def examples(boundary: str, *, config: dict[str, list[Any]] | None = None, min_b
       "masked_row_rewards" (reward_norm: only the rewards of rows with mask 0 change).
     seq_advantages: one advantage per sequence (its first valid token's) at every valid
       token, as outcome-reward estimators (GRPO, GSPO) give.
+    junk: what masked positions hold: "finite" (JUNK_VALUES) or "wild" (NaN, +-Inf and 3e38
+      too: a differential hunt asks both sides to agree on those).
+    row_mask: reward_norm: also draw which rows are dropped (mask 0), as masked_row_rewards does.
+    min_valid: at least this many valid (trained) tokens in the batch.
 
     Sub-strategies are built here once, not per draw (Hypothesis validates each new one).
     """
@@ -219,36 +313,48 @@ def examples(boundary: str, *, config: dict[str, list[Any]] | None = None, min_b
     has_group = spec.input("group") is not None
     if eos == "mixed" or variant or perm:
         min_batch = max(min_batch, 2)
-    rows_s: dict[bool, st.SearchStrategy] = {}
-    if boundary == "reward_norm":  # a row-only boundary
+    rows_s: dict[Any, st.SearchStrategy] = {}  # reward_norm: by groups; else by (groups, vocab)
+    junk_values = {"finite": JUNK_VALUES, "wild": WILD_VALUES}[junk]
+    drops = variant == "masked_row_rewards" or row_mask
+    if boundary == "reward_norm":  # a row-only boundary: (reward, dropped, group) from three bytes
+        rewards = _order(VALUES["rewards"])
         for g in (False, True):
-            row = st.tuples(VALUES["rewards"], st.booleans() if variant == "masked_row_rewards" else st.just(False),
-                            st.integers(0, 2) if g else st.just(0))
-            # min_size 0 and a length filter: Hypothesis forces the first `min_size` elements, and a
+            row = st.binary(min_size=3, max_size=3).map(
+                lambda b, g=g: (rewards[b[0] % len(rewards)], drops and b[1] % 2 == 1, b[2] % 3 if g else 0))
+            # min_size 0 and a repair: Hypothesis forces the first `min_size` elements, and a
             # forced element cannot be deleted by the shrinker
-            rows_s[g] = st.lists(row, max_size=max_batch + 2).filter(
-                lambda rs, g=g: len(rs) >= min_batch
-                and (variant != "masked_row_rewards" or 0 < sum(r[1] for r in rs) < len(rs))
+            rows_s[g] = st.lists(row, max_size=max_batch + 2).map(
+                lambda rs: _repaired(rs, min_batch, (0.0, False, len(rs) % 3))).filter(
+                lambda rs, g=g: (variant != "masked_row_rewards" or 0 < sum(r[1] for r in rs) < len(rs))
+                and (not row_mask or sum(r[1] for r in rs) < len(rs))
                 and (not g or len({r[2] for r in rs}) >= min(min_groups, len(rs))))
     else:
         # float token tensors, vocab tensors ([B, T, V] logits) and token ids
         tensors = tuple(p.name for p in spec.inputs if p.kind == "vocab" or p.kind == "token" and p.dtype != "mask")
         has_rewards = spec.input("rewards") is not None
+        zeros = tuple(0.0 for _ in tensors)  # broadcast over a vocab tensor's V logits
         for vocab in (VOCAB_SIZES if any(p.kind == "vocab" for p in spec.inputs) else (None,)):
-            valid, junk = _vocab_values(spec, vocab)
+            valid, masked = _vocab_values(spec, vocab, junk_values)
             values = {**valid, **({"values": LOSS_AGG_VALUES} if boundary in ("loss_agg", "masked_reduce") else {})}
             for g in (False, True):
                 row = _row(tensors, min_prompt=min_prompt, max_len=max_len, reward=has_rewards, group=g,
-                           holes=holes, values=values, junk_of=junk)
+                           holes=holes, values=values, junk=junk_values, junk_of=masked)
+
+                def simple(i: int, g: bool = g) -> dict[str, Any]:
+                    out = {"prompt": [zeros] * min_prompt, "response": [(False, zeros)], "pad": zeros}
+                    return {**out, **({"reward": 0.0} if has_rewards else {}), **({"group": i % 3} if g else {})}
 
                 def ok(rs: list[dict[str, Any]], g: bool = g) -> bool:
                     lens = [_len(r) for r in rs]
                     if max(lens) == 0 or (eos == "mixed" and len(set(lens)) < 2):
                         return False
+                    if min_valid and sum(not h for r in rs for h, _ in r["response"]) < min_valid:
+                        return False
                     return not g or len({r["group"] for r in rs}) >= min(min_groups, len(rs))
 
-                rows_s[(g, vocab)] = st.lists(row, max_size=max_batch).filter(
-                    lambda rs, ok=ok: len(rs) >= min_batch and ok(rs))
+                rows_s[(g, vocab)] = st.lists(row, max_size=max_batch).map(
+                    lambda rs, simple=simple: rs + [simple(len(rs) + i) for i in range(min_batch - len(rs))]
+                ).filter(ok)
     vocab_s = st.sampled_from(VOCAB_SIZES)
     extra_s = st.integers(0, 2)
 
@@ -266,6 +372,11 @@ def examples(boundary: str, *, config: dict[str, list[Any]] | None = None, min_b
         params: dict[str, Any] = {}
         if boundary == "reward_norm":
             inputs["rewards"] = np.asarray([r[0] for r in rows], F32)
+            if row_mask:
+                dropped = np.asarray([r[1] for r in rows])
+                inputs["mask"] = (~dropped).astype(F32)
+                if junk == "wild" and dropped.any() and draw(st.booleans()):  # a failed sample's NaN reward
+                    inputs["rewards"] = np.where(dropped, F32(draw(_WILD_ROW_REWARD)), inputs["rewards"]).astype(F32)
             if variant == "masked_row_rewards":
                 dropped = np.asarray([r[1] for r in rows])
                 inputs["mask"] = (~dropped).astype(F32)
@@ -316,3 +427,11 @@ def examples(boundary: str, *, config: dict[str, list[Any]] | None = None, min_b
         return Example(boundary, cfg, {n: inputs[n] for n in order if n in inputs}, variants, params)
 
     return draw_example()
+
+
+def batches(strategy: st.SearchStrategy[Example], size: int = 16) -> st.SearchStrategy[list[Example]]:
+    """Several examples per Hypothesis test case. The engine's own work per test case (its
+    choice tree, mutations) costs about a millisecond whatever is drawn; a batch shares it.
+    A failing batch shrinks to the one failing example: deleting list elements is the
+    shrinker's first move."""
+    return st.lists(strategy, min_size=1, max_size=size)

@@ -6,6 +6,9 @@
   input is one the trainer's real data path never produces, by a precondition its adapter
   declares, so no call is made. Neither settles the question, neither fails a run.)
 - compare base -> head: fixed | regressed | still-violated | holds-both | inconclusive
+- hunt property: holds | violated | untested | stopped | unsupported | error
+- differential finding: fixed | regressed | changed | deviation (against the reference:
+  bug | changed | deviation | reference-bug)
 - exit codes: 0 all hold, 1 a violation, 2 bad usage or spec, 3 a target error and no violation
 
 Pure functions over verdict words: the runner, compare, matrix, the hunt, gate and the
@@ -20,6 +23,8 @@ from typing import Iterable, Literal
 InvariantVerdict = Literal["held", "violated", "error", "skipped"]
 ScenarioVerdict = Literal["holds", "violated", "error", "unsupported", "excluded"]
 CompareVerdict = Literal["fixed", "regressed", "still-violated", "holds-both", "inconclusive"]
+HuntVerdict = Literal["holds", "violated", "untested", "stopped", "unsupported", "error"]
+DiffVerdict = Literal["fixed", "regressed", "changed", "deviation", "bug", "reference-bug"]
 
 # a scenario verdict that settles the question either way (error / unsupported do not)
 DECIDED = ("holds", "violated")
@@ -101,3 +106,44 @@ def matrix_cell(scenario: str, invariant: str | None) -> str:
 
 def run_success(statistics_violated: int, statistics_errors: int) -> bool:
     return statistics_violated == 0 and statistics_errors == 0
+
+
+# --- hunts ------------------------------------------------------------------------------
+
+def hunt_property_verdict(status: str, examples: int, findings: int, min_examples: int) -> HuntVerdict:
+    """A hunted property's verdict once the search is over.
+
+    status: where the search left it: `finished` (its examples reached the maximum, or the
+    search space ran out), `running` (cut off by the budget or by -x), `unsupported`, `error`.
+    A finding makes it violated whatever else happened; `holds` needs examples that ran:
+    none is `untested`, fewer than `min_examples` when cut off is `stopped`."""
+    if findings:
+        return "violated"
+    if status in ("unsupported", "error"):
+        return status  # type: ignore[return-value]
+    if examples == 0:
+        return "untested"
+    if status == "finished" or examples >= min_examples:
+        return "holds"
+    return "stopped"
+
+
+def hunt_scenario_verdict(verdict: str) -> ScenarioVerdict | None:
+    """The scenario verdict a hunt report's result carries for a property (None: the property
+    has no result, only its hunt entry: untested and stopped properties decided nothing)."""
+    return verdict if verdict in ("holds", "violated", "unsupported", "error") else None  # type: ignore[return-value]
+
+
+def differential_verdict(base_violates: Iterable[str], head_violates: Iterable[str], against: bool = False) -> DiffVerdict:
+    """A difference between two sides on one input, by the invariant families (properties)
+    each side violates there: `fixed` when base violates one head satisfies and head none
+    base satisfies, `regressed` the reverse, `changed` when no family explains it (or both
+    ways). Against the reference (base = the reference, head = the target): `bug` (the
+    target violates what the reference satisfies), `reference-bug` (the reverse)."""
+    base, head = set(base_violates), set(head_violates)
+    only_base, only_head = base - head, head - base
+    if only_base and not only_head:
+        return "reference-bug" if against else "fixed"
+    if only_head and not only_base:
+        return "bug" if against else "regressed"
+    return "changed"

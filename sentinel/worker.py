@@ -164,7 +164,7 @@ class Worker:
     def hunt(self, job: dict[str, Any]) -> dict[str, Any]:
         """A hunt round in a forked child; its progress lines are forwarded as they come."""
         from .hunt.round import SHRINK_TIME, run_round, warm  # hypothesis, strategies: once, before fork
-        warm(job.get("property"), job.get("exclude"))
+        warm(job.get("property"), job.get("exclude"), job.get("pin"))
         limit = float(job.get("time_limit", 10.0)) + float(job.get("shrink_time", SHRINK_TIME)) + \
             float(self.header.get("timeout", 60))
         return self._forked(lambda emit: run_round(self.adapter, self.device, job, emit), limit,

@@ -88,7 +88,7 @@ def test_run_reports_excluded_with_the_precondition(tmp_path):
 
 def test_hunt_counts_examples_per_precondition(tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", _env()["PYTHONPATH"])
-    rep = H.hunt(TargetSpec(TARGET), names=["kl.finite"], max_examples=60, time_budget=20.0, seed=3, db=None,
+    rep = H.hunt(TargetSpec(TARGET), names=["kl.finite.nan"], max_examples=60, time_budget=20.0, seed=3, db=None,
                  out_dir=tmp_path)
     prop, = rep.hunt.properties
     assert prop.status == "holds" and prop.examples > 0

@@ -101,7 +101,8 @@ def test_verl_findings_reproduce():
                         "single-trajectory-ref-logp-mutated": "holds",
                         # verl's masked_whiten selects; its approx-KL metric is old - new
                         "whiten-nan-at-masked-position": "holds", "areal-approx-kl-sign": "holds",
-                        "gae-interior-hole-discount": "holds", "grpo-loss-counts-masked-rows": "violated"}
+                        "gae-interior-hole-discount": "holds", "grpo-loss-counts-masked-rows": "violated",
+                        "gspo-seq-ratio-nan-masked": "violated"}
     assert code == 1
 
 

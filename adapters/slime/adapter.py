@@ -15,7 +15,7 @@ from typing import Any, Callable
 import torch
 
 from ..backport import backport_type_params
-from ..base import Adapter, BoundaryResult, Unsupported, implements
+from ..base import Adapter, BoundaryResult, Unsupported, deviation, implements
 from ..shims import import_with_stubs
 from ..support import (bind, first_on_path, group_ids, group_layout, locate, lookup, module_exists, parameters,
                        pip_hint, rows, signature_text, spy, unrows, version_facts)
@@ -37,6 +37,19 @@ class SlimeAdapter(EntryLoss, Surfaces, Adapter):
                    "(context parallel size 1) with per-sample response tensors.")
     loss_path_files = ("slime/utils/ppo_utils.py", "slime/backends/megatron_utils/loss.py",
                        "slime/backends/megatron_utils/cp_utils.py", "slime/ray/rollout.py")
+    # where slime departs from the reference math on purpose (sentinel hunt --against reference)
+    deviations = {
+        "per-sample-mean-over-step-samples": deviation(
+            "policy_loss", observables=("loss", "grad:loss/log_probs"), when={"loss_agg": ["seq-mean-token-mean"]},
+            reason="the per-sample mean is divided by the step's sample count (step_global_batch_size, a constant "
+                   "of the step, as its comment says), so a sample whose loss mask is all zero still counts; the "
+                   "reference averages over samples with a valid token",
+            link="https://github.com/THUDM/slime/blob/624b824a8/slime/backends/megatron_utils/loss.py#L1352-L1358"),
+        "per-sample-mean-over-step-samples-cispo": deviation(
+            "cispo_loss", observables=("loss", "grad:loss/log_probs"), when={"loss_agg": ["seq-mean-token-mean"]},
+            reason="as per-sample-mean-over-step-samples: slime's loss_function divides by the step's sample count",
+            link="https://github.com/THUDM/slime/blob/624b824a8/slime/backends/megatron_utils/loss.py#L1352-L1358"),
+    }
 
     def __init__(self, root: Path | None, device: torch.device, options: dict[str, Any] | None = None):
         super().__init__(root, device, options)

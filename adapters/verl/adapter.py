@@ -23,6 +23,7 @@ from ..support import (bind, first_on_path, keep_host_logging, locate, lookup, m
 from .conventions import (ACTOR_LOSSES_FILE, CORE, ESTIMATOR_ALIASES, GRPO_FAMILY, KL_NAMES, LIGHT, NEEDS_MORE,
                           PIP_HINT, ROLLOUT_CORR, TRAINER, VECTORIZED, build, data_proto, last_valid_scores, uid_array)
 from .losses import PolicyLosses
+from .deviations import DEVIATIONS
 from .surfaces import Surfaces
 
 _last_root: list[Path] = []  # where `verl` was imported from in this process
@@ -61,6 +62,7 @@ class VerlAdapter(PolicyLosses, Surfaces, Adapter):
                      "rejection sampling, rollout_corr_helper.compute_rollout_rejection_mask, ignores the "
                      "advantage)",
     }
+    deviations = DEVIATIONS  # where verl departs from the reference math on purpose
 
     def __init__(self, root: Path | None, device: torch.device, options: dict[str, Any] | None = None):
         super().__init__(root, device, options)

@@ -60,6 +60,11 @@ def _loss_path_files(target: str) -> tuple[str, ...]:
 
 
 @contextmanager
+def _hunt_dir(output: str | None) -> Path:
+    """--hunt's finding scenarios: beside the JSON report (reports/ when there is none)."""
+    return (Path(output).parent if output and output != "-" else Path("reports")) / "history-hunt"
+
+
 def _progress(quiet: bool) -> Iterator:
     """Yield `update(done, total, flips)`: a bar with ETA on a terminal, a line per commit in CI logs."""
     show = err.is_terminal and not quiet
@@ -91,7 +96,7 @@ def history(
     jobs: int = typer.Option(os.cpu_count() or 1, "--jobs", "-j", min=1, help="Tasks at a time (local processes, or Ray CPUs of a local instance)."),
     cache: Path = typer.Option(Path(".sentinel") / "history-cache", "--cache", help="Result cache: a killed scan resumes, a re-scan runs nothing."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Neither read nor write the cache."),
-    hunt: Optional[float] = typer.Option(None, "--hunt", min=1, help="Also run the differential hunt for SECONDS between neighbouring samples whose loss-path files changed."),
+    hunt: Optional[float] = typer.Option(None, "--hunt", min=1, help="Also run the differential hunt for SECONDS between neighbouring samples whose loss-path files changed; its findings (scenarios in history-hunt/ beside the report) are sampled and bisected like the catalog's."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Write a picture: scenarios x commits, coloured by verdict (FILE.png or FILE.svg; pip install 'rl-sentinel[plot]')."),
     format: HistoryFormat = typer.Option(HistoryFormat.text, "--format", "-f", help="text (a timeline), markdown (for an issue or PR) or json."),
     output: Optional[str] = typer.Option(None, "--output", "-o", help="Write the JSON report here (atomically). Default: reports/history.json; '-' for none."),
@@ -110,7 +115,7 @@ def history(
     """
     from .. import history as hist
     from ..history import cache as history_cache
-    from ..history import executors, hunting
+    from ..history import executors
     from ..history import plot as history_plot
     from ..history import render as history_render
     from ..history import walk
@@ -126,8 +131,6 @@ def history(
         walk.rev(Path(repo_s), until)
         if since and not walk.is_date(since):
             walk.rev(Path(repo_s), since)
-        if hunt:
-            hunting.differential()
         if plot:
             history_plot.check(plot)
     except (GitError, UsageError) as e:
@@ -136,7 +139,7 @@ def history(
     adapter = target_registry.adapter_spec(target)
     opts = hist.Options(target=target, repo=repo_s, since=since, until=until, every=every, all_commits=all_commits,
                         device=device.value, timeout=timeout, loss_path_files=_loss_path_files(target),
-                        hunt_seconds=hunt, command=["sentinel", *sys.argv[1:]])
+                        hunt_seconds=hunt, hunt_dir=_hunt_dir(output), command=["sentinel", *sys.argv[1:]])
     store = history_cache.Cache(None if no_cache else cache, target, adapter, device.value)
     try:
         with executors.make(executor.value, jobs) as ex, _progress(format != HistoryFormat.text) as update:

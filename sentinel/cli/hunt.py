@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -14,6 +15,7 @@ from rich.table import Table
 from .. import boundaries, render
 from ..invariants import REGISTRY
 from ..report import Report, dump, write_atomic
+from ..spec import SpecError
 
 from .common import TARGETS, app, out, err, Device, usage_error, _check_location
 
@@ -23,10 +25,18 @@ def hunt(
     target: str = typer.Option("reference", "--target", "-t", help=f"Target: {', '.join(TARGETS)}, or module:Class."),
     repo: Optional[Path] = typer.Option(None, "--repo", help="The target's checkout (slime, areal). Default for areal: the installed package."),
     commit: Optional[str] = typer.Option(None, "--commit", help="Revision of --repo (checked out in a temporary worktree)."),
+    base: Optional[str] = typer.Option(None, "--base", help="Differential hunt: the base revision of --repo; with --head, every drawn input goes to both and a finding is where they differ."),
+    head: Optional[str] = typer.Option(None, "--head", help="Differential hunt: the head revision of --repo, or WORKTREE (uncommitted changes included)."),
+    against: Optional[str] = typer.Option(None, "--against", help="Differential hunt against `reference`: the same inputs through the target and the reference math; the adapter's declared deviations are not findings."),
+    atol: float = typer.Option(1e-5, "--atol", help="Differential hunt: absolute tolerance between the sides."),
+    rtol: float = typer.Option(1e-4, "--rtol", help="Differential hunt: relative tolerance between the sides."),
     boundary: Optional[List[str]] = typer.Option(None, "--boundary", "-b", help="Hunt only this boundary (repeatable). Default: every boundary the target has."),
     invariant: Optional[List[str]] = typer.Option(None, "--invariant", "-i", help="Hunt only this invariant family (repeatable), e.g. sequence_uniform."),
     prop: Optional[List[str]] = typer.Option(None, "--property", help="Hunt only this property (repeatable), e.g. opsm_mask.sequence_uniform (see --list)."),
-    max_examples: int = typer.Option(300, "--max-examples", "-n", min=1, help="Examples per property before it is declared to hold."),
+    max_examples: int = typer.Option(300, "--max-examples", "-n", min=1, help="Examples per property: then it is finished."),
+    min_examples: int = typer.Option(100, "--min-examples", min=1, help="A property cut off (budget, -x) before this many examples is `stopped`, not `holds`."),
+    config: Optional[List[str]] = typer.Option(None, "--config", "-c", help="Pin a config option, KEY=VALUE (repeatable; a YAML value: token-mean, 0.1, null, '{mean_level: group}'). See `sentinel list boundaries`."),
+    known: Optional[List[Path]] = typer.Option(None, "--known", help="Known findings not to report again: a hunt report (JSON) or scenario files / a folder of them (e.g. scenarios/findings/). Repeatable."),
     time_budget: float = typer.Option(60.0, "--time", help="Seconds of search in all (worker start-up and shrinking not counted)."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Derandomise: the same seed draws the same examples."),
     db: Path = typer.Option(Path(".sentinel/hunt-db"), "--db", help="Hypothesis example database: known failures are replayed first."),
@@ -66,7 +76,11 @@ def hunt(
             t.add_row(p.name, p.family, p.doc)
         out.print(t)
         raise typer.Exit(0)
-    _check_location(target, plant, repo, commit)
+    differential = bool(base or head or against)
+    if differential:
+        _check_differential(target, plant, repo, commit, base, head, against)
+    else:
+        _check_location(target, plant, repo, commit)
     for b in boundary or []:
         if b not in boundaries.BOUNDARIES:
             raise usage_error(f"unknown boundary {b!r} (known: {', '.join(sorted(boundaries.BOUNDARIES))})")
@@ -78,7 +92,19 @@ def hunt(
             raise usage_error(f"unknown property {p!r} (see sentinel hunt --list)")
     if not H.select(boundary, invariant, prop):
         raise usage_error("no hunt property matches these --boundary / --invariant / --property filters (see --list)")
+    try:
+        pinned = parse_config(config or [], boundary or sorted({p.boundary for p in H.select(boundary, invariant, prop)}))
+        known_findings = H.load_known(known or [])
+    except (ValueError, SpecError) as e:
+        raise usage_error(str(e)) from None
     spec = TargetSpec(target, str(repo.resolve()) if repo else None, commit, device.value, plant, compile_)
+    if differential:
+        from .. import git
+        if against:
+            sides = (TargetSpec("reference", device=device.value), spec)
+        else:
+            sides = (dataclasses.replace(spec, commit=base),
+                     dataclasses.replace(spec, commit=None if head == git.WORKTREE else head))
     report_path = None if output == "-" else Path(output) if output else Path("reports") / "hunt.json"
 
     show = err.is_terminal and not as_json
@@ -104,20 +130,27 @@ def hunt(
             el = e.get("hunt_elapsed_s", 0.0)
             progress.update(task, completed=min(el, time_budget),
                             description=f"{name}  · {n} examples · {len(found)} finding(s)")
-            if kind == "round" and e["status"] == "violated" and name not in found:
+            if kind == "round" and e.get("found"):
                 found.append(name)
                 if not as_json:
-                    (progress.console if show else err).print(f"[bold red]violated[/] {name} ({el:.1f} s)", highlight=False)
+                    (progress.console if show else err).print(f"[bold red]violated[/] {escape(name)} ({el:.1f} s)",
+                                                              highlight=False)
             elif not show and not as_json and kind == "round" and el - last_line[0] >= 5.0:
                 last_line[0] = el
                 err.print(f"  {el:5.1f} s  {n} examples  {len(found)} finding(s)", highlight=False)
 
         try:
-            rep = H.hunt(spec, boundaries=boundary, families=invariant, names=prop, max_examples=max_examples,
-                         time_budget=time_budget, seed=seed, db=None if no_db else db, out_dir=out_dir,
-                         timeout=timeout, shrink_time=shrink_time, first=first, jobs=jobs,
-                         command=["sentinel", *sys.argv[1:]],
-                         on_event=on_event)
+            if differential:
+                rep = H.differential(*sides, boundary, time_budget, seed, against=bool(against), out_dir=out_dir,
+                                     known=known_findings, config=pinned, first=first, shrink_time=shrink_time,
+                                     timeout=timeout, atol=atol, rtol=rtol, min_examples=min_examples,
+                                     command=["sentinel", *sys.argv[1:]], on_event=on_event)
+            else:
+                rep = H.hunt(spec, boundaries=boundary, families=invariant, names=prop, max_examples=max_examples,
+                             min_examples=min_examples, time_budget=time_budget, seed=seed, db=None if no_db else db,
+                             out_dir=out_dir, timeout=timeout, shrink_time=shrink_time, first=first, jobs=jobs,
+                             config=pinned, known=known_findings, command=["sentinel", *sys.argv[1:]],
+                             on_event=on_event)
         except ValueError as e:
             raise usage_error(str(e)) from None
     if report_path:
@@ -131,42 +164,138 @@ def hunt(
     raise typer.Exit(rep.exit_code())
 
 
+def _check_differential(target: str, plant: str | None, repo: Path | None, commit: str | None, base: str | None,
+                        head: str | None, against: str | None) -> None:
+    """Refuse, before any work starts, a differential hunt that cannot run as given."""
+    from .. import git
+    if against:
+        if against != "reference":
+            raise usage_error(f"--against {against!r}: the one side to hunt against is `reference`")
+        if base or head:
+            raise usage_error("--against reference and --base/--head are two kinds of differential hunt: give one")
+        if target == "reference" and not plant:
+            raise usage_error("--against reference needs a --target other than the reference (or a --plant)")
+        _check_location(target, plant, repo, commit)
+        return
+    if not (base and head):
+        raise usage_error("a differential hunt needs both --base REV and --head REV (or --head WORKTREE)")
+    if commit:
+        raise usage_error("--commit and --base/--head: give the revisions with --base and --head")
+    if not repo:
+        raise usage_error("--base/--head are revisions of --repo: give the checkout with --repo PATH")
+    _check_location(target, plant, repo, None)
+    for rev in (base, head):
+        if rev != git.WORKTREE:
+            try:
+                git.resolve(repo, rev)
+            except git.GitError as e:
+                raise usage_error(str(e)) from None
+
+
+def parse_config(pairs: list[str], boundary_names: list[str]) -> dict:
+    """--config KEY=VALUE pairs, each value read as YAML and checked against the declared
+    Options (sentinel/boundaries.py) of every selected boundary that has the key."""
+    import yaml
+    out = {}
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ValueError(f"--config {pair!r}: write KEY=VALUE")
+        try:
+            value = yaml.safe_load(text) if text.strip() else None
+        except yaml.YAMLError as e:
+            raise ValueError(f"--config {pair!r}: the value is not YAML: {e}") from None
+        having = [b for b in boundary_names if boundaries.get(b).option(key) is not None]
+        if not having:
+            raise ValueError(f"--config {key}: no option {key!r} on the hunted boundaries ({', '.join(boundary_names)}); "
+                             "see `sentinel list boundaries`")
+        for b in having:
+            why = boundaries.get(b).option(key).problem(value)
+            if why:
+                raise ValueError(f"--config {key}: {why} (boundary {b})")
+        out[key] = value
+    return out
+
+
 def _hunt_console(rep: Report, verbose: bool) -> None:
     from rich.panel import Panel
     h = rep.hunt
+    results = {r.id: r for r in rep.results}
     t = Table(title=f"RL-Sentinel hunt · {', '.join(rep.targets)}", title_justify="left")
     for c in ("property", "verdict", "examples", "rejected", "errors", "s", "why"):
         t.add_column(c, overflow="fold")
-    for p, r in zip(h.properties, rep.results):
+    for p in h.properties:
         if not verbose and p.status in ("holds", "unsupported") and not p.errors:
             continue
-        why = (r.reason or "").split("; ")[0][:100]
+        r = results.get(p.property)
+        why = ((r.reason if r else p.reason) or "").split("; ")[0][:100]
         if p.errors and p.error_sample and p.status != "error":
             why += f" · target raised on {p.errors} input(s): {p.error_sample.type}: {p.error_sample.message[:80]}"
         if p.preconditions:
             why += " · excluded by precondition: " + ", ".join(f"{k.split(':')[0]} x{n}" for k, n in p.preconditions.items())
-        t.add_row(p.property, render.Text(p.status, render.STYLE[p.status]), str(p.examples), str(p.rejected),
-                  str(p.errors), f"{p.duration_s:.2f}", render.Text(why))
+        if p.excluded_known:
+            why += f" · {sum(p.excluded_known.values())} known-bug example(s) passed over"
+        t.add_row(p.property, render.Text(p.status, render.STYLE.get(p.status, "yellow")), str(p.examples),
+                  str(p.rejected), str(p.errors), f"{p.duration_s:.2f}", render.Text(why))
     if t.row_count:
         out.print(t)
     for f in h.findings:
-        r = next(x for x in rep.results if x.id == f.property)
-        body = [render.invariant_detail(i) for i in r.invariants]
+        if f.classification is not None:
+            _diff_panel(f, Panel)
+            continue
+        r = results.get(f.property)
+        body = [render.invariant_detail(i) for i in (r.invariants if r else []) if i.message == f.message][:1]
         shape = f"{f.rows} row(s) x {f.tokens} token(s)" if f.tokens else f"{f.rows} row(s)"
         title = (f"{f.property}: minimal trigger {shape}, found after {f.examples_to_first} examples / "
-                 f"{f.time_to_first_s:.2f} s")
+                 f"{f.time_to_first_s:.2f} s of its search")
         if f.reproduced is False:
             title += " · [bold magenta]the written scenario did NOT reproduce it[/]"
-        out.print(Panel(render.Group(*body, render.Text(f"scenario: {f.file or f.scenario_id}", style="dim")),
-                        title=title, title_align="left", border_style="red"))
-    states = {s: sum(1 for p in h.properties if p.status == s) for s in ("holds", "violated", "unsupported", "error")}
-    style = "bold red" if h.findings else "bold magenta" if states["error"] else "bold green"
-    out.print(f"[{style}]{'FOUND' if h.findings else 'NOTHING FOUND'}[/]  {len(h.findings)} finding(s) · "
-              f"{states['holds']} held · {states['unsupported']} not applicable · {states['error']} error  "
+        sig = render.Text(f"signature: {_sig_text(f.signature)}", style="dim") if f.signature else render.Text("")
+        out.print(Panel(render.Group(*body, sig, render.Text(f"scenario: {f.file or f.scenario_id}", style="dim")),
+                        title=escape(title), title_align="left", border_style="red"))
+    for k in h.known:
+        if k.excluded:
+            out.print(f"[dim]known, passed over {k.excluded}x: {escape(_sig_text(k.signature))} ({escape(k.source)})[/]",
+                      highlight=False)
+    for dev in h.deviations:
+        if dev.met:
+            out.print(f"[yellow]deviation[/] {escape(dev.name)} ({escape(dev.boundary)}): {dev.met} example(s) "
+                      f"explained: {escape(dev.reason)} ({escape(dev.link)})", highlight=False)
+    if h.differential is not None:
+        d = h.differential
+        excl = {side: cfg for side, cfg in d.excluded_config.items() if cfg}
+        if excl:
+            out.print(f"[dim]config not drawn (a side does not support it): {escape(str(excl))}[/]", highlight=False)
+        out.print(f"[dim]{d.base} (base) vs {d.head} (head): {d.compared} examples compared, {d.differing} differed[/]",
+                  highlight=False)
+    v = h.verdicts
+    style = "bold red" if h.findings else "bold magenta" if v.get("error") else "bold green"
+    counts = " · ".join(f"{v[w]} {w}" for w in ("holds", "untested", "stopped", "unsupported", "error") if v.get(w))
+    out.print(f"[{style}]{'FOUND' if h.findings else 'NOTHING FOUND'}[/]  {len(h.findings)} finding(s) · {counts}  "
               f"({h.examples} examples in {h.search_s:.1f} s, {h.examples_per_s:.0f}/s; "
               f"worker start {h.startup_s:.1f} s)", highlight=False)
-    for b, fams in h.invariants_per_boundary.items():
-        if verbose:
+    if verbose:
+        for b, fams in h.invariants_per_boundary.items():
             out.print(f"  {b}: {', '.join(fams)}", highlight=False)
 
 
+def _diff_panel(f, Panel) -> None:
+    shape = f"{f.rows} row(s) x {f.tokens} token(s)" if f.tokens else f"{f.rows} row(s)"
+    style = {"fixed": "green", "regressed": "red", "bug": "red"}.get(f.classification, "yellow")
+    lines = [render.Text(f.message),
+             render.Text(f"base {f.base.target}: violates {', '.join(f.base.violates) or 'nothing checked'}"),
+             render.Text(f"head {f.head.target}: violates {', '.join(f.head.violates) or 'nothing checked'}"),
+             render.Text(f"config: {f.config}", style="dim"),
+             render.Text(f"signature: {_sig_text(f.signature)}", style="dim") if f.signature else render.Text(""),
+             render.Text(f"scenario: {f.file or f.scenario_id}", style="dim")]
+    if f.reproduced is False:
+        lines.append(render.Text("the written scenario did NOT replay the difference", style="bold magenta"))
+    title = (f"{f.classification}: {f.property}: minimal trigger {shape}, after {f.examples_to_first} examples / "
+             f"{f.time_to_first_s:.2f} s of its search")
+    out.print(Panel(render.Group(*lines), title=escape(title), title_align="left", border_style=style))
+
+
+def _sig_text(sig) -> str:
+    cfg = ", ".join(f"{k}={'|'.join(map(str, v))}" for k, v in sig.config.items())
+    return f"{sig.property} · {sig.observable or '-'} · {{{cfg}}} · {'+'.join(sig.position) or 'any position'}"

@@ -1,45 +1,31 @@
 """`sentinel history --hunt SECONDS`: the differential hunt between neighbouring samples.
 
-The differential hunt (the same drawn input through two revisions of a target) lives in
-`sentinel.hunt.differential`. This build looks it up once; where it is absent, `--hunt` is
-refused before any work starts, with `NOT_AVAILABLE` as the reason. Where it is present,
-each pair of neighbouring samples whose loss-path files changed is hunted for `seconds`, and
-each finding comes back as a scenario file that joins the scan's scenarios, so its verdict
-over the range is sampled and bisected like a catalog scenario's.
+Each pair of neighbouring samples whose loss-path files changed is hunted for `seconds` with
+`sentinel.hunt.differential` (the same drawn inputs through both revisions, seeded, so a
+re-scan draws the same inputs); each finding comes back as a scenario file that joins the
+scan's scenarios, so its verdict over the range is sampled and bisected like a catalog
+scenario's.
 """
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
-from ..errors import UsageError
-
-NOT_AVAILABLE = "differential hunt not available in this build"
+SEED = 0  # one seed for every pair: a difference found on one pair only is not a draw's luck
 
 
-def differential() -> Callable[..., Any]:
-    """`sentinel.hunt.differential` (a function, or a module holding one of that name), or UsageError."""
-    try:
-        found: Any = importlib.import_module("sentinel.hunt.differential")
-    except ImportError:
-        found = getattr(importlib.import_module("sentinel.hunt"), "differential", None)
-    if found is not None and not callable(found):
-        found = getattr(found, "differential", None)
-    if not callable(found):
-        raise UsageError(NOT_AVAILABLE)
-    return found
+def hunt_pairs(pairs: list[tuple[str, str]], *, target: str, repo: str, seconds: float, out_dir: Path,
+               device: str = "cpu", on_pair: Callable[[int, int, str, str], None] | None = None) -> list[Path]:
+    """Hunt each (base, head) pair; the scenario files of what was found (under `out_dir`)."""
+    from ..hunt.differential import differential  # Hypothesis and the hunt only when --hunt is given
+    from ..runner import TargetSpec
 
-
-def hunt_pairs(pairs: list[tuple[str, str]], *, target: str, repo: str, seconds: float) -> list[Path]:
-    """Hunt each (base, head) pair; the scenario files of what was found."""
-    hunt = differential()
     files: list[Path] = []
-    for base, head in pairs:
-        found = hunt(target=target, repo=repo, base=base, head=head, seconds=seconds)
-        summary = getattr(found, "hunt", found)
-        for finding in getattr(summary, "findings", None) or []:
-            if getattr(finding, "file", None):
-                files.append(Path(finding.file))
+    for i, (base, head) in enumerate(pairs):
+        if on_pair:
+            on_pair(i, len(pairs), base, head)
+        rep = differential(TargetSpec(target, repo, base, device), TargetSpec(target, repo, head, device),
+                           seconds=seconds, seed=SEED, out_dir=out_dir / f"{base[:12]}-{head[:12]}")
+        files += [Path(f.file) for f in (rep.hunt.findings if rep.hunt else []) if f.file]
     return files

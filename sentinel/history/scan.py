@@ -16,6 +16,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any, Protocol
 
 from .. import compare, verdicts
@@ -41,6 +42,7 @@ class Options:
     timeout: float = 60.0
     loss_path_files: tuple[str, ...] = ()
     hunt_seconds: float | None = None  # --hunt: the differential hunt per pair of neighbouring samples
+    hunt_dir: Path = Path("reports") / "history-hunt"  # where --hunt writes its findings' scenarios
     command: list[str] = field(default_factory=list)
 
 
@@ -103,7 +105,8 @@ class Scan:
         idx = self.samples
         pairs = [(self.commits[a].sha, self.commits[b].sha) for a, b in zip(idx, idx[1:])
                  if any(c.touches for c in self.commits[a + 1:b + 1])]
-        files = hunt_pairs(pairs, target=self.opts.target, repo=self.opts.repo, seconds=seconds)
+        files = hunt_pairs(pairs, target=self.opts.target, repo=self.opts.repo, seconds=seconds,
+                           out_dir=self.opts.hunt_dir, device=self.opts.device)
         known = {sc.id for sc in self.scenarios}
         new = [sc for sc in (load_paths(files) if files else []) if sc.id not in known]
         self.hunted = {sc.id for sc in new}

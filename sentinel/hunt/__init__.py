@@ -28,14 +28,40 @@ Not applicable is not a finding: a config the target raises `Unsupported` for, a
 does not produce, or an unmet precondition (no masked position to perturb) rejects the
 example; Hypothesis then draws another.
 
+Many bugs per property: every finding has a signature (`signature`); the search goes on with
+it excluded, and `--known` (`known`) excludes signatures from the start. A property's verdict
+is decided once, by `sentinel.verdicts.hunt_property_verdict` (holds / violated / untested /
+stopped / unsupported / error).
+
+Differential hunts (`differential`): the same drawn inputs through two sides (two revisions, or
+the reference and a target), each in its own worker serving a session (`session`, `sides`);
+a finding is where their observations differ (`diff`), classified fixed / regressed / changed,
+written as a two-revision scenario (`diffreport`). The function API, for callers such as
+`sentinel history`:
+
+    from sentinel.hunt import differential
+    from sentinel.runner import TargetSpec
+    rep = differential(TargetSpec("slime", repo, "045310b2b^"), TargetSpec("slime", repo, "045310b2b"),
+                       ["advantages"], seconds=60, seed=0)      # a Report of kind "hunt"
+    for f in rep.hunt.findings:    # HuntFinding: classification, signature, base / head sides, file
+        print(f.classification, f.property, f.signature.observable, f.time_to_first_s)
+
+Keyword options: against (the base is the reference: deviations apply), out_dir (write the
+finding scenarios), known (`load_known(paths)`), config (pinned choices), first, atol, rtol.
+
 Modules: `properties` (the property table), `state` (settings, per-property standing),
-`driver` (the parent's phases), `round` (the worker child's side: imports torch through the
-adapter base, so only the worker imports it), `findings` (scenario YAML), `summary` (report).
+`driver` (the parent's phases), `round` / `check` / `session` (the worker child's side: they
+import torch through the adapter base, so only the worker imports them), `signature`,
+`known`, `findings` (scenario YAML), `summary` (report); `differential`, `sides`, `diff`,
+`diffreport` (differential hunts).
 """
 
+from .differential import DiffHunter, DiffSettings, differential
 from .driver import ExitReason, Hunter, hunt
 from .findings import finding_document
+from .known import Known, load as load_known
 from .properties import PROPERTIES, Property, select
 from .state import HuntSettings
 
-__all__ = ["ExitReason", "HuntSettings", "Hunter", "PROPERTIES", "Property", "finding_document", "hunt", "select"]
+__all__ = ["DiffHunter", "DiffSettings", "ExitReason", "HuntSettings", "Hunter", "Known", "PROPERTIES", "Property",
+           "differential", "finding_document", "hunt", "load_known", "select"]

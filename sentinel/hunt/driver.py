@@ -11,6 +11,7 @@ long hunt spreads evenly. The hunt stops for one of the `ExitReason`s.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -20,18 +21,20 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Callable
 
+from .. import git, verdicts
 from ..process import WorkerDied, WorkerHandle
-from ..report import ExceptionInfo, Report, Target, write_atomic
+from ..report import ExceptionInfo, Report, Target
 from ..runner import LOAD_TIMEOUT, TargetSpec, checkout_root, evaluate, job, plan
 from ..spec import Scenario, load_text
 from .findings import finding_document, provenance_of
 from .properties import PROPERTIES, SHRINK_TIME, Property, select
-from .state import HuntSettings, PropertyState
+from .known import Known
+from .state import HuntSettings, PropertyState, write_found
 from .summary import hunt_report
 
 DEFAULT_DB = Path(".sentinel") / "hunt-db"
 DEFAULT_OUT = Path("reports") / "hunt"
-FIRST_ROUND = 20  # examples in a property's first round; each later round doubles
+FIRST_ROUND = 100  # examples in a property's first round; each later round doubles
 
 
 class ExitReason(Enum):
@@ -42,6 +45,18 @@ class ExitReason(Enum):
     first_finding = "a finding, and the hunt stops at the first"
     until = "every property it was told to wait for has a verdict"
     target_error = "the target could not be loaded or run"
+
+
+def resolved(spec: TargetSpec) -> TargetSpec:
+    """`spec` with its commit resolved to the full hash that runs: labels, file names and
+    headers name that commit (`--commit X^` must not be labelled with X's hash)."""
+    if spec.repo and spec.commit and spec.commit != git.WORKTREE:
+        try:
+            sha, _ = git.resolve(Path(spec.repo), spec.commit)
+        except git.GitError:
+            return spec  # the checkout reports it as the target's load error
+        return dataclasses.replace(spec, commit=sha)
+    return spec
 
 
 def db_key(target_key: str, commit: str | None, prop: Property) -> str:
@@ -57,12 +72,21 @@ class Hunter:
         if not props:
             raise ValueError("no hunt property matches the given --boundary / --invariant filters "
                              f"(known: {', '.join(sorted(PROPERTIES))})")
+        unknown = sorted(set(settings.until or []) - {p.name for p in props})
+        if unknown:
+            raise ValueError(f"--until names no hunted property: {', '.join(unknown)}")
+        spec = resolved(spec)
         self.spec, self.settings, self.command = spec, settings, command
         self.emit = on_event or (lambda e: None)
         self.t_start = time.perf_counter()
         self.created = datetime.now(timezone.utc).isoformat(timespec="seconds")
         self.target = Target(name=spec.name, repo=spec.repo, device=spec.device, plant=spec.plant)
-        self.states = [PropertyState(p) for p in props]
+        self.states = [PropertyState(p, known=[dict(k) for k in settings.known if k["property"] == p.name])
+                       for p in props]
+        for s in self.states:
+            why = s.prop.pinned_out(settings.config)
+            if why:
+                s.status, s.reason = "unsupported", why
         self.env: dict[str, Any] = {}
         self.search_s = self.startup_s = 0.0
         self.exit_reason: ExitReason | None = None
@@ -75,6 +99,7 @@ class Hunter:
         self.t_search = 0.0
         self.queue: collections.deque[PropertyState] = collections.deque()
         self.running: set[int] = set()
+        self.deviations: dict[str, dict[str, Any]] = {}  # declared deviations met: name -> declaration, met, example
 
     def run(self) -> Report:
         """Hunt; the report of kind "hunt" (findings written as scenario YAML under out_dir)."""
@@ -83,7 +108,8 @@ class Hunter:
         self.write_findings()
         return hunt_report(self.states, self.settings, spec=self.spec, target=self.target, env=self.env,
                            search_s=self.search_s, startup_s=self.startup_s, created=self.created,
-                           duration_s=round(time.perf_counter() - self.t_start, 3), command=self.command)
+                           duration_s=round(time.perf_counter() - self.t_start, 3), command=self.command,
+                           exit_reason=self.exit_reason.name if self.exit_reason else "", deviations=self.deviations)
 
     def _run(self, stack: ExitStack) -> None:
         self.header = {"target": self.spec.name, "root": checkout_root(stack, self.spec, self.target),
@@ -124,13 +150,15 @@ class Hunter:
             self.exit_reason = ExitReason.target_error
         self.search_s = time.perf_counter() - self.t_search
         for s in self.states:
-            if s.status != "running":
-                continue
-            if self.target.load_error is not None:
+            if s.status == "running" and self.target.load_error is not None:
                 s.status = "error"
                 s.reason = f"target {self.spec.key!r} could not be (re)loaded: {self.target.load_error.message}"
-            else:
-                s.status = "holds"
+            s.verdict = verdicts.hunt_property_verdict(s.status, s.examples, len(s.found), self.settings.minimum)
+            if s.verdict == "stopped":
+                s.reason = (f"cut off ({(self.exit_reason or ExitReason.time_budget).value}) after {s.examples} "
+                            f"example(s), before the minimum of {self.settings.minimum}")
+            elif s.verdict == "untested":
+                s.reason = s.reason or "no example ran before the hunt ended"
 
     def document_findings(self) -> None:
         """Each finding as a scenario YAML, loaded back (it must load as a scenario) and, with
@@ -141,27 +169,19 @@ class Hunter:
                 w.close()
         provenance = provenance_of(self.spec, self.target.commit, self.settings.seed)
         for s in self.states:
-            if not s.finding:
-                continue
-            s.document = finding_document(s.prop, s.finding, self.spec.key, provenance, {
-                "examples_to_first": s.examples_to_first, "time_to_first_s": s.time_to_first_s,
-                "shrink_calls": s.shrink_calls})
-            sid, text = s.document
-            sc, = load_text(text, f"<hunt finding {sid}>")
-            if self.settings.verify:
-                worker, s.verdict = self._verify(worker, sc)
+            for f in s.found:
+                f.document = finding_document(s.prop, f.finding, self.spec.key, provenance, {
+                    "examples_to_first": f.examples_to_first, "time_to_first_s": f.time_to_first_s,
+                    "shrink_calls": f.shrink_calls})
+                sid, text = f.document
+                sc, = load_text(text, f"<hunt finding {sid}>")
+                if self.settings.verify:
+                    worker, f.verdict = self._verify(worker, sc)
         if worker is not None:
             worker.close()
 
     def write_findings(self) -> None:
-        out = self.settings.out_dir
-        if out is None:
-            return
-        for s in self.states:
-            if s.document:
-                sid, text = s.document
-                s.file = str(out / f"{sid}.yaml")
-                write_atomic(s.file, text)
+        write_found(self.states, self.settings.out_dir)
 
     # --- workers -------------------------------------------------------------------------
 
@@ -217,9 +237,9 @@ class Hunter:
             return ExitReason.target_error
         if time.perf_counter() - self.t_search >= st.time_budget:
             return ExitReason.time_budget
-        if st.first and any(x.status == "violated" for x in states):
+        if st.first and any(x.found for x in states):
             return ExitReason.first_finding
-        if st.until and all(x.done for x in states if x.prop.name in st.until):
+        if st.until and all(x.decided for x in states if x.prop.name in st.until):
             return ExitReason.until
         if all(x.done for x in states):
             return ExitReason.finished
@@ -266,10 +286,13 @@ class Hunter:
             share = left * self.lanes / max(1, sum(1 for x in self.states if not x.done))
             time_limit = max(0.2, min(left, max(share, 0.5) * (1 + s.rounds)))
             s.search_before = time.perf_counter() - self.t_search
+        first = s.exclude is None
         msg = {"type": "hunt", "scenario": s.prop.name, "property": s.prop.name, "max_examples": n,
                "time_limit": time_limit, "shrink_time": st.shrink_time, "db": st.database,
                "db_key": db_key(self.spec.key, self.target.commit, s.prop),
-               "probe": s.exclude is None, "exclude": s.exclude or {},
+               "probe": first, "exclude": s.exclude or {}, "pin": st.config,
+               "known": [{k: v for k, v in d.items() if k != "source"} for d in s.known],
+               "replay": st.replay if first else [],
                "seed": None if st.seed is None else f"{st.seed}:{self.spec.key}:{s.prop.name}:{s.rounds}"}
         try:
             if self.workers[i] is None:
@@ -281,9 +304,13 @@ class Hunter:
             self.workers[i] = None
             res = {"status": "error", "error": {"type": "WorkerDied", "message": str(e), "traceback": ""}}
         with self.lock:
-            s.merge(res, st.max_examples)
+            found = s.merge(res, st.max_examples, s.search_before)
+            for name, d in (res.get("deviations") or {}).items():
+                seen = self.deviations.setdefault(name, {**d, "met": 0})
+                seen["met"] += d["met"]
             self.emit({"event": "round", "property": s.prop.name, "status": s.status, "examples": s.examples,
-                       "hunt_elapsed_s": time.perf_counter() - self.t_search, "round": s.rounds})
+                       "hunt_elapsed_s": time.perf_counter() - self.t_search, "round": s.rounds,
+                       "found": found.finding["signature"] if found else None, "findings": len(s.found)})
         return True
 
     def _exchange(self, w: WorkerHandle, msg: dict[str, Any], timeout: float) -> dict[str, Any]:
@@ -297,21 +324,29 @@ class Hunter:
 
 
 def hunt(spec: TargetSpec, *, boundaries: list[str] | None = None, families: list[str] | None = None,
-         names: list[str] | None = None, max_examples: int = 300, time_budget: float = 60.0,
+         names: list[str] | None = None, max_examples: int = 300, min_examples: int = 100, time_budget: float = 60.0,
          seed: int | None = None, db: str | Path | None = DEFAULT_DB, out_dir: str | Path | None = DEFAULT_OUT,
          timeout: float = 60.0, shrink_time: float = SHRINK_TIME, command: list[str] | None = None,
          first: bool = False, verify: bool = True, jobs: int = 1, until: list[str] | None = None,
+         config: dict[str, Any] | None = None, known: "Known | None" = None,
          on_event: Callable[[dict[str, Any]], None] | None = None) -> Report:
     """Hunt `spec` for violations of the selected properties; return a Report of kind "hunt"
-    (findings written as scenario YAML under `out_dir`).
+    (findings written as scenario YAML under `out_dir`). After a finding the search goes
+    on with its signature excluded, until the budget ends: the report lists every
+    distinct finding.
 
     first: stop at the first finding (after shrinking it).
     jobs: worker processes hunting in parallel (each takes rounds of properties in turn).
-    until: stop as soon as these properties have a verdict (the others keep theirs so far).
+    until: stop as soon as these properties have a finding or are finished.
+    config: pinned config choices (--config key=value), validated by the caller.
+    known: signatures (and known findings to replay) excluded from the start (`known.load`).
+    min_examples: a property cut off before this many examples is `stopped`, not `holds`.
     verify: load each finding's YAML back and run it as `sentinel run` would (same worker,
       the scenario job path); HuntFinding.reproduced records the verdict."""
     settings = HuntSettings(boundaries=boundaries, families=families, names=names, max_examples=max_examples,
-                            time_budget=time_budget, seed=seed, database=str(Path(db).resolve()) if db else None,
+                            min_examples=min_examples, time_budget=time_budget, seed=seed,
+                            database=str(Path(db).resolve()) if db else None,
                             out_dir=Path(out_dir) if out_dir else None, timeout=timeout, shrink_time=shrink_time,
-                            first=first, verify=verify, jobs=jobs, until=until)
+                            first=first, verify=verify, jobs=jobs, until=until, config=dict(config or {}),
+                            known=list(known.signatures) if known else [], replay=list(known.examples) if known else [])
     return Hunter(spec, settings, command=command, on_event=on_event).run()

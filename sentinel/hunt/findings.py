@@ -7,6 +7,8 @@ values as strings), tensors inline, with the hunt's command line as provenance.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import re
 from typing import Any
@@ -61,8 +63,11 @@ def slug(text: str) -> str:
 
 def finding_document(prop: Property, finding: dict[str, Any], target_key: str, provenance: str,
                      stats: dict[str, Any]) -> tuple[str, str]:
-    """(scenario id, YAML text) of a ready-to-run scenario reproducing the finding."""
-    sid = f"hunt-{slug(target_key)}-{slug(prop.name)}"
+    """(scenario id, YAML text) of a ready-to-run scenario reproducing the finding. The id
+    names the target (its resolved commit), the property and the finding's signature, so two
+    bugs on one property, or one bug at two commits, are two files."""
+    sig = finding.get("signature")
+    sid = f"hunt-{slug(target_key)}-{slug(prop.name)}" + (f"-{signature_hash(sig)}" if sig else "")
     b = prop.boundary
     (family, body), = finding["invariant"].items()
     body = {k: (_Flow(v) if isinstance(v, list) else v) for k, v in body.items()}
@@ -85,9 +90,16 @@ def finding_document(prop: Property, finding: dict[str, Any], target_key: str, p
                            for n, ov in finding["variants"].items()}
     doc["invariants"] = [{family: body}]
     head = f"# Found by `sentinel hunt` on {target_key}: property {prop.name} ({family}).\n"
+    if sig:
+        head += f"# Signature: {json.dumps(sig, sort_keys=True)}\n"
     text = head + yaml.dump(doc, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=120,
                             allow_unicode=True)
     return sid, text
+
+
+def signature_hash(sig: dict[str, Any]) -> str:
+    """Eight hex digits naming a signature in file names."""
+    return hashlib.sha1(json.dumps(sig, sort_keys=True, default=str).encode()).hexdigest()[:8]
 
 
 def _variant_doc(name: str) -> str:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from .. import strategies as S
+from ..boundaries import get as get_boundary
 from ..invariants import REGISTRY, Invariant
 
 # seconds of shrinking per finding before the best so far is kept (the driver's default for
@@ -35,21 +36,38 @@ class Property:
     def config_choices(self) -> dict[str, list[Any]]:
         return {**S.CONFIG_CHOICES[self.boundary], **self.draw.get("config", {})}
 
-    def strategy(self, exclude: dict[str, list[Any]] | None = None):
+    def strategy(self, exclude: dict[str, list[Any]] | None = None, pin: dict[str, Any] | None = None):
         """The property's example strategy without the `exclude`d config choices (those the
-        target raised Unsupported for); built once per process, and validated."""
-        key = (self.name, repr(sorted((exclude or {}).items())))
+        target raised Unsupported for) and with the `pin`ned ones (--config key=value) as the
+        only choice of their key; built once per process, and validated."""
+        pin = {k: v for k, v in (pin or {}).items() if k in get_boundary(self.boundary).config}
+        key = (self.name, repr(sorted((exclude or {}).items())), repr(sorted(pin.items())))
         if key not in _STRATEGIES:
             kw = dict(self.draw)
-            if exclude:
-                kw["config"] = {k: [v for v in vs if v not in exclude.get(k, [])]
+            if exclude or pin:
+                kw["config"] = {k: [pin[k]] if k in pin else [v for v in vs if v not in (exclude or {}).get(k, [])]
                                 for k, vs in self.config_choices().items()}
+                kw["config"].update({k: [v] for k, v in pin.items() if k not in kw["config"]})
             _STRATEGIES[key] = S.examples(self.boundary, **kw)
             _STRATEGIES[key].validate()
         return _STRATEGIES[key]
 
-    def invariant(self, ex: S.Example) -> Invariant:
-        return REGISTRY[self.family].model_validate(self.body(ex))
+    def pinned_out(self, pin: dict[str, Any]) -> str | None:
+        """Why `pin` (--config) leaves this property nothing to draw (None: it does not)."""
+        for k, v in pin.items():
+            vs = self.draw.get("config", {}).get(k)
+            if vs is not None and v not in vs:
+                return f"--config {k}={v!r}: this property draws only {k} in {vs}"
+        return None
+
+    def invariant(self, ex: S.Example, overrides: dict[str, Any] | None = None) -> Invariant:
+        """The invariant for one example; `overrides` change fields of its body (a signature's
+        probes restrict a masking family to one kind of masked position with `at`)."""
+        return REGISTRY[self.family].model_validate({**self.body(ex), **(overrides or {})})
+
+    def admits(self, config: dict[str, Any]) -> bool:
+        """The config is one this property draws (its own restrictions of config choices)."""
+        return all(k not in config or config[k] in vs for k, vs in self.draw.get("config", {}).items())
 
 
 PROPERTIES: dict[str, Property] = {}
@@ -75,14 +93,15 @@ _collect()
 
 def select(boundaries: list[str] | None = None, families: list[str] | None = None,
            names: list[str] | None = None) -> list[Property]:
-    """Properties filtered by boundary, invariant family and/or exact name."""
+    """Properties filtered by boundary, invariant family and/or name: a name selects itself and
+    the properties split from it (`kl.finite` selects kl.finite.nan, .inf and .huge)."""
     out = []
     for p in PROPERTIES.values():
         if boundaries and p.boundary not in boundaries:
             continue
         if families and p.family not in families:
             continue
-        if names and p.name not in names:
+        if names and not any(p.name == n or p.name.startswith(n + ".") for n in names):
             continue
         out.append(p)
     return sorted(out, key=lambda p: (p.boundary, p.name))

@@ -1,15 +1,18 @@
 """What a hunt runs with (`HuntSettings`) and where each property stands (`PropertyState`).
 
 The driver folds each round's result into its property's state (`PropertyState.merge`) and
-decides, from the states, when the hunt is over; the hunt report is assembled from them.
+decides, from the states, when the hunt is over; the property's verdict is then decided by
+`sentinel.verdicts.hunt_property_verdict` and the hunt report assembled from the states.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..report import write_atomic
 from .properties import SHRINK_TIME, Property
 
 
@@ -20,7 +23,8 @@ class HuntSettings:
     boundaries: list[str] | None = None
     families: list[str] | None = None
     names: list[str] | None = None
-    max_examples: int = 300  # per property, before it is declared to hold
+    max_examples: int = 300  # per property: then it is finished
+    min_examples: int = 100  # per property: fewer when the search is cut off is `stopped`, not `holds`
     time_budget: float = 60.0  # seconds of search in all
     seed: int | None = None
     database: str | None = None  # the example database's folder, resolved; None: no database
@@ -31,11 +35,32 @@ class HuntSettings:
     verify: bool = True
     jobs: int = 1
     until: list[str] | None = None
+    config: dict[str, Any] = field(default_factory=dict)  # pinned config choices (--config key=value)
+    known: list[dict[str, Any]] = field(default_factory=list)  # signatures excluded from the start
+    replay: list[dict[str, Any]] = field(default_factory=list)  # known findings given as examples
+
+    @property
+    def minimum(self) -> int:
+        return min(self.min_examples, self.max_examples)
+
+
+@dataclass
+class Found:
+    """One finding of a property: the round's finding, when, and its written scenario."""
+
+    finding: dict[str, Any]
+    examples_to_first: int
+    time_to_first_s: float  # the property's own search seconds
+    hunt_elapsed_s: float  # the hunt's search seconds
+    shrink_calls: int = 0
+    document: tuple[str, str] | None = None  # (scenario id, YAML text)
+    verdict: str | None = None  # the written scenario's verdict on the target (None: not verified)
+    file: str | None = None
 
 
 @dataclass
 class PropertyState:
-    """One property over the rounds of a hunt: counts, status, and its finding if any."""
+    """One property over the rounds of a hunt: counts, status, findings, known signatures."""
 
     prop: Property
     examples: int = 0
@@ -44,61 +69,70 @@ class PropertyState:
     shrink_calls: int = 0
     rounds: int = 0
     empty_rounds: int = 0
-    duration_s: float = 0.0
-    search_before: float = 0.0  # search seconds of the hunt before this property's current round
-    status: str = "running"
+    duration_s: float = 0.0  # this property's own search seconds
+    cpu_s: float = 0.0  # CPU seconds its rounds took in the worker (what a loaded machine does not inflate)
+    status: str = "running"  # running | finished | unsupported | error; the verdict comes at the end
+    verdict: str | None = None
     reason: str = ""
-    reasons: list[str] = field(default_factory=list)
-    preconditions: dict[str, int] = field(default_factory=dict)  # "name: reason" -> examples it excluded
+    reasons: Counter = field(default_factory=Counter)  # rejected examples by reason
+    preconditions: Counter = field(default_factory=Counter)  # "name: reason" -> examples a precondition excluded
     error_sample: dict | None = None
+    exclude_reasons: dict = field(default_factory=dict)  # "key=value" -> why the target lacks it
     exclude: dict | None = None  # config choices the target does not have (probed in round 1)
-    finding: dict | None = None
-    examples_to_first: int | None = None
-    time_to_first_s: float | None = None
-    document: tuple[str, str] | None = None  # the finding as (scenario id, YAML text)
-    verdict: str | None = None  # the written scenario's verdict on the target (None: not verified)
-    file: str | None = None  # where the YAML was written
+    known: list[dict[str, Any]] = field(default_factory=list)  # signatures (with their source) not to report
+    excluded: Counter = field(default_factory=Counter)  # known signature text -> violations passed over
+    found: list[Found] = field(default_factory=list)
 
     @property
     def done(self) -> bool:
+        """No more rounds: finished, unsupported or an error."""
         return self.status != "running"
 
-    def merge(self, res: dict[str, Any], max_examples: int) -> None:
-        """Fold in one round's result (run_round's dict, or an error)."""
+    @property
+    def decided(self) -> bool:
+        """It has an answer (`--until`): a finding, or no more rounds."""
+        return self.done or bool(self.found)
+
+    def merge(self, res: dict[str, Any], max_examples: int, search_s: float) -> Found | None:
+        """Fold in one round's result (run_round's dict, or an error); `search_s` is the
+        hunt's search seconds when the round started. Returns the round's finding, if any."""
         self.rounds += 1
         if res.get("status") == "error":
             e = res.get("error") or {}
             self.status, self.reason = "error", f"{e.get('type', 'Error')}: {e.get('message', '')}"
             self.error_sample = {"type": e.get("type", "Error"), "message": e.get("message", ""),
                                  "traceback": e.get("traceback", "")}
-            return
+            return None
         if res.get("not_applicable"):
             self.status, self.reason = "unsupported", f"not applicable to this target: {res['not_applicable']}"
-            return
+            return None
         if self.exclude is None:
             self.exclude = res.get("exclude") or {}
-        before = self.examples
+            self.exclude_reasons = res.get("exclude_reasons") or {}
+        for k in res.get("learned_known", []):
+            if k not in self.known:
+                self.known.append(k)
+        before, before_s = self.examples, self.duration_s
         self.examples += res.get("examples", 0)
         self.rejected += res.get("rejected", 0)
         self.errors += res.get("errors", 0)
         self.shrink_calls += res.get("shrink_calls", 0)
         self.duration_s += res.get("duration_s", 0.0)
-        for r, n in (res.get("preconditions") or {}).items():
-            self.preconditions[r] = self.preconditions.get(r, 0) + n
-        for r in res.get("unsupported_reasons", []):
-            if r not in self.reasons:
-                self.reasons.append(r)
+        self.cpu_s += res.get("cpu_s", 0.0)
+        self.reasons.update(res.get("reasons") or {})
+        self.excluded.update(res.get("excluded_known") or {})
+        self.preconditions.update(res.get("preconditions") or {})
         if res.get("error_sample") and self.error_sample is None:
             self.error_sample = res["error_sample"]
+        found = None
         if res.get("finding"):
             f = res["finding"]
-            self.finding = f
-            self.status = "violated"
-            self.examples_to_first = before + f["examples_to_first"]
-            self.time_to_first_s = self.search_before + f["time_to_first_s"]
+            found = Found(f, before + f["examples_to_first"], before_s + f["time_to_first_s"],
+                          search_s + f["time_to_first_s"], res.get("shrink_calls", 0))
+            self.found.append(found)
+            self.known.append({**f["signature"], "source": "this hunt"})
             self.reason = f["outcome"]["message"]
-            return
-        if res.get("examples", 0) == 0 and not res.get("ran_out_of_time"):
+        if not found and res.get("examples", 0) == 0 and not res.get("ran_out_of_time"):
             # nothing applicable was drawn this round (all rejected), or the space is exhausted
             self.empty_rounds += 1
             if self.examples == 0 and (self.empty_rounds >= 2 or res.get("rejected", 0) >= 50):
@@ -108,11 +142,24 @@ class PropertyState:
                                    f"{self.error_sample['type']}: {self.error_sample['message'][:300]}")
                 else:
                     self.status = "unsupported"
-                    why = self.reasons[:3] + [f"excluded by precondition {p}" for p in self.preconditions][:3]
-                    self.reason = "not applicable to this target: " + ("; ".join(why) or res.get("note", ""))
+                    self.reason = ("not applicable to this target: "
+                                   + ("; ".join(r for r, _ in self.reasons.most_common(3)) or res.get("note", "")))
             elif self.empty_rounds >= 3:
-                self.status = "holds"
-            return
+                self.status = "finished"
+            return found
         self.empty_rounds = 0
         if self.examples >= max_examples:
-            self.status = "holds"
+            self.status = "finished"
+        return found
+
+
+def write_found(states: list[PropertyState], out: Path | None) -> None:
+    """Write every finding's scenario under `out` (nothing when None); each Found learns its file."""
+    if out is None:
+        return
+    for s in states:
+        for f in s.found:
+            if f.document:
+                sid, text = f.document
+                f.file = str(Path(out) / f"{sid}.yaml")
+                write_atomic(f.file, text)

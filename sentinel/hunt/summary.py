@@ -1,107 +1,154 @@
 """The hunt report: the states of a finished hunt -> a `Report` of kind "hunt".
 
-One `ScenarioResult` per property (its finding's invariant verdict, or how many examples
-held), and a `hunt` section: per-property counts, the findings with their minimal trigger's
-size, and the search totals.
+One `ScenarioResult` per property that decided something (its first finding's invariant
+verdict, or how many examples held; an error or unsupported property with its reason) and a
+`hunt` section: every property with its verdict (untested and stopped ones included, which
+have no result), each distinct finding with its signature and minimal trigger's size, the
+known signatures passed over, and the search totals.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
+from .. import verdicts
 from ..boundaries import get as get_boundary
-from ..report import (Environment, ExceptionInfo, FunctionInfo, HuntFinding, HuntProperty, HuntSummary,
-                      InvariantResult, Report, ScenarioResult, Target, statistics)
+from ..report import (Environment, ExceptionInfo, FunctionInfo, HuntDeviation, HuntFinding, HuntKnown, HuntProperty, HuntSignature,
+                      HuntSummary, InvariantResult, Report, ScenarioResult, Target, statistics)
 from ..runner import TargetSpec
 from .findings import provenance_of
-from .state import HuntSettings, PropertyState
+from .signature import Signature
+from .state import Found, HuntSettings, PropertyState
 
 
 def hunt_report(states: list[PropertyState], settings: HuntSettings, *, spec: TargetSpec, target: Target,
                 env: dict[str, Any], search_s: float, startup_s: float, created: str, duration_s: float,
-                command: list[str] | None) -> Report:
+                command: list[str] | None, exit_reason: str = "",
+                deviations: dict[str, dict[str, Any]] | None = None) -> Report:
     provenance = provenance_of(spec, target.commit, settings.seed)
     results, properties, findings = [], [], []
     for s in states:
-        result, prop, finding = _property(s, spec.key, provenance)
-        results.append(result)
-        properties.append(prop)
-        if finding is not None:
-            findings.append(finding)
+        result = _result(s, spec.key, provenance)
+        if result is not None:
+            results.append(result)
+        properties.append(_property(s))
+        findings += [finding(s.prop, f) for f in s.found]
     stats = statistics(results)
+    summary = _summary(states, settings, properties, findings, search_s, startup_s)
+    summary.exit_reason = exit_reason
+    summary.deviations = deviation_entries(deviations or {})
     return Report(kind="hunt", success=not findings and stats.errors == 0, created_at=created,
                   duration_s=duration_s, command=command or [], environment=Environment(**env),
-                  targets={spec.key: target}, results=results, statistics=stats,
-                  hunt=_summary(states, settings, properties, findings, search_s, startup_s))
+                  targets={spec.key: target}, results=results, statistics=stats, hunt=summary)
 
 
-def _property(s: PropertyState, target_key: str,
-              provenance: str) -> tuple[ScenarioResult, HuntProperty, HuntFinding | None]:
+def finding(p, f: Found, **extra: Any) -> HuntFinding:
+    """The report entry of one finding."""
+    x = f.finding
+    rows, tokens, valid = size(x["inputs"])
+    sid = f.document[0] if f.document else ""
+    fields = dict(property=p.name, boundary=p.boundary, family=p.family, scenario_id=sid, file=f.file,
+                  rows=rows, tokens=tokens, valid_tokens=valid, examples_to_first=f.examples_to_first,
+                  time_to_first_s=round(f.time_to_first_s, 4), hunt_elapsed_s=round(f.hunt_elapsed_s, 4),
+                  shrink_calls=f.shrink_calls, message=x["outcome"]["message"],
+                  reproduced=None if f.verdict is None else f.verdict == "violated",
+                  signature=HuntSignature(**x["signature"]) if x.get("signature") else None, config=x["config"])
+    return HuntFinding(**{**fields, **extra})
+
+
+def _result(s: PropertyState, target_key: str, provenance: str) -> ScenarioResult | None:
+    verdict = verdicts.hunt_scenario_verdict(s.verdict or "")
+    if verdict is None:  # untested / stopped: decided nothing; its hunt entry says so
+        return None
     p = s.prop
     cfg = {**get_boundary(p.boundary).config}
     res_kw: dict[str, Any] = {}
-    finding = None
-    if s.finding:
-        f = s.finding
-        sid, _ = s.document
-        o = f["outcome"]
-        (family, body), = f["invariant"].items()
-        inv = InvariantResult(family=family, config=f["invariant"], verdict="violated", message=o["message"],
-                              observed=o["observed"], expected=o["expected"], difference=o["difference"],
-                              positions=o["positions"], details=o["details"] or {})
-        cfg.update(f["config"])
-        rows, tokens, valid = _size(f)
-        res_kw = dict(file=s.file or "", reason=f"{family}: {o['message']}", invariants=[inv], inputs=f["inputs"],
-                      observations=f["observations"],
-                      function=FunctionInfo(**f["function"]) if f.get("function") else None)
-        finding = HuntFinding(property=p.name, boundary=p.boundary, family=p.family, scenario_id=sid,
-                              file=s.file, rows=rows, tokens=tokens, valid_tokens=valid,
-                              examples_to_first=s.examples_to_first or 0,
-                              time_to_first_s=round(s.time_to_first_s or 0.0, 4),
-                              shrink_calls=s.shrink_calls, message=o["message"],
-                              reproduced=None if s.verdict is None else s.verdict == "violated")
-    elif s.status == "holds":
+    if s.found:
+        f = s.found[0]
+        x = f.finding
+        (family, _), = x["invariant"].items()
+        messages = "; ".join(g.finding["outcome"]["message"] for g in s.found)
+        invs = [InvariantResult(family=family, config=g.finding["invariant"], verdict="violated",
+                                message=g.finding["outcome"]["message"], observed=g.finding["outcome"]["observed"],
+                                expected=g.finding["outcome"]["expected"], difference=g.finding["outcome"]["difference"],
+                                positions=g.finding["outcome"]["positions"], details=g.finding["outcome"]["details"] or {})
+                for g in s.found]
+        cfg.update(x["config"])
+        res_kw = dict(file=f.file or "", reason=f"{family}: {messages}", invariants=invs, inputs=x["inputs"],
+                      observations=x["observations"],
+                      function=FunctionInfo(**x["function"]) if x.get("function") else None)
+    elif verdict == "holds":
         res_kw = dict(reason=f"{s.examples} examples, no violation",
                       invariants=[InvariantResult(family=p.family, config={p.family: {}}, verdict="held",
                                                   message=f"held on {s.examples} generated examples")])
     else:
         res_kw = dict(reason=s.reason)
-    err = (ExceptionInfo(**{k: s.error_sample[k] for k in ("type", "message", "traceback")})
-           if s.error_sample else None)
-    result = ScenarioResult(id=p.name, title=p.doc, boundary=p.boundary, target=target_key,
-                            verdict=s.status, config=cfg, provenance=[provenance],
-                            duration_s=round(s.duration_s, 4),
-                            exception_info=err if s.status == "error" else None,
-                            **{"file": "", **res_kw})
-    prop = HuntProperty(property=p.name, boundary=p.boundary, family=p.family, doc=p.doc, status=s.status,
-                        reason=s.reason, examples=s.examples, rejected=s.rejected, errors=s.errors,
-                        shrink_calls=s.shrink_calls, rounds=s.rounds, duration_s=round(s.duration_s, 4),
-                        unsupported_reasons=s.reasons[:12], preconditions=dict(s.preconditions),
-                        excluded_config=s.exclude or {},
-                        error_sample=err)
-    return result, prop, finding
+    return ScenarioResult(id=p.name, title=p.doc, boundary=p.boundary, target=target_key, verdict=verdict,
+                          config=cfg, provenance=[provenance], duration_s=round(s.duration_s, 4),
+                          exception_info=_error(s) if verdict == "error" else None, **{"file": "", **res_kw})
+
+
+def _error(s: PropertyState) -> ExceptionInfo | None:
+    return (ExceptionInfo(**{k: s.error_sample[k] for k in ("type", "message", "traceback")})
+            if s.error_sample else None)
+
+
+def _property(s: PropertyState) -> HuntProperty:
+    p = s.prop
+    return HuntProperty(property=p.name, boundary=p.boundary, family=p.family, doc=p.doc, status=s.verdict or "untested",
+                        reason=s.reason, examples=s.examples, rejected=s.rejected, rejections=dict(s.reasons.most_common(20)),
+                        errors=s.errors, shrink_calls=s.shrink_calls, rounds=s.rounds,
+                        duration_s=round(s.duration_s, 4), findings=len(s.found), excluded_known=dict(s.excluded),
+                        preconditions=dict(s.preconditions),
+                        unsupported_reasons=[f"config {k} excluded: {r}" for k, r in s.exclude_reasons.items()]
+                        + [f"{r} (x{n})" for r, n in s.reasons.most_common(5)],
+                        excluded_config=s.exclude or {}, error_sample=_error(s))
+
+
+def known_entries(states: list[PropertyState]) -> list[HuntKnown]:
+    """Every signature a property's search passed over, with where it came from and how often."""
+    out: dict[str, HuntKnown] = {}
+    for s in states:
+        for k in s.known:
+            sig = Signature.from_dict(k)
+            key = sig.text()
+            if key not in out:
+                out[key] = HuntKnown(signature=HuntSignature(**sig.as_dict()), source=k.get("source", ""))
+            out[key].excluded += s.excluded.get(key, 0)
+    return list(out.values())
+
+
+def deviation_entries(deviations: dict[str, dict[str, Any]]) -> list[HuntDeviation]:
+    """The declared deviations (name -> declaration, met, example), as the report lists them."""
+    return [HuntDeviation(name=n, boundary=d["boundary"], reason=d["reason"], link=d["link"],
+                          observables=d["observables"], config=d["when"], met=d.get("met", 0),
+                          example=d.get("example") or {}) for n, d in deviations.items()]
 
 
 def _summary(states: list[PropertyState], settings: HuntSettings, properties: list[HuntProperty],
              findings: list[HuntFinding], search_s: float, startup_s: float) -> HuntSummary:
     per_boundary: dict[str, list[str]] = {}
     for s in states:
-        if s.status in ("holds", "violated"):
+        if s.verdict in ("holds", "violated"):
             per_boundary.setdefault(s.prop.boundary, []).append(s.prop.family)
     total = sum(s.examples for s in states)
+    cpu = sum(s.cpu_s for s in states)
     out = settings.out_dir
-    return HuntSummary(seed=settings.seed, max_examples=settings.max_examples, time_budget_s=settings.time_budget,
-                       database=settings.database, out_dir=str(out) if out else None, examples=total,
-                       rejected=sum(s.rejected for s in states),
+    return HuntSummary(seed=settings.seed, max_examples=settings.max_examples, min_examples=settings.minimum,
+                       time_budget_s=settings.time_budget, database=settings.database,
+                       out_dir=str(out) if out else None, examples=total, rejected=sum(s.rejected for s in states),
                        shrink_calls=sum(s.shrink_calls for s in states), search_s=round(search_s, 3),
                        startup_s=round(startup_s, 3),
                        examples_per_s=round(total / search_s, 1) if search_s > 0 else 0.0,
+                       cpu_s=round(cpu, 3), examples_per_cpu_s=round(total / cpu, 1) if cpu > 0 else 0.0,
+                       verdicts=dict(Counter(p.status for p in properties)),
                        invariants_per_boundary={b: sorted(set(v)) for b, v in sorted(per_boundary.items())},
-                       properties=properties, findings=findings)
+                       properties=properties, findings=findings, known=known_entries(states))
 
 
-def _size(f: dict[str, Any]) -> tuple[int, int, int]:
-    ins = f["inputs"]
+def size(ins: dict[str, Any]) -> tuple[int, int, int]:
+    """(rows, tokens, valid tokens) of a trigger's inputs."""
     lm = ins.get("loss_mask")
     if lm is not None:
         return len(lm), len(lm[0]) if lm else 0, int(sum(sum(r) for r in lm))

@@ -302,8 +302,12 @@ def diff_runs(sc: "Scenario", a: RunObservation, b: RunObservation, names: list[
             return Outcome("violated", f"{name}: {e}", lists(y), lists(x))
         compared.append(name)
         if not ok:
-            return Outcome("violated", f"{name} changed {label}".strip(), lists(y), lists(x), lists(diff), pos,
-                           {"observable": name})
+            at = tuple(pos[0]) if pos and np.ndim(x) == len(pos[0]) else ()
+            was, now = np.asarray(x, np.float64)[at], np.asarray(y, np.float64)[at]
+            where = f" at {list(at)}" if at else ""
+            # name both runs: "observed nan, expected 0.0" would call the base run's NaN the expectation
+            return Outcome("violated", f"{name} changed {label}: {now:.6g}{where} in that run, {was:.6g} in the base run",
+                           lists(y), lists(x), lists(diff), pos, {"observable": name})
     if not compared:
         return Outcome("skipped", "none of the observables was produced by the target: " + ", ".join(names))
     return Outcome("held", details={"compared": compared})

@@ -11,18 +11,27 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import boundaries
 from .base import hunted
 
 M = "(loss_mask > 0)"
 
 
-def masked_mean(x: str, agg: str = "token-mean") -> str:
-    """`x` reduced over valid tokens: token-mean, or seq-mean-token-mean over rows with a valid token."""
-    if agg == "token-mean":
-        return f"(sum(where({M}, {x}, 0)) / maximum(sum({M}), 1))"
+def loss_agg_formula(mode: str, x: str) -> str:
+    """`x` reduced over valid tokens by loss_agg `mode` (adapters/reference.py `aggregate`):
+    token-mean, seq-mean-token-mean or seq-mean-token-sum, where rows with no valid token take
+    no part in a sequence mean, and an empty batch gives 0."""
+    kept = f"where({M}, {x}, 0)"
+    if mode == "token-mean":
+        return f"(sum({kept}) / maximum(sum({M}), 1))"
+    per_row = f"sum({kept}, axis=1)"
+    if mode == "seq-mean-token-mean":
+        per_row += f" / maximum(sum({M}, axis=1), 1)"
     rows = f"any({M}, axis=1)"
-    per_row = f"sum(where({M}, {x}, 0), axis=1) / maximum(sum({M}, axis=1), 1)"
     return f"(sum(where({rows}, {per_row}, 0)) / maximum(sum({rows}), 1))"
+
+
+masked_mean = loss_agg_formula  # metric_agg takes the same modes
 
 
 # --- logprobs --------------------------------------------------------------------------------
@@ -109,7 +118,22 @@ def _reduce_body(ex) -> dict[str, Any]:
     return {"output": out, "expected": expr, **({"where": "loss_mask"} if out == "whitened" else {}), **tol}
 
 
+def _mode_hunts() -> tuple:
+    """One property per loss_agg mode and boundary: each mode has its own formula, so a wrong
+    denominator in one mode is not blurred with another's."""
+    out = []
+    for b, key, x in (("loss_agg", "mode", "values"), ("policy_loss", "loss_agg", "pg_loss"),
+                      ("cispo_loss", "loss_agg", "pg_loss"), ("is_correction", "loss_agg", "pg_loss")):
+        for mode in boundaries.LOSS_AGG:
+            out.append(hunted(b, name=f"mode.{mode}", doc=f"loss_agg {mode}: the loss is the {mode} of "
+                              f"{'the values' if x == 'values' else 'pg_loss'} over valid tokens",
+                              body={"output": "loss", "expected": loss_agg_formula(mode, x), "atol": 1e-5,
+                                    "rtol": 1e-4}, config={key: [mode]}, min_valid=1))
+    return tuple(out)
+
+
 HUNTS = (
+    *_mode_hunts(),
     hunted("logprobs", name="log_probs",
            doc="log_probs = log_softmax(logits / T) at the token id, T applied exactly once",
            body=lambda ex: {"output": "log_probs", "expected": log_probs_formula(ex.config["temperature"]),

@@ -4,9 +4,27 @@ with extra masked columns must not change the result."""
 
 from __future__ import annotations
 
+from typing import Literal
+
 import numpy as np
 
-from .base import LOSS_MASKED, REL, SURFACES, Invariant, Outcome, diff_runs, hunted, observables
+from .base import LOSS_MASKED, REL, SURFACES, Invariant, Missing, Outcome, diff_runs, hunted, observables, resolve
+
+At = Literal["head", "interior", "tail", "row"]
+
+
+def mask_layout(mask: np.ndarray) -> dict[str, np.ndarray]:
+    """The masked positions of a [B, T] mask by where they sit in their row: `head` (before
+    the row's first valid token), `interior` (between valid tokens), `tail` (after the last),
+    `row` (every position of a row with no valid token)."""
+    valid = mask.astype(bool)
+    t = np.arange(mask.shape[1])[None, :]
+    has = valid.any(axis=1, keepdims=True)
+    first = np.where(has, valid.argmax(axis=1)[:, None], mask.shape[1])
+    last = np.where(has, mask.shape[1] - 1 - valid[:, ::-1].argmax(axis=1)[:, None], -1)
+    masked = ~valid
+    return {"head": masked & has & (t < first), "interior": masked & (t > first) & (t < last),
+            "tail": masked & has & (t > last), "row": masked & ~has}
 
 
 def _perturbable(sc, mask: str, names: list[str] | None) -> list[str]:
@@ -25,6 +43,12 @@ class _MaskFamily(Invariant):
     mask: str = "loss_mask"
     perturb: list[str] | None = None
     outputs: list[str] | None = None
+    at: At | None = None  # perturb only the masked positions of this kind (default: all of them)
+
+    def _free(self, sc) -> np.ndarray:
+        m = sc.inputs[self.mask]
+        free = m == 0
+        return free & mask_layout(m)[self.at] if self.at and m.ndim == 2 else free
 
     def check(self, sc):
         out = self._known_input(sc, self.mask, "mask") + self._known_outputs(sc, self.outputs)
@@ -35,6 +59,8 @@ class _MaskFamily(Invariant):
             out.append(("mask", f"the scenario gives no {self.mask!r} input"))
         elif not (sc.inputs[self.mask] == 0).any():
             out.append(("mask", f"{self.mask!r} has no masked position to perturb: add padding or a masked token"))
+        elif self.at and not self._free(sc).any():
+            out.append(("at", f"{self.mask!r} has no masked position of kind {self.at!r}"))
         return out
 
 
@@ -54,7 +80,7 @@ class MaskedInvariance(_MaskFamily):
     rtol: float = 1e-5
 
     def runs(self, sc):
-        free = sc.inputs[self.mask] == 0
+        free = self._free(sc)
         new = dict(sc.inputs)
         for k, n in enumerate(_perturbable(sc, self.mask, self.perturb)):
             # a different bump per input, so differences of inputs (log-ratios) change too
@@ -69,20 +95,38 @@ class MaskedInvariance(_MaskFamily):
                          label=f"when only {self.mask}==0 positions changed")
 
 
+def _finite_hunts(boundaries: tuple[str, ...], what: str, masked_rows: bool = False, **draw) -> tuple:
+    """One property per kind of value inserted: a reducer that multiplies by the mask fails
+    NaN and Inf, a sum that overflows fails a huge finite value; kept apart, a partial fix shows."""
+    kinds = (("nan", ["nan"], "NaN"), ("inf", ["inf", "-inf"], "+-Inf"), ("huge", ["3e38"], "3e38 (finite)"))
+    extra = {"masked_rows": True} if masked_rows else {}
+    return tuple(hunted(*boundaries, name=f"finite.{k}", body={"values": v, **extra},
+                        doc=f"{label} at masked positions leaves {what} finite", need_masked=True, **draw)
+                 for k, v, label in kinds)
+
+
 class Finite(_MaskFamily):
-    """With NaN or +-Inf at masked positions of the inputs, every output and gradient is
-    finite at valid positions."""
+    """With NaN, +-Inf (or another value of `values`) at masked positions of the inputs, every
+    output and gradient is finite at valid positions: token outputs at mask 1, row outputs
+    in rows with a valid token, scalars when the batch has one. A batch with no valid
+    position has nothing to check."""
 
     family = "finite"
-    hunt = (hunted(*LOSS_MASKED, doc="NaN / +-Inf at masked positions leave valid outputs finite", need_masked=True),
-            hunted("advantages", doc="NaN / +-Inf at masked positions leave valid advantages finite",
-                   need_masked=True, min_prompt=1),
-            hunted(*SURFACES, doc="NaN / +-Inf at masked positions leave valid log-probs, values, metrics and "
-                   "reductions finite, a fully masked row's included", need_masked=True))
-    values: list[str] = ["nan", "inf", "-inf"]
+    hunt = (*_finite_hunts(LOSS_MASKED, "valid outputs"),
+            *_finite_hunts(("advantages",), "valid advantages", min_prompt=1),
+            *_finite_hunts(SURFACES, "valid log-probs, values, metrics and reductions, a fully masked row's included",
+                           masked_rows=True))
+    values: list[str | float] = ["nan", "inf", "-inf"]  # YAML reads 3e38 as a number
+    masked_rows: bool = False  # row outputs of rows with no valid token must be finite too (a masked mean is 0)
+
+    def check(self, sc):
+        out = super().check(sc)
+        if self.mask in sc.inputs and not (sc.inputs[self.mask] == 1).any():
+            out.append(("mask", f"{self.mask!r} has no valid position: nothing there to keep finite"))
+        return out
 
     def runs(self, sc):
-        free = sc.inputs[self.mask] == 0
+        free = self._free(sc)
         out = {}
         for v in self.values:
             new = dict(sc.inputs)
@@ -96,17 +140,20 @@ class Finite(_MaskFamily):
         for v in self.values:
             run = obs[f"~poison:{v}"]
             valid = run.inputs[self.mask].astype(bool)
+            rows = valid.any(axis=1) if valid.ndim == 2 else valid
+            rows = np.ones_like(rows) if self.masked_rows else rows
             for name in observables(sc, self.outputs, run):
-                from .base import Missing, resolve
                 try:
                     x = resolve(name, run)
                 except Missing:
                     continue
-                where = valid if x.shape == valid.shape else np.ones(x.shape, bool)
+                where = valid if x.shape == valid.shape else rows if x.shape == rows.shape else np.ones(x.shape, bool)
                 bad = where & ~np.isfinite(x)
                 if bad.any():
-                    return Outcome("violated", f"{name} is not finite at valid positions when masked inputs hold {v}",
-                                   x.tolist(), "finite", None, np.argwhere(bad)[:64].tolist(), {"poison": v, "observable": name})
+                    kinds = sorted({"NaN" if np.isnan(e) else "Inf" for e in np.asarray(x)[bad].ravel()})
+                    return Outcome("violated", f"{name} is {'/'.join(kinds)} at {int(bad.sum())} valid position(s) "
+                                               f"when masked inputs hold {v}", x.tolist(), "finite", None,
+                                   np.argwhere(bad)[:64].tolist(), {"poison": v, "observable": name})
         return Outcome("held")
 
 

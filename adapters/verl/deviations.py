@@ -1,0 +1,69 @@
+"""Where verl departs from the reference math on purpose: its documented conventions, each with
+the reason and the line of verl 0.9.1 that shows it (`sentinel hunt --target verl --against
+reference` reports them as `deviation`, never as findings)."""
+
+from __future__ import annotations
+
+from ..base import deviation
+
+_VERL = "https://github.com/volcengine/verl/blob/v0.9.1/verl"
+_CORE = f"{_VERL}/trainer/ppo/core_algos.py"
+
+
+def _global_batch_deviations() -> dict:
+    """agg_loss's sequence means over the trainer's global_batch_size, on each loss boundary."""
+    why = ("the sequence mean divides by the mini-batch's global_batch_size (the trainer passes ppo_mini_batch_size, "
+           "a constant, so the loss does not depend on the parallel layout): a fully masked sequence still counts; "
+           "the reference averages over sequences with a valid token")
+    return {f"seq-mean-over-global-batch-{b}": deviation(
+        b, observables=("loss", f"grad:loss/{w}"), when={key: ["seq-mean-token-mean", "seq-mean-token-sum"]},
+        reason=why, link=f"{_CORE}#L1181-L1202")
+        for b, key, w in (("loss_agg", "mode", "values"), ("policy_loss", "loss_agg", "log_probs"),
+                          ("cispo_loss", "loss_agg", "log_probs"))}
+
+
+DEVIATIONS = {
+    "grpo-singleton-group": deviation(
+        "advantages", observables=("advantages", "returns"),
+        when={"estimator": ["grpo", "grpo_vectorized", "reinforce_plus_plus_baseline"]},
+        reason="a group of one response gets mean 0 (GRPO: and std 1): its advantage is its raw score (the "
+               "reference centres it on itself: 0)", link=f"{_CORE}#L315-L317 and #L572-L573"),
+    "whiten-needs-two-tokens": deviation(
+        "advantages", observables=("exception",),
+        reason="verl_F.masked_whiten (GAE, REINFORCE++) raises ValueError on a batch with one valid token: "
+               "its unbiased variance divides by n - 1",
+        link=f"{_VERL}/utils/torch_functional.py#L316-L325"),
+    "whiten-needs-two-tokens-gae": deviation(
+        "gae", observables=("exception",), reason="as whiten-needs-two-tokens: compute_gae_advantage_return "
+        "whitens with masked_whiten, which raises on one valid token",
+        link=f"{_VERL}/utils/torch_functional.py#L316-L325"),
+    "whiten-epsilon-inside-the-root": deviation(
+        "advantages", observables=("advantages",), when={"normalize_advantages": [True]},
+        reason="masked_whiten divides by rsqrt(var + 1e-8), the reference by (std + 1e-8): advantages whose "
+               "spread is near 1e-4 come out smaller",
+        link=f"{_VERL}/utils/torch_functional.py#L342-L343"),
+    "rpp-baseline-returns-whitened": deviation(
+        "advantages", observables=("returns",), when={"estimator": ["reinforce_plus_plus_baseline"]},
+        reason="compute_reinforce_plus_plus_baseline_outcome_advantage returns (scores, scores): its returns are "
+               "the whitened advantages; the reference's returns are the advantages before normalisation",
+        link=f"{_CORE}#L582-L584"),
+    "rpp-baseline-sequence-score": deviation(
+        "advantages", observables=("advantages", "returns"),
+        when={"estimator": ["reinforce_plus_plus_baseline"], "kl_coef": [0.05, 0.1, 1.0]},
+        reason="RF++-baseline operates on outcome rewards only: the token-level rewards (score minus the KL "
+               "penalty at each token) are summed into one sequence score, centred on its group and broadcast; "
+               "the reference subtracts the KL penalty at each token",
+        link=f"{_CORE}#L545-L562"),
+    "token-rewards-are-raw-scores": deviation(
+        "advantages", observables=("token_rewards",),
+        when={"estimator": ["grpo", "grpo_vectorized", "reinforce_plus_plus_baseline", "rloo"]},
+        reason="token_level_rewards hold the reward manager's raw score (and the KL penalty); the group-level "
+               "normalisation happens inside the estimator, so they are not the normalised reward the reference "
+               "places at the last token",
+        link=f"{_CORE}#L562"),
+    "tis-needs-a-valid-token": deviation(
+        "is_correction", observables=("exception",),
+        reason="rollout_corr_helper raises ValueError on a batch whose response_mask has no valid token",
+        link=f"{_VERL}/trainer/ppo/rollout_corr_helper.py#L441-L442"),
+    **_global_batch_deviations(),
+}

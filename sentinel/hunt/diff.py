@@ -1,0 +1,124 @@
+"""Where two sides' observations of one input differ (pure numpy; no torch, no target).
+
+Compared, in this order: each gradient at its input's valid positions (what trains the
+model), each output at the positions its boundary's output contract makes valid (token
+outputs where loss_mask is 1, row outputs in rows whose row mask is 1, scalars always), then
+each input's state after the call, everywhere (a mutation of a masked position is a mutation). An output only one side
+produces is not a difference (an optional output). A side that raises where the other
+answers differs on `exception`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..boundaries import get as get_boundary
+from .signature import _key
+
+ATOL, RTOL = 1e-5, 1e-4
+
+
+@dataclass
+class Difference:
+    observable: str
+    positions: list[list[int]] = field(default_factory=list)
+    base: Any = None  # base's values (the whole observable), or its exception text
+    head: Any = None
+    non_finite: bool = False  # a differing value is NaN / Inf on either side
+
+
+def grads_for(boundary: str) -> list[tuple[str, str]]:
+    """The gradients a differential hunt observes: of each scalar output (else each token
+    output, summed) with respect to each input that takes a gradient."""
+    spec = get_boundary(boundary)
+    outs = [p.name for p in spec.outputs if p.kind == "scalar"] or [p.name for p in spec.outputs if p.kind == "token"]
+    return [(o, w) for o in outs for w in spec.grad_inputs]
+
+
+def _valid(boundary: str, name: str, ex, shape: tuple[int, ...]) -> np.ndarray | None:
+    """Where an observable's values matter (None: everywhere)."""
+    spec = get_boundary(boundary)
+    if name.startswith("grad:"):
+        wrt = name.split("/", 1)[1]
+        port = spec.input(wrt)
+        mask = ex.inputs.get(port.mask) if port is not None and port.mask else None
+        return mask.astype(bool) if mask is not None and mask.shape == shape else None
+    port = spec.output(name)
+    if port is None:
+        return None
+    if port.kind == "token":
+        m = ex.inputs.get(port.mask or "loss_mask")
+        return m.astype(bool) if m is not None and m.shape == shape else None
+    if port.kind == "row":
+        row_masks = [p.name for p in spec.inputs if p.kind == "row" and p.dtype == "mask"]
+        m = ex.inputs.get(row_masks[0]) if row_masks else None
+        return m.astype(bool) if m is not None and m.shape == shape else None
+    return None
+
+
+def _differs(a: np.ndarray, b: np.ndarray, where: np.ndarray | None, atol: float, rtol: float
+             ) -> tuple[bool, list[list[int]], bool]:
+    a64, b64 = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    if a64.shape != b64.shape:
+        return True, [], False
+    with np.errstate(invalid="ignore", over="ignore"):
+        same = np.isclose(a64, b64, atol=atol, rtol=rtol, equal_nan=True) | (a64 == b64)
+    if where is not None:
+        same |= ~where
+    bad = ~same
+    if not bad.any():
+        return False, [], False
+    nonfin = bool((~np.isfinite(a64[bad])).any() or (~np.isfinite(b64[bad])).any())
+    return True, np.argwhere(bad)[:64].tolist(), nonfin
+
+
+NOT_RUN = ("unsupported", "excluded")  # answers with nothing to compare: no option, or a precondition unmet
+
+
+def not_run(*answers: dict[str, Any]) -> dict[str, Any] | None:
+    """The first answer that ran nothing (Unsupported, or an adapter's precondition unmet)."""
+    return next((a for a in answers if a["status"] in NOT_RUN), None)
+
+
+def differences(boundary: str, ex, a: dict[str, Any], b: dict[str, Any], atol: float = ATOL,
+                rtol: float = RTOL) -> list[Difference]:
+    """Every observable on which answers `a` (base) and `b` (head) to example `ex` differ (none
+    where a side does not support the example: nothing to compare)."""
+    if not_run(a, b):
+        return []
+    if a["status"] == "error" or b["status"] == "error":
+        text = lambda r: f"{r['type']}: {r['message']}" if r["status"] == "error" else "answered"  # noqa: E731
+        return [] if a["status"] == b["status"] else [Difference("exception", [], text(a), text(b))]
+    out = []
+    for kind in ("grads", "outputs", "inputs_after"):  # the gradient first: it is what trains
+        for name in a[kind]:
+            if name not in b[kind]:
+                continue
+            x, y = a[kind][name], b[kind][name]
+            label = f"grad:{name}" if kind == "grads" else f"input:{name}" if kind == "inputs_after" else name
+            if x is None or y is None:  # no gradient path on a side: zeros, as the gradient families read it
+                shape = ex.inputs[name.split("/", 1)[1]].shape if kind == "grads" else ()
+                x = np.zeros(shape, np.float32) if x is None else x
+                y = np.zeros(shape, np.float32) if y is None else y
+            where = None if kind == "inputs_after" else _valid(boundary, label, ex, np.shape(x))
+            tol = (0.0, 0.0) if kind == "inputs_after" else (atol, rtol)
+            bad, pos, nonfin = _differs(x, y, where, *tol)
+            if bad:
+                out.append(Difference(label, pos, np.asarray(x).tolist(), np.asarray(y).tolist(), nonfin))
+    return out
+
+
+def deviation_for(deviations: dict[str, dict[str, Any]], boundary: str, observable: str,
+                  config: dict[str, Any]) -> str | None:
+    """The name of the declared deviation that explains a difference (None: none does)."""
+    for name, d in deviations.items():
+        if d["boundary"] != boundary:
+            continue
+        if d["observables"] and observable not in d["observables"]:
+            continue
+        if all(_key(config.get(k)) in {_key(v) for v in vs} for k, vs in d["when"].items()):
+            return name
+    return None

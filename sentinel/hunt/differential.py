@@ -1,0 +1,511 @@
+"""Differential hunt: the same drawn inputs through two sides; a finding is where they differ.
+
+The sides are two revisions of a target (`--base REV --head REV|WORKTREE`) or the reference
+math and a target (`--against reference`). Each side runs in its own worker (checked out
+in a temporary worktree) and serves a session (`session.serve`). Hypothesis runs here, in
+the parent: every batch it draws goes to both sides at once (one round trip each), so both
+see exactly the same examples, whatever the seed. A difference (`diff.differences`: outputs
+at valid positions, gradients, inputs after the call, beyond atol/rtol) whose signature is
+not known is shrunk, its signature found (`signature`, the sides' answers as the probe),
+classified by the properties each side violates on it (`verdicts.differential_verdict`:
+fixed / regressed / changed; against the reference bug / changed), written as a scenario
+that `sentinel compare` replays on the two revisions (or `sentinel run` on the target), and
+the search goes on with the signature excluded. A difference the target's adapter declares
+(`Adapter.deviations`) is a `deviation`, counted with its first example, never a finding.
+Config choices a side raises Unsupported for are probed per boundary and not drawn.
+
+The rounds take turns over the boundaries like a hunt's properties (`PropertyState`, one per
+boundary, as `BOUNDARY.differential`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+import time
+from collections import Counter
+from contextlib import ExitStack
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+from hypothesis import HealthCheck, Phase, find, settings as hsettings
+from hypothesis.errors import NoSuchExample
+
+from .. import strategies as S, verdicts
+from ..boundaries import BOUNDARIES
+from ..report import Report, Target
+from ..runner import TargetSpec
+from ..spec import load_text
+from . import diff as D
+from .diffreport import diff_document, diff_report
+from .driver import resolved
+from .known import Known, fitted, runs_of
+from .properties import PROPERTIES, SHRINK_TIME, Property, select
+from .sides import Side, SideDied, Sides
+from .signature import (DIFFERENTIAL, PERTURBING, Signature, _key, fill_masked_rows, known_match, layout,
+                        neutralise, signature)
+from .state import Found, PropertyState, write_found
+
+FAMILY = DIFFERENTIAL
+BATCH = 16
+FIRST_ROUND = 100  # examples in a boundary's first round; each later round doubles
+
+
+@dataclasses.dataclass(frozen=True)
+class DiffSettings:
+    """The options of a differential hunt (see `differential`)."""
+
+    boundaries: list[str] | None = None
+    time_budget: float = 60.0
+    max_examples: int = 100_000  # per boundary
+    min_examples: int = 100
+    seed: int | None = None
+    out_dir: Path | None = None
+    timeout: float = 60.0
+    shrink_time: float = SHRINK_TIME
+    first: bool = False
+    verify: bool = True
+    config: dict[str, Any] = dataclasses.field(default_factory=dict)
+    known: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    replay: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    atol: float = D.ATOL
+    rtol: float = D.RTOL
+
+
+def _prop(boundary: str) -> Property:
+    return Property(f"{boundary}.{FAMILY}", boundary, FAMILY, "both sides give the same observations", {}, lambda ex: {})
+
+
+class DiffHunter:
+    """One differential hunt of `base` against `head` (runner.TargetSpecs)."""
+
+    def __init__(self, base: TargetSpec, head: TargetSpec, settings: DiffSettings, *, against: bool = False,
+                 command: list[str] | None = None, on_event: Callable[[dict[str, Any]], None] | None = None):
+        base, head = resolved(base), resolved(head)
+        if base.key == head.key:
+            base, head = dataclasses.replace(base, label=f"base:{base.key}"), dataclasses.replace(head, label=f"head:{head.key}")
+        names = settings.boundaries or sorted(BOUNDARIES)
+        self.settings, self.against, self.command = settings, against, command
+        self.emit = on_event or (lambda e: None)
+        self.t_start = time.perf_counter()
+        self.created = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        mk = lambda n, s: Side(n, s, Target(name=s.name, repo=s.repo, device=s.device, plant=s.plant), settings.timeout)  # noqa: E731
+        self.sides = Sides(mk("base", base), mk("head", head))
+        self.states = [PropertyState(_prop(b), known=[k for k in settings.known if k["property"] == f"{b}.{FAMILY}"])
+                       for b in names]
+        self.excluded: dict[str, dict[str, list[Any]]] = {"base": {}, "head": {}}
+        self.deviations: dict[str, dict[str, Any]] = {}  # name -> declaration + met + example
+        self.compared = self.differing = 0
+        self.search_s = self.t_search = 0.0
+        self.exit_reason = ""
+
+    # --- phases ------------------------------------------------------------------------
+
+    def run(self) -> Report:
+        with ExitStack() as stack:
+            session_s = self.settings.time_budget + 40 * self.settings.shrink_time + 600
+            self.sides.start(stack, session_s)
+            try:
+                self._begin()
+                if not self.exit_reason:
+                    self.search()
+            finally:
+                for s in (self.sides.base, self.sides.head):
+                    s.close()
+                self.document()
+                self.sides.stop()
+        self.write()
+        return diff_report(self)
+
+    def _begin(self) -> None:
+        sides = (self.sides.base, self.sides.head)
+        broken = [s for s in sides if not s.ok]
+        for s in self.states:
+            if broken:
+                s.status = "error"
+                s.reason = "; ".join(f"{x.name} {x.key} could not be loaded: {x.target.load_error.message}"
+                                     for x in broken if x.target.load_error)
+            else:
+                lacking = [x for x in sides if s.prop.boundary not in x.info.get("boundaries", [])]
+                if lacking:
+                    s.status = "unsupported"
+                    s.reason = f"{' and '.join(x.key for x in lacking)} has no {s.prop.boundary!r} boundary"
+        if broken:
+            self.exit_reason = "target_error"
+        if self.against:
+            for name, d in self.sides.head.info.get("deviations", {}).items():
+                self.deviations[name] = {**d, "met": 0, "example": {}}
+        self.emit({"event": "start", "properties": len(self.states), "target": f"{self.sides.base.key} -> "
+                   f"{self.sides.head.key}", "jobs": 2, "startup_s": max(x.startup_s for x in sides)})
+
+    def search(self) -> None:
+        self.t_search = time.perf_counter()
+        st = self.settings
+        while True:
+            left = st.time_budget - (time.perf_counter() - self.t_search)
+            running = [s for s in self.states if not s.done]
+            if left <= 0:
+                self.exit_reason = "time_budget"
+            elif not running:
+                self.exit_reason = "finished"
+            elif st.first and any(s.found for s in self.states):
+                self.exit_reason = "first_finding"
+            if self.exit_reason:
+                break
+            s = min(running, key=lambda x: (x.rounds, self.states.index(x)))
+            try:
+                self._round(s, left, len(running))
+            except SideDied as e:
+                s.status, s.reason = "error", str(e)
+                self.exit_reason = "target_error"
+                break
+        self.search_s = time.perf_counter() - self.t_search
+        for s in self.states:
+            s.verdict = verdicts.hunt_property_verdict(s.status, s.examples, len(s.found), min(st.min_examples, st.max_examples))
+            if s.verdict == "stopped":
+                s.reason = f"cut off ({self.exit_reason}) after {s.examples} compared example(s)"
+            elif s.verdict == "untested":
+                s.reason = s.reason or "no example was compared before the hunt ended"
+
+    # --- one round -----------------------------------------------------------------------
+
+    def _choices(self, b: str) -> dict[str, list[Any]]:
+        pins = {k: v for k, v in self.settings.config.items() if k in BOUNDARIES[b].config}
+        out = {}
+        for k, vs in S.CONFIG_CHOICES[b].items():
+            gone = self.excluded["base"].get(b, {}).get(k, []) + self.excluded["head"].get(b, {}).get(k, [])
+            out[k] = [pins[k]] if k in pins else [v for v in vs if v not in gone]
+        out.update({k: [v] for k, v in pins.items() if k not in out})
+        return out
+
+    def _round(self, s: PropertyState, left: float, running: int) -> None:
+        st, b = self.settings, s.prop.boundary
+        t0 = time.perf_counter()
+        before_s = time.perf_counter() - self.t_search
+        if s.exclude is None:
+            s.exclude = self._probe_config(b)
+            self._replay(s)
+        n = min(st.max_examples - s.examples, FIRST_ROUND * 2 ** s.rounds)
+        limit = max(0.3, min(left, max(left / max(running, 1), 0.5) * (1 + s.rounds)))
+        rnd = random.Random(f"{st.seed}:{b}:{s.rounds}") if st.seed is not None else None
+        search = _Search(self, s, n, time.monotonic() + limit)
+        # a batch with no valid token has no training signal: what a side returns there is its convention
+        strategy = S.batches(S.examples(b, config=self._choices(b), junk="wild", row_mask=True, min_valid=1), BATCH)
+        try:
+            find(strategy, search.condition, random=rnd, settings=hsettings(
+                max_examples=max(1, math.ceil(n / 5)), database=None, deadline=None,
+                phases=(Phase.generate, Phase.shrink), suppress_health_check=list(HealthCheck)))
+        except NoSuchExample:
+            pass
+        s.rounds += 1
+        s.examples += search.examples
+        s.rejected += search.rejected
+        s.errors += search.errors
+        s.shrink_calls += search.shrink_calls
+        s.reasons.update(search.reasons)
+        s.excluded.update(search.known_hits)
+        if search.best:
+            self._found(s, search, before_s)
+        s.duration_s += time.perf_counter() - t0
+        if s.examples >= st.max_examples:
+            s.status = "finished"
+        elif search.examples == 0 and not search.timed_out:
+            s.empty_rounds += 1
+            if s.empty_rounds >= 2:
+                s.status = "finished" if s.examples else "unsupported"
+                if not s.examples:
+                    s.reason = "no example both sides run: " + "; ".join(r for r, _ in s.reasons.most_common(3))
+        self.emit({"event": "round", "property": s.prop.name, "status": s.status, "examples": s.examples,
+                   "hunt_elapsed_s": time.perf_counter() - self.t_search, "round": s.rounds,
+                   "found": s.found[-1].finding["signature"] if search.best else None, "findings": len(s.found)})
+
+    def observe(self, b: str, examples: list) -> tuple[list, list]:
+        return self.sides.ask({"op": "observe", "boundary": b, "examples": examples, "grads": D.grads_for(b)})
+
+    def unexplained(self, b: str, ex, ra: dict, rb: dict) -> tuple[list[D.Difference], list[str]]:
+        """The differences no declared deviation explains, and the deviations that explain the rest."""
+        diffs = D.differences(b, ex, ra, rb, self.settings.atol, self.settings.rtol)
+        devs, left = [], []
+        for d in diffs:
+            # a convention changes values; it does not make them NaN: a non-finite difference is never one
+            name = D.deviation_for(self.deviations, b, d.observable, ex.config) \
+                if self.deviations and not d.non_finite else None
+            (devs.append(name) if name else left.append(d))
+        return left, devs
+
+    def probe(self, b: str) -> Callable:
+        def probe(ex, overrides: dict[str, Any]) -> tuple[str, Any]:
+            (ra,), (rb,) = self.observe(b, [ex])
+            if D.not_run(ra, rb):
+                return "n/a", None
+            left, _ = self.unexplained(b, ex, ra, rb)
+            return ("violated", tuple(d.observable for d in left)) if left else ("held", None)
+        return probe
+
+    def _probe_config(self, b: str) -> dict[str, list[Any]]:
+        """Config choices a side raises Unsupported for, from the simplest example both run."""
+        choices = {k: vs for k, vs in self._choices(b).items()}
+        default = {k: v[0] for k, v in choices.items()}
+        ex = _simplest(b, default)
+        if ex is None:
+            return {}
+        variants = [(k, v) for k, vs in choices.items() for v in vs[1:]]
+        ra, rb = self.observe(b, [ex] + [dataclasses.replace(ex, config={**default, k: v}) for k, v in variants])
+        out: dict[str, list[Any]] = {}
+        for side, answers in (("base", ra), ("head", rb)):
+            for (k, v), a in zip(variants, answers[1:]):
+                if a["status"] == "unsupported":
+                    self.excluded[side].setdefault(b, {}).setdefault(k, []).append(v)
+                    out.setdefault(k, []).append(v)
+        return out
+
+    def _replay(self, s: PropertyState) -> None:
+        """Known findings given as scenarios: their signature where the sides differ on them."""
+        b = s.prop.boundary
+        for k in self.settings.replay:
+            examples = [ex for run in runs_of(k) if (ex := fitted(run, b)) is not None]
+            if not examples:
+                continue
+            ra, rb = self.observe(b, examples)
+            for ex, a, r in zip(examples, ra, rb):
+                left, _ = self.unexplained(b, ex, a, r)
+                if left:  # the first input the sides differ on stands for the known finding
+                    sig = signature(s.prop.name, FAMILY, ex, left[0].observable, left[0].non_finite,
+                                    self._choices(b), self.probe(b))
+                    s.known.append({**sig.as_dict(), "source": k.get("source", "")})
+                    break
+
+    def _classify(self, b: str, ex, sig: Signature) -> tuple[Any, str, dict, dict, list, D.Difference]:
+        """Which properties each side violates where they differ: on the example, else on the
+        first variant of its config that keeps the same difference (a key that does not
+        matter to the signature, or another choice it persists under) where a family tells
+        the sides apart. (example, verdict, violated by side, held by side, the explaining
+        invariants, the difference)."""
+        needs = sig.config_dict()
+        # the input as drawn, then cleaner ones the same difference survives on: masked rows
+        # made valid, masked junk zeroed (another bug there must not blur the verdict)
+        inputs = [ex] + [x for x in [fill_masked_rows(ex), *(neutralise(ex, c) for c in layout(ex))] if x is not None]
+        configs = [dict(ex.config)] + [{**ex.config, k: v} for k, vs in self._choices(b).items()
+                                       for v in needs.get(k, vs) if _key(v) != _key(ex.config.get(k))]
+        cands = [dataclasses.replace(x, config=c) for x in inputs for c in configs]
+        ra, rb = self.observe(b, cands)
+        kept = []
+        for c, a, r in zip(cands, ra, rb):
+            if D.not_run(a, r):
+                continue
+            left, _ = self.unexplained(b, c, a, r)
+            d = next((x for x in left if x.observable == sig.observable), None)
+            if d is not None:
+                kept.append((c, d))
+        names = [[p.name for p in select([b]) if p.admits(c.config)] for c, _ in kept]
+        pa, pb = self.sides.ask({"op": "properties", "examples": [c for c, _ in kept], "names": names})
+        out = None
+        for (c, d), xa, xb in zip(kept, pa, pb):
+            checked = set(xa) & set(xb)
+            viol = {side: sorted(n for n in checked if x[n]["verdict"] == "violated") for side, x in (("base", xa), ("head", xb))}
+            held = {side: sorted(n for n in checked if x[n]["verdict"] == "held") for side, x in (("base", xa), ("head", xb))}
+            # only properties that fail on what differs explain it (or on the output a differing
+            # gradient is of); a masking family's own NaN perturbation only explains a NaN difference
+            related = set(_related(b, d.observable))
+            relevant = {n for n in checked if (xa.get(n, {}).get("observable") in related or
+                                               xb.get(n, {}).get("observable") in related)
+                        and (PROPERTIES[n].family not in PERTURBING or d.non_finite)}
+            viol = {side: [n for n in v if n in relevant] for side, v in viol.items()}
+            verdict = verdicts.differential_verdict(viol["base"], viol["head"], self.against)
+            explain = sorted(set(viol["base"]) ^ set(viol["head"]))
+            invariants = [(xa if n in viol["base"] else xb)[n]["invariant"] for n in explain]
+            if out is None or (out[1] == "changed" and verdict != "changed"):
+                out = (c, verdict, viol, held, invariants, d)
+            if verdict != "changed":
+                break
+        return out
+
+    def _found(self, s: PropertyState, search: "_Search", before_s: float) -> None:
+        b, best = s.prop.boundary, search.best
+        ex, d = best["ex"], best["diff"]
+        sig = signature(s.prop.name, FAMILY, ex, d.observable, d.non_finite, self._choices(b), self.probe(b))
+        ex, verdict, viol, held, invariants, d = self._classify(b, ex, sig) or (ex, "changed", {"base": [], "head": []},
+                                                                               {"base": [], "head": []}, [], d)
+        finding = {"config": ex.config, "inputs": {n: a.tolist() for n, a in ex.inputs.items()},
+                   "variants": {}, "observable": d.observable, "positions": d.positions, "signature": sig.as_dict(),
+                   "classification": verdict, "violates": viol, "holds": held, "invariants": invariants,
+                   "base": _at(d.base, d.positions), "head": _at(d.head, d.positions), "base_values": d.base,
+                   "differing": [x.observable for x in best["all"]],
+                   "outcome": {"message": _message(d, verdict, viol, self.sides)}}
+        s.found.append(Found(finding, best["examples"], s.duration_s + best["t"], before_s + best["t"], search.shrink_calls))
+        s.known.append({**sig.as_dict(), "source": "this hunt"})
+        s.reason = finding["outcome"]["message"]
+
+    # --- findings --------------------------------------------------------------------------
+
+    def document(self) -> None:
+        """Each finding as a scenario (loaded back) and, with verify, replayed on both sides."""
+        base, head = self.sides.base, self.sides.head
+        for s in self.states:
+            for f in s.found:
+                f.document = diff_document(s.prop.boundary, f.finding, base, head, self.against, self.settings.seed)
+                sc, = load_text(f.document[1], f"<differential finding {f.document[0]}>")
+                if self.settings.verify:
+                    vb, vh = base.verify(sc), head.verify(sc)
+                    f.finding["replayed"] = {"base": vb, "head": vh}
+                    f.verdict = None if None in (vb, vh) else verdicts.compare_verdict(vb, vh)
+
+    def write(self) -> None:
+        write_found(self.states, self.settings.out_dir)
+
+
+class _Search:
+    """One round's condition: both sides on each drawn batch, the first new difference wins."""
+
+    def __init__(self, hunter: DiffHunter, s: PropertyState, quota: int, deadline: float):
+        self.h, self.s, self.b = hunter, s, s.prop.boundary
+        self.quota, self.deadline = quota, deadline
+        self.examples = self.rejected = self.errors = self.shrink_calls = 0
+        self.timed_out = False
+        self.reasons: Counter[str] = Counter()
+        self.known_hits: Counter[str] = Counter()
+        self.best: dict[str, Any] = {}
+        self.t0 = time.monotonic()
+        self.known = [Signature.from_dict(k) for k in s.known]
+        self.probe = hunter.probe(self.b)
+
+    def condition(self, batch: list) -> bool:
+        h, best = self.h, self.best
+        now = time.monotonic()
+        if not best and (now > self.deadline or self.examples >= self.quota):
+            self.timed_out |= now > self.deadline
+            return False
+        if best and now - self.t0 - best["t"] > h.settings.shrink_time:
+            return any(_same(e, best["ex"]) for e in batch)
+        ra, rb = h.observe(self.b, batch)  # SideDied ends the hunt: the search cannot go on with one side
+        for ex, a, b in zip(batch, ra, rb):
+            skip = D.not_run(a, b)
+            if skip:
+                self.rejected += 1
+                who = "both sides" if a["status"] == b["status"] else "base" if skip is a else "head"
+                self.reasons[f"{skip['status']} by {who}: {skip['reason']}"] += 1
+                continue
+            if a["status"] == "error" and b["status"] == "error":
+                self.rejected += 1
+                self.errors += 1
+                self.reasons[f"both sides raised {a['type']}"] += 1
+                continue
+            if best:
+                self.shrink_calls += 1
+            else:
+                self.examples += 1
+                h.compared += 1
+            left, devs = h.unexplained(self.b, ex, a, b)
+            if not left:
+                for name in devs:
+                    d = h.deviations[name]
+                    d["met"] += 1
+                    d["example"] = d["example"] or {"config": ex.config, "inputs": {n: x.tolist() for n, x in ex.inputs.items()}}
+                h.differing += bool(devs) and not best
+                continue
+            if not best:
+                h.differing += 1
+            elif not any(x.observable == best["diff"].observable for x in left):
+                continue  # shrinking keeps the first difference's observable: no slipping to another bug
+            d = left[0] if not best else next(x for x in left if x.observable == best["diff"].observable)
+            # one bug moves a loss and its gradient together: any differing observable (or the
+            # output a differing gradient is of, or a gradient of a differing output) that is
+            # known makes the example the known bug's
+            k = next((k for x in left for name in _related(self.b, x.observable)
+                      if (k := known_match(self.known, self.s.prop.name, FAMILY, ex, name, x.non_finite,
+                                           _aliased(self.probe, name, x.observable), h._choices(self.b)))), None)
+            if k is not None:
+                self.known_hits[k.text()] += 1
+                continue
+            if not best:
+                best.update(t=time.monotonic() - self.t0, examples=self.s.examples + self.examples)
+            best.update(ex=ex, diff=d, all=left)
+            return True
+        return False
+
+
+def _related(boundary: str, observable: str) -> list[str]:
+    """The observable, then the output it is the gradient of, or the gradients of it."""
+    if observable.startswith("grad:"):
+        return [observable, observable[5:].split("/", 1)[0]]
+    return [observable] + [f"grad:{o}/{w}" for o, w in D.grads_for(boundary) if o == observable]
+
+
+def _aliased(probe: Callable, name: str, observable: str) -> Callable:
+    """A probe that reports `name` as differing whenever `observable` does (the two are one
+    bug's: see _related)."""
+    if name == observable:
+        return probe
+
+    def aliased(ex, overrides):
+        verdict, names = probe(ex, overrides)
+        if verdict == "violated" and observable in (names or ()):
+            names = tuple(names) + (name,)
+        return verdict, names
+    return aliased
+
+
+def _same(a, b) -> bool:
+    return a.config == b.config and a.inputs.keys() == b.inputs.keys() and all(
+        a.inputs[n].tobytes() == b.inputs[n].tobytes() for n in a.inputs)
+
+
+def _simplest(b: str, config: dict[str, Any]):
+    """The first example of the boundary's strategy in `config` (no target call)."""
+    found: list = []
+    try:
+        find(S.examples(b, config={k: [v] for k, v in config.items()}), lambda ex: found.append(ex) or True,
+             settings=hsettings(max_examples=5, database=None, deadline=None, phases=(Phase.generate,),
+                                suppress_health_check=list(HealthCheck)))
+    except Exception:  # noqa: BLE001
+        pass
+    return found[0] if found else None
+
+
+def _at(values: Any, positions: list[list[int]]) -> Any:
+    """The values at the differing positions (all of them for a scalar or an exception)."""
+    if not positions or not isinstance(values, list):
+        return values
+    out = []
+    for p in positions[:16]:
+        v = values
+        for i in p:
+            v = v[i]
+        out.append(v)
+    return out
+
+
+def _message(d: D.Difference, verdict: str, viol: dict[str, list[str]], sides: Sides) -> str:
+    where = f" at {d.positions[:4]}" if d.positions else ""
+    why = {"fixed": f"base violates {', '.join(sorted(set(viol['base']) - set(viol['head'])))}",
+           "regressed": f"head violates {', '.join(sorted(set(viol['head']) - set(viol['base'])))}",
+           "bug": f"the target violates {', '.join(sorted(set(viol['head']) - set(viol['base'])))}",
+           "reference-bug": f"the reference violates {', '.join(sorted(set(viol['base']) - set(viol['head'])))}",
+           }.get(verdict, "no invariant family explains it")
+    return (f"{d.observable} differs{where}: {sides.base.key} {_at(d.base, d.positions[:4])} vs "
+            f"{sides.head.key} {_at(d.head, d.positions[:4])} ({verdict}: {why})")
+
+
+def differential(spec_base: TargetSpec, spec_head: TargetSpec, boundaries: list[str] | None = None,
+                 seconds: float = 60.0, seed: int | None = None, *, against: bool = False,
+                 out_dir: str | Path | None = None, known: Known | None = None, config: dict[str, Any] | None = None,
+                 first: bool = False, verify: bool = True, shrink_time: float = SHRINK_TIME, timeout: float = 60.0,
+                 atol: float = D.ATOL, rtol: float = D.RTOL, max_examples: int = 100_000, min_examples: int = 100,
+                 command: list[str] | None = None,
+                 on_event: Callable[[dict[str, Any]], None] | None = None) -> Report:
+    """Hunt for inputs where `spec_base` and `spec_head` disagree; the hunt Report (findings
+    in report.hunt.findings, each with its classification and signature; the scenarios under
+    `out_dir`, none written when None). See the module docstring."""
+    if boundaries:
+        unknown = [b for b in boundaries if b not in BOUNDARIES]
+        if unknown:
+            raise ValueError(f"unknown boundary {unknown[0]!r} (known: {', '.join(sorted(BOUNDARIES))})")
+    settings = DiffSettings(boundaries=boundaries, time_budget=seconds, seed=seed,
+                            out_dir=Path(out_dir) if out_dir else None, known=list(known.signatures) if known else [],
+                            replay=list(known.examples) if known else [], config=dict(config or {}), first=first,
+                            verify=verify, shrink_time=shrink_time, timeout=timeout, atol=atol, rtol=rtol,
+                            max_examples=max_examples, min_examples=min_examples)
+    return DiffHunter(spec_base, spec_head, settings, against=against, command=command, on_event=on_event).run()
+

@@ -1,0 +1,177 @@
+"""The two sides of a differential hunt, seen from the parent: a target checked out, its
+worker, and a session with the worker's forked child (`session.serve`).
+
+A side is started in its own thread (checkout, worker start, session); both sides answer
+each request concurrently: `Sides.ask` sends the same request to both, then reads both.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, Listener
+from typing import Any
+
+from ..process import WorkerDied, WorkerHandle
+from ..report import ExceptionInfo, Target
+from ..runner import LOAD_TIMEOUT, TargetSpec, checkout_root, evaluate, job, plan
+from ..spec import Scenario
+
+CONNECT_TIMEOUT = 120.0  # seconds for a side's forked child to call back
+
+
+@dataclass
+class Side:
+    """One target of a differential hunt."""
+
+    name: str  # "base" | "head"
+    spec: TargetSpec
+    target: Target
+    timeout: float
+    root: str | None = None
+    worker: WorkerHandle | None = None
+    conn: Connection | None = None
+    info: dict[str, Any] = field(default_factory=dict)  # the session's hello: boundaries, deviations
+    env: dict[str, Any] = field(default_factory=dict)
+    startup_s: float = 0.0
+
+    @property
+    def key(self) -> str:
+        return self.spec.key
+
+    @property
+    def ok(self) -> bool:
+        return self.conn is not None
+
+    def start(self, stack: ExitStack, session_s: float) -> None:
+        """Check out, start the worker, open the session; on failure target.load_error says why."""
+        t0 = time.perf_counter()
+        self.root = checkout_root(stack, self.spec, self.target)
+        if self.target.load_error is not None:
+            return
+        header = {"target": self.spec.name, "root": self.root, "device": self.spec.device, "timeout": self.timeout,
+                  "options": {"plant": self.spec.plant, "compile": self.spec.compile}}
+        try:
+            self.worker = WorkerHandle(header)
+            hello = self.worker.receive(LOAD_TIMEOUT)
+        except WorkerDied as e:
+            self.target.load_error = ExceptionInfo(type="WorkerDied", message=str(e))
+            return
+        if hello["event"] == "load_error":
+            self.target.load_error = ExceptionInfo(**hello["error"])
+            self.worker.close()
+            self.worker = None
+            return
+        info, self.env = hello["target_info"], hello["environment"]
+        t = self.target
+        t.version, t.stubs, t.import_s = info.get("version"), info.get("stubs", []), info.get("import_s")
+        t.device = self.env.get("device", self.spec.device)
+        self.conn = self._session(session_s)
+        if self.conn is not None:
+            self.info = self.conn.recv()["hello"]
+        self.startup_s = time.perf_counter() - t0
+
+    def _session(self, session_s: float) -> Connection | None:
+        """Ask the worker for a session child and wait for it to call back."""
+        folder = tempfile.mkdtemp(prefix="sentinel-session-")
+        address = os.path.join(folder, "s")
+        key = secrets.token_bytes(16)
+        listener = Listener(address, family="AF_UNIX", authkey=key)
+        got: list[Connection] = []
+        done = threading.Event()
+
+        def accept() -> None:
+            try:
+                got.append(listener.accept())
+            except Exception:  # noqa: BLE001 - a bad handshake: no session
+                pass
+            done.set()
+        threading.Thread(target=accept, daemon=True).start()
+        self.worker.send({"type": "hunt", "scenario": f"session:{self.name}", "property": None,
+                          "session": {"address": address, "authkey": key.hex()},
+                          "time_limit": session_s, "shrink_time": 0})
+        if not done.wait(CONNECT_TIMEOUT) or not got:
+            self.target.load_error = ExceptionInfo(type="WorkerDied", message="the side's session never called back")
+            self.worker.kill()
+            self.worker = None
+        listener.close()
+        try:
+            os.rmdir(folder)
+        except OSError:
+            pass
+        return got[0] if got else None
+
+    def close(self) -> None:
+        """End the session; the worker stays for `verify` until `stop`."""
+        if self.conn is not None:
+            try:
+                self.conn.send({"op": "stop"})
+                self.conn.close()
+            except OSError:
+                pass
+            self.conn = None
+            if self.worker is not None:
+                try:
+                    self.worker.receive(30)  # the session child's result
+                except WorkerDied:
+                    self.worker = None
+
+    def verify(self, sc: Scenario) -> str | None:
+        """The scenario's verdict on this side, run as `sentinel run` runs it (None: no worker)."""
+        if self.worker is None:
+            return None
+        try:
+            runs = plan(sc)
+            self.worker.send(job(sc, runs))
+            return evaluate(sc, runs, self.worker.receive(self.timeout + 30), self.key).verdict
+        except WorkerDied:
+            self.worker = None
+            return None
+
+    def stop(self) -> None:
+        self.close()
+        if self.worker is not None:
+            self.worker.close()
+            self.worker = None
+
+
+class SideDied(RuntimeError):
+    """A side's session ended mid-hunt (its target crashed, or its worker was killed)."""
+
+
+class Sides:
+    """Both sides: started together, asked together."""
+
+    def __init__(self, base: Side, head: Side):
+        self.base, self.head = base, head
+        self.pool = ThreadPoolExecutor(2)
+
+    def start(self, stack: ExitStack, session_s: float) -> None:
+        list(self.pool.map(lambda s: s.start(stack, session_s), (self.base, self.head)))
+
+    def ask(self, request: dict[str, Any]) -> tuple[Any, Any]:
+        """The same request to both sides, answered concurrently."""
+        for s in (self.base, self.head):
+            try:
+                s.conn.send(request)
+            except (OSError, AttributeError):
+                raise SideDied(f"{s.name} ({s.key}): its session is gone") from None
+        out = []
+        for s in (self.base, self.head):
+            try:
+                out.append(s.conn.recv())
+            except (EOFError, OSError):
+                why = s.worker._why() if s.worker is not None else "no worker"
+                raise SideDied(f"{s.name} ({s.key}): {why}") from None
+        return out[0], out[1]
+
+    def stop(self) -> None:
+        for s in (self.base, self.head):
+            s.stop()
+        self.pool.shutdown(wait=False)

@@ -1,0 +1,111 @@
+"""Differential hunts: the same drawn inputs through two sides; a finding is where they differ.
+
+Against the reference, every planted bug of `sentinel list plants` differs from the correct
+math on its boundary; the reference against itself differs nowhere; a side that lacks a
+config has it excluded and counted. On slime (SENTINEL_SLIME_REPO) the KL-logging fix
+045310b2b and the per-token-loss fix 763f18d5b are `fixed` findings and two revisions that
+do not touch the loss path give none.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from sentinel import hunt as H
+from sentinel.runner import TargetSpec
+from sentinel.spec import load_file
+from sentinel_adapters.plants import PLANTS
+
+HERE = Path(__file__).parent
+REFERENCE = TargetSpec("reference")
+PLANT_BOUNDARY = {
+    "opsm-token-level": "opsm_mask", "reward-norm-before-no-eos": "advantages", "kl-inplace-shaping": "advantages",
+    "is-weight-attached": "is_correction", "masked-kl-leak": "gspo_kl", "loss-agg-counts-padding": "loss_agg",
+    "grpo-cross-group": "reward_norm", "input-mutation": "kl", "row-order": "reward_norm",
+    "gspo-token-ratio": "policy_loss", "logprobs-temperature-inplace": "logprobs",
+    "logprobs-temperature-twice": "logprobs", "values-shifted": "values", "metrics-over-padding": "metrics",
+    "masked-reduce-multiplies": "masked_reduce",
+}
+
+
+@pytest.fixture(scope="module")
+def plant_hunts(tmp_path_factory):
+    root = tmp_path_factory.mktemp("diff")
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))
+
+    def one(plant):
+        return H.differential(REFERENCE, TargetSpec("reference", plant=plant), [PLANT_BOUNDARY[plant]], 60.0, 0,
+                              against=True, out_dir=root / plant, first=True)
+    with ThreadPoolExecutor(3) as pool:
+        return dict(zip(PLANT_BOUNDARY, pool.map(one, PLANT_BOUNDARY)))
+
+
+def test_every_plant_is_listed():
+    assert set(PLANT_BOUNDARY) == set(PLANTS)
+
+
+@pytest.mark.parametrize("plant", sorted(PLANT_BOUNDARY))
+def test_against_reference_finds_each_plant(plant_hunts, plant):
+    rep = plant_hunts[plant]
+    f, = rep.hunt.findings
+    assert f.boundary == PLANT_BOUNDARY[plant] and f.classification in ("bug", "changed"), f
+    assert f.reproduced is True  # `sentinel run FILE --target reference --plant P` is violated, the reference holds
+    sc, = load_file(f.file)
+    assert "differential" in sc.tags and f"--plant {plant}" in sc.provenance[1]
+    assert rep.hunt.differential.against_reference and rep.hunt.differential.compared > 0
+
+
+def test_reference_against_itself_differs_nowhere(tmp_path):
+    rep = H.differential(REFERENCE, REFERENCE, ["kl", "policy_loss", "advantages"], 10.0, 0, out_dir=tmp_path)
+    assert rep.hunt.findings == [] and rep.exit_code() == 0
+    assert rep.hunt.differential.compared > 0 and rep.hunt.differential.differing == 0
+    assert set(rep.targets) == {"base:reference", "head:reference"}  # one key each, though both are the same
+
+
+def test_a_config_one_side_lacks_is_excluded_and_counted(tmp_path):
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))
+    rep = H.differential(REFERENCE, TargetSpec("hunt_crash_adapter:CrashAdapter"), ["kl"], 8.0, 0, out_dir=tmp_path)
+    d = rep.hunt.differential
+    assert d.excluded_config == {"base": {}, "head": {"kl": {"kl_type": ["k2", "k3", "low_var_kl"]}}}
+    assert rep.hunt.findings == [] and d.compared > 0
+
+
+# --- slime revisions --------------------------------------------------------------------------
+
+SLIME = os.environ.get("SENTINEL_SLIME_REPO")
+needs_slime = pytest.mark.skipif(not SLIME, reason="set SENTINEL_SLIME_REPO to a clone of THUDM/slime with history")
+
+
+def _has(rev: str) -> bool:
+    return subprocess.run(["git", "-C", SLIME, "rev-parse", "--verify", "-q", rev + "^{commit}"],
+                          capture_output=True).returncode == 0
+
+
+@needs_slime
+@pytest.mark.parametrize("fix, boundary, prop", [("045310b2b", "advantages", "advantages.logged_kl"),
+                                                 ("763f18d5b", "policy_loss", "policy_loss.gradient")])
+def test_slime_fix_is_a_fixed_finding(tmp_path, fix, boundary, prop):
+    if not _has(fix):
+        pytest.skip(f"SENTINEL_SLIME_REPO has no commit {fix}")
+    rep = H.differential(TargetSpec("slime", SLIME, f"{fix}^"), TargetSpec("slime", SLIME, fix), [boundary], 60.0, 0,
+                         out_dir=tmp_path, first=True)
+    f, = rep.hunt.findings
+    assert f.classification == "fixed" and prop in f.base.violates and prop not in f.head.violates
+    assert f.time_to_first_s < 60 and f.reproduced is True  # `sentinel compare FILE --base B --head H`: fixed
+    base, head = rep.hunt.differential.base, rep.hunt.differential.head
+    assert base.endswith(rep.targets[base].commit[:12]) and rep.targets[base].commit != rep.targets[head].commit
+
+
+@needs_slime
+def test_slime_commit_off_the_loss_path_differs_nowhere(tmp_path):
+    # 624b824a8 "[NFC] Add observability subfolder": nothing on the loss path changes
+    if not _has("624b824a8"):
+        pytest.skip("SENTINEL_SLIME_REPO has no commit 624b824a8")
+    rep = H.differential(TargetSpec("slime", SLIME, "624b824a8^"), TargetSpec("slime", SLIME, "624b824a8"),
+                         ["policy_loss", "advantages", "opsm_mask"], 30.0, 0, out_dir=tmp_path)
+    assert rep.hunt.findings == [] and rep.hunt.differential.compared > 100
