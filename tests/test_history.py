@@ -221,10 +221,25 @@ def test_plot_and_refusals(trainer, local_scan, tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     p = sentinel(*args, "--plot", str(tmp_path / "h.jpg"), env=local_scan["env"])
     assert p.returncode == 2 and ".png or .svg" in p.stderr
-    p = sentinel(*args, "--hunt", "5", env=local_scan["env"])
-    assert p.returncode == 2 and "differential hunt not available in this build" in p.stderr
     p = sentinel(*args[:-2], "--until", "no-such-rev", env=local_scan["env"])
     assert p.returncode == 2 and "no-such-rev" in p.stderr
+
+
+def test_hunt_findings_join_the_scan_and_are_bisected(trainer, tmp_path):
+    """--hunt: the differential hunt between the two samples around the fix finds where they
+    differ; its finding scenario is sampled and bisected to the fix like a catalog scenario."""
+    shas, out = trainer["shas"], tmp_path / "h.json"
+    p = sentinel("history", str(trainer["scenario"]), "--target", TARGET, "--repo", str(trainer["repo"]),
+                 "--since", shas[12], "--until", shas[13], "--hunt", "10", "--no-cache", "-o", str(out), "-j", "1",
+                 env={**os.environ, "PYTHONPATH": str(HERE)})
+    assert p.returncode == 0, p.stderr
+    h = load(out).history
+    assert h.hunt.startswith("1 pair(s) of neighbouring samples hunted for 10 s each: 1 finding(s) a family explains")
+    hunted = [f for f in h.flips if f.source == "hunt"]
+    assert [(f.change, f.commit) for f in hunted] == [("fixed", shas[13])], h.flips
+    assert {f.scenario for f in h.flips if f.source == "catalog"} == {"tiny-opsm"}
+    written = list((tmp_path / "history-hunt").rglob("*.yaml"))
+    assert {f.scenario for f in hunted} < {sc.id for sc in load_paths(written)}  # `changed` ones are left to read
 
 
 def test_list_targets_shows_loss_path_files():

@@ -59,12 +59,12 @@ def _loss_path_files(target: str) -> tuple[str, ...]:
         raise usage_error(str(e)) from None
 
 
-@contextmanager
 def _hunt_dir(output: str | None) -> Path:
     """--hunt's finding scenarios: beside the JSON report (reports/ when there is none)."""
     return (Path(output).parent if output and output != "-" else Path("reports")) / "history-hunt"
 
 
+@contextmanager
 def _progress(quiet: bool) -> Iterator:
     """Yield `update(done, total, flips)`: a bar with ETA on a terminal, a line per commit in CI logs."""
     show = err.is_terminal and not quiet

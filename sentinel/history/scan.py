@@ -105,7 +105,7 @@ class Scan:
         idx = self.samples
         pairs = [(self.commits[a].sha, self.commits[b].sha) for a, b in zip(idx, idx[1:])
                  if any(c.touches for c in self.commits[a + 1:b + 1])]
-        files = hunt_pairs(pairs, target=self.opts.target, repo=self.opts.repo, seconds=seconds,
+        files, changed = hunt_pairs(pairs, target=self.opts.target, repo=self.opts.repo, seconds=seconds,
                            out_dir=self.opts.hunt_dir, device=self.opts.device)
         known = {sc.id for sc in self.scenarios}
         new = [sc for sc in (load_paths(files) if files else []) if sc.id not in known]
@@ -113,7 +113,8 @@ class Scan:
         self.scenarios = [*self.scenarios, *new]
         self.evaluate([self.commits[i].sha for i in idx], new)
         self.hunt_note = (f"{len(pairs)} pair(s) of neighbouring samples hunted for {seconds:g} s each: "
-                          f"{len(new)} finding(s)")
+                          f"{len(new)} finding(s) a family explains, sampled and bisected; {len(changed)} changed "
+                          f"(no family says which side is right: read them in {self.opts.hunt_dir})")
 
     def bisect_flips(self) -> None:
         """For each scenario, each pair of neighbouring samples that decided different verdicts."""

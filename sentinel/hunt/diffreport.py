@@ -53,7 +53,13 @@ def diff_document(boundary: str, f: dict[str, Any], base: "Side", head: "Side", 
                   seed: int | None) -> tuple[str, str]:
     """(scenario id, YAML text) of a differential finding."""
     sig = f["signature"]
-    who = f"ref-vs-{slug(head.key)}" if against else f"diff-{slug(base.key)}-vs-{slug(head.key)}"
+    if against:
+        who = f"ref-vs-{slug(head.key)}"
+    elif base.spec.name == head.spec.name:  # one trainer at two revisions: name it once
+        rev = lambda s: (s.target.commit or "worktree")[:12]  # noqa: E731
+        who = f"diff-{slug(head.spec.name.rsplit(':', 1)[-1])}-{rev(base)}-vs-{rev(head)}"
+    else:
+        who = f"diff-{slug(base.key)}-vs-{slug(head.key)}"
     sid = f"{who}-{slug(boundary)}-{signature_hash(sig)}"
     verdict = f["classification"]
     if f["invariants"] and verdict != "changed":
