@@ -18,8 +18,9 @@ Sections (--sections, comma separated; default all that the given targets allow)
   violation (median of --seeds seeds). Aim: each within 10 s.
 - `done` (the differential and multi-bug checks): `--against reference` on each plant; with
   --slime: 045310b2b^ -> 045310b2b (a `fixed` finding on advantages) and 763f18d5b^ ->
-  763f18d5b (a `fixed` finding on policy_loss), each within 60 s of search; 624b824a8^ ->
-  624b824a8 (off the loss path: no finding in 120 s); slime HEAD with --known
+  763f18d5b (a `fixed` finding on policy_loss), each within 60 s of search; 16c15fc20^ ->
+  16c15fc20 (no loss-path file) and 624b824a8^ -> 624b824a8 (an NFC move inside two loss-path
+  files): no finding in 120 s each; slime HEAD with --known
   scenarios/findings/ for 60 s (the OPSM bug; which known findings were met and passed over).
 
 Search time is the hunt's own (worker start excluded); `wall` adds the start. Nothing here
@@ -55,6 +56,11 @@ PLANTED = [
     ("input-mutation", "kl", "kl.unmutated"),
     ("row-order", "reward_norm", "reward_norm.permutation_equivariant"),
     ("gspo-token-ratio", "policy_loss", "policy_loss.sequence_uniform"),
+    ("logprobs-temperature-inplace", "logprobs", "logprobs.unmutated"),
+    ("logprobs-temperature-twice", "logprobs", "logprobs.log_probs"),
+    ("values-shifted", "values", "values.head"),
+    ("metrics-over-padding", "metrics", "metrics.masked_invariance"),
+    ("masked-reduce-multiplies", "masked_reduce", "masked_reduce.finite.nan"),
 ]
 CATALOG_FINDINGS = HERE.parent / "scenarios" / "findings"
 
@@ -197,9 +203,9 @@ def section_done(args, tmp: Path, result: dict) -> None:
                                        TargetSpec("slime", s, "045310b2b"), None, 60.0, _tmp(tmp, "kl")))
         rows.append(differential_check("slime 763f18d5b^ -> 763f18d5b", TargetSpec("slime", s, "763f18d5b^"),
                                        TargetSpec("slime", s, "763f18d5b"), None, 60.0, _tmp(tmp, "ptl")))
-        rows.append(differential_check("slime 624b824a8^ -> 624b824a8 (off the loss path)",
-                                       TargetSpec("slime", s, "624b824a8^"), TargetSpec("slime", s, "624b824a8"),
-                                       None, 120.0, _tmp(tmp, "nfc"), first=False))
+        for rev, why in (("16c15fc20", "no loss-path file"), ("624b824a8", "NFC move in two loss-path files")):
+            rows.append(differential_check(f"slime {rev}^ -> {rev} ({why})", TargetSpec("slime", s, f"{rev}^"),
+                                           TargetSpec("slime", s, rev), None, 120.0, _tmp(tmp, "nfc"), first=False))
         t0 = time.perf_counter()
         rep = H.hunt(TargetSpec("slime", s), boundaries=["policy_loss", "opsm_mask"], time_budget=60.0,
                      max_examples=2000, seed=0, db=None, out_dir=_tmp(tmp, "known"),

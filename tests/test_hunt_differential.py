@@ -14,6 +14,7 @@ import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from sentinel import hunt as H
@@ -75,6 +76,23 @@ def test_a_config_one_side_lacks_is_excluded_and_counted(tmp_path):
     assert rep.hunt.findings == [] and d.compared > 0
 
 
+def test_a_vocab_gradient_is_compared_at_valid_positions_only():
+    """grad:log_probs/logits is [B, T, V]: a masked position's V values are not compared (the
+    reference zeroes a masked log-prob, a trainer may not; neither trains on it)."""
+    from sentinel.hunt import diff as D
+    from sentinel.strategies import Example
+    mask = np.array([[1, 0]], np.float32)
+    ex = Example("logprobs", {"temperature": 1.0}, {"logits": np.zeros((1, 2, 3), np.float32),
+                                                    "tokens": np.zeros((1, 2), np.int64), "loss_mask": mask})
+    ga, gb = np.zeros((1, 2, 3)), np.zeros((1, 2, 3))
+    gb[0, 1] = [0.5, -0.5, np.nan]  # differs only at the masked position
+    answer = lambda g: {"status": "ok", "grads": {"log_probs/logits": g}, "outputs": {}, "inputs_after": {}}  # noqa: E731
+    assert D.differences("logprobs", ex, answer(ga), answer(gb)) == []
+    gb[0, 0, 2] = 1.0  # and at a valid one
+    d, = D.differences("logprobs", ex, answer(ga), answer(gb))
+    assert d.observable == "grad:log_probs/logits" and d.positions == [[0, 0, 2]]
+
+
 # --- slime revisions --------------------------------------------------------------------------
 
 SLIME = os.environ.get("SENTINEL_SLIME_REPO")
@@ -103,7 +121,8 @@ def test_slime_fix_is_a_fixed_finding(tmp_path, fix, boundary, prop):
 
 @needs_slime
 def test_slime_commit_off_the_loss_path_differs_nowhere(tmp_path):
-    # 624b824a8 "[NFC] Add observability subfolder": nothing on the loss path changes
+    # 624b824a8 "[NFC] Add observability subfolder": moves code out of cp_utils.py and rollout.py
+    # (loss-path files) without changing what the loss path computes
     if not _has("624b824a8"):
         pytest.skip("SENTINEL_SLIME_REPO has no commit 624b824a8")
     rep = H.differential(TargetSpec("slime", SLIME, "624b824a8^"), TargetSpec("slime", SLIME, "624b824a8"),

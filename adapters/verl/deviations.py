@@ -33,6 +33,11 @@ DEVIATIONS = {
         reason="verl_F.masked_whiten (GAE, REINFORCE++) raises ValueError on a batch with one valid token: "
                "its unbiased variance divides by n - 1",
         link=f"{_VERL}/utils/torch_functional.py#L316-L325"),
+    "var-needs-two-values": deviation(
+        "masked_reduce", observables=("exception",), when={"op": ["var", "whiten"], "unbiased": [True]},
+        reason="verl_F.masked_var (and masked_whiten through it) raises ValueError when the mask selects fewer "
+               "than two values: its unbiased variance divides by n - 1 (the reference returns 0)",
+        link=f"{_VERL}/utils/torch_functional.py#L311-L326"),
     "whiten-needs-two-tokens-gae": deviation(
         "gae", observables=("exception",), reason="as whiten-needs-two-tokens: compute_gae_advantage_return "
         "whitens with masked_whiten, which raises on one valid token",

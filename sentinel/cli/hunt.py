@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -218,6 +219,20 @@ def parse_config(pairs: list[str], boundary_names: list[str]) -> dict:
     return out
 
 
+def _excluded_lines(excluded: dict[str, dict[str, dict[str, list]]]) -> list[str]:
+    """One line per boundary (and side, where the sides differ): `key=choice|choice, ...`."""
+    def text(cfg: dict[str, list]) -> str:
+        return ", ".join(f"{k}=" + "|".join(json.dumps(v, separators=(",", ":")) for v in vs) for k, vs in cfg.items())
+    lines = []
+    for b in sorted({b for cfg in excluded.values() for b in cfg}):
+        per = {side: cfg[b] for side, cfg in excluded.items() if cfg.get(b)}
+        if len(per) == 2 and len({text(c) for c in per.values()}) == 1:
+            lines.append(f"{b}: {text(next(iter(per.values())))} (both sides)")
+        else:
+            lines += [f"{b}: {text(c)} ({side} only)" for side, c in per.items()]
+    return lines
+
+
 def _hunt_console(rep: Report, verbose: bool) -> None:
     from rich.panel import Panel
     h = rep.hunt
@@ -264,9 +279,11 @@ def _hunt_console(rep: Report, verbose: bool) -> None:
                       f"explained: {escape(dev.reason)} ({escape(dev.link)})", highlight=False)
     if h.differential is not None:
         d = h.differential
-        excl = {side: cfg for side, cfg in d.excluded_config.items() if cfg}
-        if excl:
-            out.print(f"[dim]config not drawn (a side does not support it): {escape(str(excl))}[/]", highlight=False)
+        lines = _excluded_lines(d.excluded_config)
+        if lines:
+            out.print("[dim]config not drawn (a side does not support it):[/]", highlight=False)
+            for line in lines:
+                out.print(f"[dim]  {escape(line)}[/]", highlight=False)
         out.print(f"[dim]{d.base} (base) vs {d.head} (head): {d.compared} examples compared, {d.differing} differed[/]",
                   highlight=False)
     v = h.verdicts

@@ -1,7 +1,7 @@
 """Where two sides' observations of one input differ (pure numpy; no torch, no target).
 
 Compared, in this order: each gradient at its input's valid positions (what trains the
-model), each output at the positions its boundary's output contract makes valid (token
+model; all V values of a vocab tensor's valid position), each output at the positions its boundary's output contract makes valid (token
 outputs where loss_mask is 1, row outputs in rows whose row mask is 1, scalars always), then
 each input's state after the call, everywhere (a mutation of a masked position is a mutation). An output only one side
 produces is not a difference (an optional output). A side that raises where the other
@@ -45,7 +45,10 @@ def _valid(boundary: str, name: str, ex, shape: tuple[int, ...]) -> np.ndarray |
         wrt = name.split("/", 1)[1]
         port = spec.input(wrt)
         mask = ex.inputs.get(port.mask) if port is not None and port.mask else None
-        return mask.astype(bool) if mask is not None and mask.shape == shape else None
+        if mask is None or mask.shape != shape[:mask.ndim]:
+            return None
+        # a vocab tensor's gradient ([B, T, V]): its V values at each valid position
+        return np.broadcast_to(mask.astype(bool).reshape(mask.shape + (1,) * (len(shape) - mask.ndim)), shape)
     port = spec.output(name)
     if port is None:
         return None
