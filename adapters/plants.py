@@ -71,8 +71,8 @@ PLANTS: dict[str, Plant] = {
         ("close", "masked_invariance", "finite"), "critic_values"),
     "metrics-over-padding": Plant(
         "Logged metrics averaged over every position, padding included: clipfrac and approx_kl move with "
-        "values under the mask and with extra padding.",
-        ("masked_invariance", "padding_invariant", "close"), "policy_metrics"),
+        "values under the mask and with extra padding (and NaN / Inf there reach them).",
+        ("masked_invariance", "padding_invariant", "close", "finite"), "policy_metrics"),
     "masked-reduce-multiplies": Plant(
         "Masked reductions as (x * mask).sum() instead of selecting valid values: NaN or Inf at a masked "
         "position makes the mean, sum, variance and whitening NaN.",

@@ -126,6 +126,30 @@ def test_reduce_formulas_match_the_reference(ex):
     assert np.allclose(got[where], np.broadcast_to(want, got.shape)[where], atol=1e-4, rtol=1e-4)
 
 
+@settings(max_examples=40, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(strategies.examples("metrics"))
+def test_metric_formulas_match_the_reference(ex):
+    cfg = boundaries.get("metrics").normalise(ex.config)
+    out = call("metrics", {n: torch.as_tensor(a) for n, a in ex.inputs.items()}, cfg)
+    for name, expected in (("clipfrac", formulas.clipfrac_formula(cfg)),
+                           ("approx_kl", formulas.masked_mean("old_log_probs - log_probs", cfg["metric_agg"])),
+                           ("ratio_mean", formulas.masked_mean(formulas.RATIO, cfg["metric_agg"]))):
+        with np.errstate(all="ignore"):
+            want = expr.evaluate(expected, ex.inputs)
+        assert np.allclose(out[name].numpy(), want, atol=1e-5, rtol=1e-5), name
+
+
+@pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"])
+def test_loss_agg_formulas_match_the_reference(agg):
+    values = np.array([[1.0, 2.0, 9.0], [4.0, 0.0, 0.0], [7.0, 7.0, 7.0]], np.float32)
+    mask = np.array([[1, 1, 0], [1, 0, 0], [0, 0, 0]], np.float32)  # a hole, a tail, a fully masked row
+    want = {"token-mean": 7 / 3, "seq-mean-token-mean": (1.5 + 4) / 2, "seq-mean-token-sum": (3 + 4) / 2}[agg]
+    got = expr.evaluate(formulas.loss_agg_formula(agg, "values"), {"values": values, "loss_mask": mask})
+    assert float(got) == pytest.approx(want)
+    assert float(call("loss_agg", {"values": torch.as_tensor(values), "loss_mask": torch.as_tensor(mask)},
+                      {"mode": agg})["loss"]) == pytest.approx(want)
+
+
 # --- the vocab port kind ---------------------------------------------------------------------
 
 SCENARIO = """id: x

@@ -31,7 +31,9 @@ def loss_agg_formula(mode: str, x: str) -> str:
     return f"(sum(where({rows}, {per_row}, 0)) / maximum(sum({rows}), 1))"
 
 
-masked_mean = loss_agg_formula  # metric_agg takes the same modes
+def masked_mean(x: str, agg: str = "token-mean") -> str:
+    """`x` reduced over valid tokens by metric_agg `agg` (the loss_agg modes' formulas)."""
+    return loss_agg_formula(agg, x)
 
 
 # --- logprobs --------------------------------------------------------------------------------
