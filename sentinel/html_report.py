@@ -16,7 +16,7 @@ import math
 from typing import Any
 
 from .present import (COMPARE_ORDER, SCENARIO_ORDER, Grid, Locations, cell_pair, headline, invariant_grid, is_scalar, number,
-                      value_grids, ordered, output_name)
+                      value_grids, value_labels, ordered, output_name)
 from .render import fmt
 from .report import HuntSummary, InvariantResult, Report, ScenarioResult
 
@@ -131,7 +131,7 @@ def _heatmap(g: Grid, values: list[list[Any]], title: str, scale: float, which: 
             cls = [c for c, on in (("masked", g.masked(i, j)), ("bad", (i, j) in g.bad)) if on]
             info = f"row {i}, {'token ' + str(j) if not g.row_vector else 'row ' + str(j)}: {which} {fmt(v)}"
             if (i, j) in g.bad and g.expected is not None and which == "observed":
-                info += f", expected {fmt(g.expected_at(i, j))}"
+                info += f", {g.expected_as} {fmt(g.expected_at(i, j))}"
             if g.masked(i, j):
                 info += f" (masked: {g.mask_name} 0)"
             text = number(v) if (i, j) not in g.bad or g.expected is None else cell_pair(v, g.expected_at(i, j))[0 if which == "observed" else 1]
@@ -155,9 +155,9 @@ def _legend(g: Grid | None = None) -> str:
 
 def _grids(g: Grid) -> str:
     scale = _scale(g.observed, g.expected)
-    parts = [_heatmap(g, g.observed, f"observed <code>{e(g.name)}</code>", scale, "observed")]
+    parts = [_heatmap(g, g.observed, f"{e(g.observed_as)} <code>{e(g.name)}</code>", scale, "observed")]
     if g.expected is not None:
-        parts.append(_heatmap(g, g.expected, f"expected <code>{e(g.name)}</code>", scale, "expected"))
+        parts.append(_heatmap(g, g.expected, f"{e(g.expected_as)} <code>{e(g.name)}</code>", scale, "expected"))
     return f'<div class="grids">{"".join(parts)}</div>'
 
 
@@ -177,9 +177,11 @@ def _invariant(r: ScenarioResult, inv: InvariantResult, loc: Locations, shown: s
             out.append('<div class="muted small">(the heatmap above)</div>')
         elif is_scalar(inv.observed):
             diff = f", difference <code>{e(fmt(inv.difference))}</code>" if is_scalar(inv.difference) and inv.difference is not None else ""
-            out.append(f"<div>observed <code>{e(fmt(inv.observed))}</code>, expected <code>{e(fmt(inv.expected))}</code>{diff}</div>")
+            ob, ex = value_labels(inv)
+            out.append(f"<div>{ob} <code>{e(fmt(inv.observed))}</code>, {ex} <code>{e(fmt(inv.expected))}</code>{diff}</div>")
         else:
-            out.append(f"<div>observed <code>{e(fmt(inv.observed))[:2000]}</code><br>expected "
+            ob, ex = value_labels(inv)
+            out.append(f"<div>{ob} <code>{e(fmt(inv.observed))[:2000]}</code><br>{ex} "
                        f"<code>{e(fmt(inv.expected))[:2000]}</code></div>")
     if inv.exception_info:
         out.append(f'<div style="color:#8250df">{e(inv.exception_info.type)}: {e(loc.scrub(inv.exception_info.message))}</div>')

@@ -177,6 +177,8 @@ class Grid:
     mask: list[list[Any]] | None = None
     mask_name: str | None = None
     row_vector: bool = False
+    observed_as: str = "observed"  # a relational family's: "variant run" ...
+    expected_as: str = "expected"  # ... and "base run" (another run's values, not an expectation)
 
     def masked(self, i: int, j: int) -> bool:
         try:
@@ -271,7 +273,10 @@ def invariant_grid(r: ScenarioResult, inv: InvariantResult) -> Grid | None:
     name = output_name(inv) or inv.family
     cfg = next(iter(inv.config.values()), None)
     explicit = cfg.get("mask") if isinstance(cfg, dict) and isinstance(cfg.get("mask"), str) else None
-    return _grid(r, name, inv.observed, inv.expected, inv.positions, explicit)
+    g = _grid(r, name, inv.observed, inv.expected, inv.positions, explicit)
+    if g is not None:
+        g.observed_as, g.expected_as = value_labels(inv)
+    return g
 
 
 def value_grids(r: ScenarioResult, which: str = "observations") -> list[Grid]:
@@ -330,6 +335,14 @@ def number(x: Any, digits: int = 4) -> str:
     if isinstance(x, float) and x.is_integer():
         return str(int(x))
     return f"{x:.{digits}g}"
+
+
+def value_labels(inv) -> tuple[str, str]:
+    """How to name an invariant result's observed and expected values: "observed" and
+    "expected", or, for a family that compares two runs, the variant run and the base run
+    (an "expected nan" would call the base run's NaN the expectation)."""
+    d = inv.details or {}
+    return d.get("observed_as", "observed"), d.get("expected_as", "expected")
 
 
 def cell_pair(observed: Any, expected: Any) -> tuple[str, str]:

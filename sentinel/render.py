@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .present import (COMPARE_ORDER, Grid, Locations, cell_pair, headline, invariant_grid, is_scalar, number, offending,
-                      ordered, output_name)
+                      ordered, output_name, value_labels)
 from .report import FunctionInfo, InvariantResult, Report, ScenarioResult
 
 STYLE = {"holds": "green", "held": "green", "violated": "bold red", "error": "bold magenta", "skipped": "yellow",
@@ -62,10 +62,11 @@ def invariant_detail(inv: InvariantResult) -> Group:
         parts.append(Text("  " + inv.message))
     if inv.verdict == "violated":
         grid = _grid(inv.observed, inv.positions, inv.expected)
+        ob, ex = value_labels(inv)
         if grid is not None:
-            parts += [Text("  observed per token (red: offending, ≠ expected):", style="dim"), grid]
+            parts += [Text(f"  {ob} per token (red: offending, ≠ {ex}):", style="dim"), grid]
         else:
-            parts.append(Text(f"  observed {fmt(inv.observed)}  expected {fmt(inv.expected)}"))
+            parts.append(Text(f"  {ob} {fmt(inv.observed)}  {ex} {fmt(inv.expected)}"))
         if any(inv.positions):
             parts.append(Text(f"  offending positions {inv.positions[:16]}", style="dim"))
     if inv.exception_info:
@@ -177,7 +178,7 @@ def _md_grid(g: Grid) -> list[str]:
 
 
 def _legend(g: Grid) -> str:
-    bits = ["**bold**: offending" + (" ≠ expected" if g.expected is not None else "")]
+    bits = ["**bold**: offending" + (f" ≠ {g.expected_as}" if g.expected is not None else "")]
     if any(g.masked(i, j) for i, row in enumerate(g.observed) for j in range(len(row))):
         bits.append(f"`{MASKED}`: masked, {g.mask_name} 0")
     return "; ".join(bits)
@@ -194,7 +195,8 @@ def _md_invariant(r: ScenarioResult, inv: InvariantResult, loc: Locations, shown
         shown.add(g.key())
         return [line, "", f"{g.name} per token ({_legend(g)}):", ""] + _md_grid(g) + [""]
     if inv.verdict == "violated" and is_scalar(inv.observed) and is_scalar(inv.expected):
-        facts = [f"observed `{fmt(inv.observed)}`", f"expected `{fmt(inv.expected)}`"]
+        ob, ex = value_labels(inv)
+        facts = [f"{ob} `{fmt(inv.observed)}`", f"{ex} `{fmt(inv.expected)}`"]
         if is_scalar(inv.difference) and inv.difference is not None:
             facts.append(f"difference `{fmt(inv.difference)}`")
         if offending(inv):
@@ -202,7 +204,8 @@ def _md_invariant(r: ScenarioResult, inv: InvariantResult, loc: Locations, shown
         return [f"{what}: " + ", ".join(facts), ""]
     out = [f"{what}: {_cell(loc.scrub(inv.message))}" if inv.message else what]
     if inv.verdict == "violated":
-        out[0] += f"; observed `{_cell(fmt(inv.observed))[:300]}`, expected `{_cell(fmt(inv.expected))[:300]}`"
+        ob, ex = value_labels(inv)
+        out[0] += f"; {ob} `{_cell(fmt(inv.observed))[:300]}`, {ex} `{_cell(fmt(inv.expected))[:300]}`"
     if inv.exception_info:
         out[0] += f" ({inv.exception_info.type}: {_cell(loc.scrub(inv.exception_info.message))[:500]})"
     return out + [""]
@@ -334,8 +337,9 @@ def _failure_lines(r: ScenarioResult) -> Iterable[str]:
     for i in r.invariants:
         if i.verdict != "held":
             yield f"{i.verdict}: {json.dumps(i.config)}: {i.message}"
-            yield f"  observed:   {fmt(i.observed)}"
-            yield f"  expected:   {fmt(i.expected)}"
+            ob, ex = value_labels(i)
+            yield f"  {ob + ':':11s} {fmt(i.observed)}"
+            yield f"  {ex + ':':11s} {fmt(i.expected)}"
             if i.difference is not None:
                 yield f"  difference: {fmt(i.difference)}"
             if any(i.positions):

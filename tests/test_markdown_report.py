@@ -4,6 +4,7 @@ no path of this machine."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -115,3 +116,20 @@ def test_the_markdown_fits_a_pull_request_comment():
     assert "more section(s) are in the full report (`sentinel report reports/latest.json`)" in md
     assert md.rstrip().endswith("```") and "sentinel gate" in md  # the reproduce block survives the cut
 
+
+
+
+def test_a_relational_family_names_its_two_runs_not_an_expectation(tmp_path):
+    """masked_invariance compares a run with perturbed masked values against the base run: its
+    values are the "variant run" and the "base run", never an "expected" value."""
+    out = tmp_path / "r.json"
+    p = subprocess.run([str(SENTINEL), "run", str(REPO / "scenarios" / "kl" / "gspo-seq-kl.yaml"), "--plant",
+                        "masked-kl-leak", "-o", str(out)], capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"})
+    assert p.returncode == 1, p.stderr
+    assert "variant run" in p.stdout and "base run" in p.stdout
+    md = subprocess.run([str(SENTINEL), "report", str(out), "--format", "markdown"], capture_output=True, text=True).stdout
+    line = next(x for x in md.splitlines() if "masked_invariance" in x and "changed" in x)
+    assert "≠ base run" in md and "expected" not in line
+    html = tmp_path / "r.html"
+    subprocess.run([str(SENTINEL), "report", str(out), "--format", "html", "-o", str(html)], capture_output=True)
+    assert "variant run <code>masked_invariance</code>" in html.read_text() and "base run <code>" in html.read_text()

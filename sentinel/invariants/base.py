@@ -275,6 +275,11 @@ def observables(sc: "Scenario", names: list[str] | None, run: RunObservation) ->
     return [p.name for p in sc.spec.outputs if p.name in run.outputs] + [f"grad:{k}" for k in run.grads]
 
 
+# what a relational family's observed / expected values are: two runs of the target, not a
+# value and its expectation (renderers read these labels from the result's details)
+RUN_LABELS = {"observed_as": "variant run", "expected_as": "base run"}
+
+
 def diff_runs(sc: "Scenario", a: RunObservation, b: RunObservation, names: list[str], mask: str | None,
               atol: float, rtol: float, map_b=None, rows: np.ndarray | None = None, label: str = "") -> Outcome:
     """Compare observables of run `a` against run `b` (after `map_b` aligns b to a's layout),
@@ -299,7 +304,7 @@ def diff_runs(sc: "Scenario", a: RunObservation, b: RunObservation, names: list[
         try:
             ok, diff, pos = compare(y, x, atol, rtol, where)
         except ShapeMismatch as e:
-            return Outcome("violated", f"{name}: {e}", lists(y), lists(x))
+            return Outcome("violated", f"{name}: {e}", lists(y), lists(x), details=dict(RUN_LABELS))
         compared.append(name)
         if not ok:
             at = tuple(pos[0]) if pos and np.ndim(x) == len(pos[0]) else ()
@@ -307,7 +312,7 @@ def diff_runs(sc: "Scenario", a: RunObservation, b: RunObservation, names: list[
             where = f" at {list(at)}" if at else ""
             # name both runs: "observed nan, expected 0.0" would call the base run's NaN the expectation
             return Outcome("violated", f"{name} changed {label}: {now:.6g}{where} in that run, {was:.6g} in the base run",
-                           lists(y), lists(x), lists(diff), pos, {"observable": name})
+                           lists(y), lists(x), lists(diff), pos, {"observable": name, **RUN_LABELS})
     if not compared:
         return Outcome("skipped", "none of the observables was produced by the target: " + ", ".join(names))
     return Outcome("held", details={"compared": compared})
