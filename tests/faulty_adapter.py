@@ -115,10 +115,12 @@ class _Del:
 
 
 def _grandchild(values, mask):
-    if os.fork() == 0:  # the grandchild keeps every inherited fd, the result pipe included
-        Path(os.environ.get("FAULTY_PID_FILE", os.devnull)).write_text(str(os.getpid()))
+    pid = os.fork()
+    if pid == 0:  # the grandchild keeps every inherited fd, the result pipe included
         time.sleep(300)
         os._exit(0)
+    # written here, not by the grandchild: a grandchild killed before it wrote would leave no pid
+    Path(os.environ.get("FAULTY_PID_FILE", os.devnull)).write_text(str(pid))
     return BoundaryResult({"loss": _token_mean(values, mask)})
 
 

@@ -243,7 +243,7 @@ def test_masked_invariance_held_and_violated():
     out = inv.evaluate(bad, sc)
     assert out.verdict == "violated"
     assert out.positions == [[0, 0], [0, 1]]  # row 0's valid tokens; its masked token does not count
-    assert out.details == {"observable": "seq_kl"}
+    assert out.details == {"observable": "seq_kl", "observed_as": "variant run", "expected_as": "base run"}
     assert np.asarray(out.difference)[0, 0] != 0 and np.asarray(out.difference)[1].tolist() == [0, 0, 0]
 
 
@@ -468,7 +468,7 @@ def test_agree_held_and_violated():
     b.grads["loss/log_probs"] = f32([[0.1, 0.25, 0.3, 0.0]])
     out = inv.evaluate({"base": a, "tis": b}, sc)
     assert out.verdict == "violated" and out.positions == [[0, 1]]
-    assert out.details == {"observable": "grad:loss/log_probs"}
+    assert out.details == {"observable": "grad:loss/log_probs", "observed_as": "variant run", "expected_as": "base run"}
     assert "'base' and 'tis'" in out.message
 
 
