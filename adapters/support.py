@@ -231,6 +231,17 @@ def first_on_path(folder: Path) -> None:
     sys.path.insert(0, str(folder))
 
 
+def module_files(mods, root: Path) -> list[str]:
+    """Where each loaded module came from, relative to the checkout `root` where it lies inside."""
+    files = []
+    for m in mods:
+        try:
+            files.append(str(Path(m.__file__).resolve().relative_to(root)))
+        except (TypeError, ValueError):
+            files.append(str(m.__file__))
+    return files
+
+
 def version_facts(root: Path, package_version: str | None, with_commit: bool = True) -> dict[str, Any]:
     """{"package_version", "commit", "version": "<package>+g<sha9>"} for a checkout."""
     facts: dict[str, Any] = {}

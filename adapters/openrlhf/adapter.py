@@ -15,8 +15,8 @@ import torch
 from ..base import Adapter, BoundaryResult, Unsupported, implements
 from ..frames import locals_on_return
 from ..shims import block, import_with_stubs, is_stub
-from ..support import (bind, first_on_path, group_ids, group_layout, keep_host_logging, locate, lookup, parameters,
-                       spy, unpermute, version_facts)
+from ..support import (bind, first_on_path, group_ids, group_layout, keep_host_logging, locate, lookup, module_files,
+                       parameters, spy, unpermute, version_facts)
 from .conventions import (BLOCKED, ESTIMATORS, EXPERIENCE, GROUP_NORM_EPS, HEAVY_DEPS, KL_CONTROLLER, LOSS,
                           LOSS_UTILS, MAKER, PIP_HINT, UTILS, experience, trainer_args, whitened)
 
@@ -79,12 +79,7 @@ class OpenRLHFAdapter(Adapter):
                 version = metadata.version("openrlhf")
             except metadata.PackageNotFoundError:
                 pass
-        files = []
-        for m in self.mods.values():
-            try:
-                files.append(str(Path(m.__file__).resolve().relative_to(root)))
-            except (TypeError, ValueError):
-                files.append(str(m.__file__))
+        files = module_files(self.mods.values(), root)
         self.facts = {**version_facts(root, version, from_checkout), "module_files": files, "stubs": list(self.stubs),
                       "boundary_import_s": round(boundary_s, 4)}
         if self.errors:

@@ -18,8 +18,8 @@ import torch
 from ..backport import backport_type_params
 from ..base import Adapter, BoundaryResult, TargetLoadError, Unsupported, implements
 from ..shims import import_with_stubs, is_stub
-from ..support import (bind, first_on_path, keep_host_logging, locate, lookup, module_exists, parameters, pip_hint,
-                       signature_text, spy, version_facts)
+from ..support import (bind, first_on_path, keep_host_logging, locate, lookup, module_exists, module_files, parameters,
+                       pip_hint, signature_text, spy, version_facts)
 from .conventions import (ACTOR_LOSSES_FILE, CORE, ESTIMATOR_ALIASES, GRPO_FAMILY, KL_NAMES, LIGHT, NEEDS_MORE,
                           PIP_HINT, ROLLOUT_CORR, TRAINER, VECTORIZED, build, data_proto, last_valid_scores, uid_array)
 from .losses import PolicyLosses
@@ -119,12 +119,7 @@ class VerlAdapter(PolicyLosses, Surfaces, Adapter):
             _last_root.append(root)
         core = self.mods[CORE]
         self.batch_info = self._detect_batch_info(root)
-        files = []
-        for m in self.mods.values():
-            try:
-                files.append(str(Path(m.__file__).resolve().relative_to(root)))
-            except (TypeError, ValueError):
-                files.append(str(m.__file__))
+        files = module_files(self.mods.values(), root)
         self.facts = {
             **self._version(root, from_checkout),
             "module_files": files,
