@@ -21,6 +21,7 @@ WORKER_COMMANDS = {"run": 1, "gate": 1, "compare": 2, "bisect": 1, "matrix": 1, 
 def entry() -> None:
     args = sys.argv[1:]
     if args and args[0] in WORKER_COMMANDS and "--help" not in args:
+        process.keep_hypothesis_home()  # before the spares start: they inherit the environment
         process.prestart(min(WORKER_COMMANDS[args[0]], os.cpu_count() or 1))
     from .cli import entry as cli_entry  # after the spares: they import torch meanwhile
     cli_entry()

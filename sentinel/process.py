@@ -49,6 +49,13 @@ def stop_all() -> None:
             proc.kill()
 
 
+def keep_hypothesis_home() -> None:
+    """Hypothesis caches constants it collects from the code under `.hypothesis/` of the
+    current folder: keep them with the tool's other state (`.sentinel/`), in this process and
+    in every worker started from now on (they inherit the environment)."""
+    os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", os.path.join(".sentinel", "hypothesis"))
+
+
 def prestart(count: int) -> None:
     """Start `count` spare workers now; those nobody takes are killed at exit."""
     _spares.extend(spawn_worker() for _ in range(count))

@@ -128,3 +128,45 @@ def test_slime_commit_off_the_loss_path_differs_nowhere(tmp_path):
     rep = H.differential(TargetSpec("slime", SLIME, "624b824a8^"), TargetSpec("slime", SLIME, "624b824a8"),
                          ["policy_loss", "advantages", "opsm_mask"], 30.0, 0, out_dir=tmp_path)
     assert rep.hunt.findings == [] and rep.hunt.differential.compared > 100
+
+
+# --- the command line refuses what cannot run, before any work ------------------------------
+
+def _cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    import sys
+    return subprocess.run([sys.executable, "-m", "sentinel.cli", "hunt", *args], capture_output=True, text=True,
+                          cwd=cwd, timeout=120)
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--base", "HEAD"], "needs both --base REV and --head REV"),
+    (["--head", "HEAD"], "needs both --base REV and --head REV"),
+    (["--target", "slime", "--base", "HEAD^", "--head", "HEAD"], "give the checkout with --repo"),
+    (["--repo", str(HERE.parent), "--base", "HEAD^", "--head", "HEAD"], "the reference has no revisions"),
+    (["--against", "verl-main"], "the one side to hunt against is `reference`"),
+    (["--against", "reference"], "needs a --target other than the reference"),
+    (["--time", "0"], "--time 0: give the seconds of search"),
+    (["-b", "kl", "-c", "kl_coef=0.1"], "no option 'kl_coef' on the hunted boundaries"),
+])
+def test_refused_with_a_reason(args, says):
+    p = _cli(*args)
+    assert p.returncode == 2 and says in p.stderr, p.stderr
+
+
+def test_a_yaml_1_2_number_pins_a_config(tmp_path):
+    # 1e-3 is a number in a scenario file (YAML 1.2), and so in --config; nothing is left in the folder
+    p = _cli("-b", "advantages", "-c", "kl_coef=1e-3", "--time", "1", "-n", "5", "--no-db", "-o", "-",
+             "--out", str(tmp_path / "out"), "--json", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert not (tmp_path / ".hypothesis").exists()
+
+
+def test_a_worktree_head_replays_as_worktree():
+    """The replay command of a `--head WORKTREE` finding names WORKTREE, not the HEAD commit
+    under it (which would compare a commit with itself)."""
+    from types import SimpleNamespace as NS
+    from sentinel.hunt.diffreport import _replay_command
+    base = NS(spec=TargetSpec("slime", "/r", "abc"), target=NS(commit="a" * 40))
+    head = NS(spec=TargetSpec("slime", "/r", None), target=NS(commit="a" * 40))
+    cmd = _replay_command("f.yaml", base, head, against=False)
+    assert cmd.endswith(f"--base {'a' * 40} --head WORKTREE"), cmd

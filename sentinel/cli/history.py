@@ -135,6 +135,9 @@ def history(
             history_plot.check(plot)
     except (GitError, UsageError) as e:
         raise usage_error(str(e)) from None
+    if hunt:
+        from .. import process
+        process.keep_hypothesis_home()
     scs = _scenarios(scenarios, target)
     adapter = target_registry.adapter_spec(target)
     opts = hist.Options(target=target, repo=repo_s, since=since, until=until, every=every, all_commits=all_commits,

@@ -13,7 +13,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from .. import boundaries, render
+from .. import boundaries, process, render
 from ..invariants import REGISTRY
 from ..report import Report, dump, write_atomic
 from ..spec import SpecError
@@ -65,6 +65,11 @@ def hunt(
     [cyan]sentinel hunt --plant opsm-token-level --seed 0[/]\n
     [cyan]sentinel hunt --target slime --repo ~/src/slime -b opsm_mask --time 30[/]\n
     [cyan]sentinel hunt --target areal -b advantages[/]\n
+    [cyan]sentinel hunt --target slime --repo ~/src/slime --known scenarios/findings/[/]  (known bugs passed over)\n
+    A differential hunt sends every drawn input to two sides; a finding is where they differ,
+    classified fixed / regressed / changed (or bug against the reference):\n
+    [cyan]sentinel hunt --target slime --repo ~/src/slime --base 045310b2b^ --head 045310b2b[/]\n
+    [cyan]sentinel hunt --target verl --against reference --known scenarios/findings/[/]\n
     Exit: 0 nothing found, 1 a finding, 2 bad usage, 3 the target could not be loaded or run.
     """
     from .. import hunt as H
@@ -77,6 +82,9 @@ def hunt(
             t.add_row(p.name, p.family, p.doc)
         out.print(t)
         raise typer.Exit(0)
+    process.keep_hypothesis_home()  # workers started from here on (python -m sentinel.cli)
+    if time_budget <= 0:
+        raise usage_error(f"--time {time_budget:g}: give the seconds of search, more than 0")
     differential = bool(base or head or against)
     if differential:
         _check_differential(target, plant, repo, commit, base, head, against)
@@ -144,7 +152,8 @@ def hunt(
             if differential:
                 rep = H.differential(*sides, boundary, time_budget, seed, against=bool(against), out_dir=out_dir,
                                      known=known_findings, config=pinned, first=first, shrink_time=shrink_time,
-                                     timeout=timeout, atol=atol, rtol=rtol, min_examples=min_examples,
+                                     timeout=timeout, atol=atol, rtol=rtol, max_examples=max_examples,
+                                     min_examples=min_examples,
                                      command=["sentinel", *sys.argv[1:]], on_event=on_event)
             else:
                 rep = H.hunt(spec, boundaries=boundary, families=invariant, names=prop, max_examples=max_examples,
@@ -180,6 +189,12 @@ def _check_differential(target: str, plant: str | None, repo: Path | None, commi
         return
     if not (base and head):
         raise usage_error("a differential hunt needs both --base REV and --head REV (or --head WORKTREE)")
+    if target == "reference":
+        raise usage_error("the reference has no revisions: --base/--head compare two revisions of a target loaded "
+                          "from --repo (slime, areal, verl, ...); to compare a target with the reference math use "
+                          "--against reference")
+    if base == git.WORKTREE:
+        raise usage_error("--base WORKTREE: the working tree can only be the head (--base REV --head WORKTREE)")
     if commit:
         raise usage_error("--commit and --base/--head: give the revisions with --base and --head")
     if not repo:
@@ -197,14 +212,16 @@ def parse_config(pairs: list[str], boundary_names: list[str]) -> dict:
     """--config KEY=VALUE pairs, each value read as YAML and checked against the declared
     Options (sentinel/boundaries.py) of every selected boundary that has the key."""
     import yaml
+
+    from ..spec import LOADERS
     out = {}
     for pair in pairs:
         key, sep, text = pair.partition("=")
         key = key.strip()
         if not sep or not key:
             raise ValueError(f"--config {pair!r}: write KEY=VALUE")
-        try:
-            value = yaml.safe_load(text) if text.strip() else None
+        try:  # the scenario loader's YAML: 1e-3 is a number, as in a scenario file
+            value = yaml.load(text, Loader=LOADERS[0]) if text.strip() else None
         except yaml.YAMLError as e:
             raise ValueError(f"--config {pair!r}: the value is not YAML: {e}") from None
         having = [b for b in boundary_names if boundaries.get(b).option(key) is not None]
@@ -288,10 +305,16 @@ def _hunt_console(rep: Report, verbose: bool) -> None:
                   highlight=False)
     v = h.verdicts
     style = "bold red" if h.findings else "bold magenta" if v.get("error") else "bold green"
-    counts = " · ".join(f"{v[w]} {w}" for w in ("holds", "untested", "stopped", "unsupported", "error") if v.get(w))
-    out.print(f"[{style}]{'FOUND' if h.findings else 'NOTHING FOUND'}[/]  {len(h.findings)} finding(s) · {counts}  "
-              f"({h.examples} examples in {h.search_s:.1f} s, {h.examples_per_s:.0f}/s; "
+    counts = [f"{v[w]} {w}" for w in ("holds", "untested", "stopped", "unsupported", "error") if v.get(w)]
+    out.print(f"[{style}]{'FOUND' if h.findings else 'NOTHING FOUND'}[/]  "
+              + " · ".join([f"{len(h.findings)} finding(s)", *counts])
+              + f"  ({h.examples} examples in {h.search_s:.1f} s, {h.examples_per_s:.0f}/s; "
               f"worker start {h.startup_s:.1f} s)", highlight=False)
+    if not h.examples and not h.findings:
+        reasons = sorted({p.reason for p in h.properties if p.reason})[:3]
+        out.print("[bold yellow]nothing was tested:[/] no property ran an example"
+                  + (": " + escape("; ".join(reasons)) if reasons else "") + " (-v lists every property)",
+                  highlight=False)
     if verbose:
         for b, fams in h.invariants_per_boundary.items():
             out.print(f"  {b}: {', '.join(fams)}", highlight=False)

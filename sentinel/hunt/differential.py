@@ -258,7 +258,8 @@ class DiffHunter:
             for (k, v), a in zip(variants, answers[1:]):
                 if a["status"] == "unsupported":
                     self.excluded[side].setdefault(b, {}).setdefault(k, []).append(v)
-                    out.setdefault(k, []).append(v)
+                    if v not in out.setdefault(k, []):  # both sides may lack it: listed once
+                        out[k].append(v)
         return out
 
     def _replay(self, s: PropertyState) -> None:
@@ -345,7 +346,8 @@ class DiffHunter:
         base, head = self.sides.base, self.sides.head
         for s in self.states:
             for f in s.found:
-                f.document = diff_document(s.prop.boundary, f.finding, base, head, self.against, self.settings.seed)
+                f.document = diff_document(s.prop.boundary, f.finding, base, head, self.against, self.settings.seed,
+                                           self.command)
                 sc, = load_text(f.document[1], f"<differential finding {f.document[0]}>")
                 if self.settings.verify:
                     vb, vh = base.verify(sc), head.verify(sc)
@@ -502,6 +504,8 @@ def differential(spec_base: TargetSpec, spec_head: TargetSpec, boundaries: list[
         unknown = [b for b in boundaries if b not in BOUNDARIES]
         if unknown:
             raise ValueError(f"unknown boundary {unknown[0]!r} (known: {', '.join(sorted(BOUNDARIES))})")
+    if seed is None:  # one drawn and recorded: a finding's provenance names the seed that found it
+        seed = random.SystemRandom().randrange(2 ** 31)
     settings = DiffSettings(boundaries=boundaries, time_budget=seconds, seed=seed,
                             out_dir=Path(out_dir) if out_dir else None, known=list(known.signatures) if known else [],
                             replay=list(known.examples) if known else [], config=dict(config or {}), first=first,

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from ..boundaries import get as get_boundary
+from ..git import WORKTREE
 from ..report import (Environment, HuntDifferential, HuntSide, HuntSummary, InvariantResult, Report,
                       ScenarioResult, statistics)
 from .. import verdicts
@@ -29,13 +30,21 @@ if TYPE_CHECKING:
     from .sides import Side
 
 
+def _rev(side: "Side") -> str:
+    """The revision a side ran, as `sentinel compare` takes it: the resolved commit, or
+    WORKTREE for a checkout's working tree (uncommitted changes included)."""
+    return WORKTREE if side.spec.repo and side.spec.commit is None else (side.target.commit or WORKTREE)
+
+
 def _replay_command(sc_file: str, base: "Side", head: "Side", against: bool) -> str:
     if against:
         cmd = f"sentinel run {sc_file} --target {head.spec.name}"
         cmd += f" --plant {head.spec.plant}" if head.spec.plant else ""
-        return cmd + (f" --repo {head.spec.repo} --commit {head.target.commit}" if head.spec.repo and head.target.commit else "")
+        return cmd + (f" --repo {head.spec.repo} --commit {head.target.commit}"
+                      if head.spec.repo and head.spec.commit and head.target.commit else
+                      f" --repo {head.spec.repo}" if head.spec.repo else "")
     return (f"sentinel compare {sc_file} --target {head.spec.name} --repo {head.spec.repo} "
-            f"--base {base.target.commit} --head {head.target.commit or 'WORKTREE'}")
+            f"--base {_rev(base)} --head {_rev(head)}")
 
 
 def _pin(boundary: str, observable: str, values: Any) -> dict[str, Any]:
@@ -50,13 +59,17 @@ def _pin(boundary: str, observable: str, values: Any) -> dict[str, Any]:
 
 
 def diff_document(boundary: str, f: dict[str, Any], base: "Side", head: "Side", against: bool,
-                  seed: int | None) -> tuple[str, str]:
+                  seed: int | None, command: list[str] | None = None) -> tuple[str, str]:
     """(scenario id, YAML text) of a differential finding."""
+    found_by = " ".join(command) if command else (
+        f"sentinel hunt --target {head.spec.name}" + (f" --plant {head.spec.plant}" if head.spec.plant else "")
+        + (f" --repo {head.spec.repo}" if head.spec.repo else "")
+        + (" --against reference" if against else f" --base {_rev(base)} --head {_rev(head)}") + f" -b {boundary}")
     sig = f["signature"]
     if against:
         who = f"ref-vs-{slug(head.key)}"
     elif base.spec.name == head.spec.name:  # one trainer at two revisions: name it once
-        rev = lambda s: (s.target.commit or "worktree")[:12]  # noqa: E731
+        rev = lambda s: _rev(s).lower()[:12]  # noqa: E731
         who = f"diff-{slug(head.spec.name.rsplit(':', 1)[-1])}-{rev(base)}-vs-{rev(head)}"
     else:
         who = f"diff-{slug(base.key)}-vs-{slug(head.key)}"
@@ -76,10 +89,7 @@ def diff_document(boundary: str, f: dict[str, Any], base: "Side", head: "Side", 
         "description": f["outcome"]["message"],
         "boundary": boundary,
         "targets": ["*"],
-        "provenance": [f"found by sentinel hunt --target {head.spec.name} "
-                       + ("--against reference" if against else f"--base {base.target.commit} --head "
-                          f"{head.target.commit or 'WORKTREE'}") + f" (seed {seed if seed is not None else 'random'})",
-                       f"replay: {replay}"],
+        "provenance": [f"found by {found_by} (seed {seed})", f"replay: {replay}"],
         "tags": ["hunt", "differential", verdict],
         "config": dict(f["config"]),
         "inputs": {n: _tensor(n, v, boundary) for n, v in f["inputs"].items()},
