@@ -37,7 +37,7 @@ def _repo(path: Path):
     except git.NoSuchPathError:
         raise GitError(f"repository {path} does not exist") from None
     except git.InvalidGitRepositoryError:
-        raise GitError(f"{path} is not a git repository (needed for --commit)") from None
+        raise GitError(f"{path} is not a git repository: a revision (--commit, --base, --head, --since) needs one") from None
 
 
 def resolve(repo: Path, rev: str) -> tuple[str, str]:

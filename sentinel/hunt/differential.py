@@ -393,6 +393,9 @@ class _Search:
                 self.rejected += 1
                 self.errors += 1
                 self.reasons[f"both sides raised {a['type']}"] += 1
+                if self.s.error_sample is None:  # what the report shows of the errors it counts
+                    self.s.error_sample = {"type": a["type"], "message": a["message"], "traceback": "",
+                                           "example": repr(ex)[:4000]}
                 continue
             if best:
                 self.shrink_calls += 1
