@@ -1,7 +1,8 @@
 """The import graph of sentinel/ and adapters/ (installed as `sentinel_adapters`), read with ast.
 
 No module imports, directly or through others, a module that imports it back: neither at
-module level nor from inside a function (`if TYPE_CHECKING:` imports aside); and the CLI's
+module level nor from inside a function (`if TYPE_CHECKING:` imports aside); a name taken
+from a module's own package (`from . import NAME`) counts as importing that package; and the CLI's
 module-level imports stay free of torch and Hypothesis (`sentinel list`, `--help` stay fast).
 """
 
@@ -50,6 +51,7 @@ def imports(name: str, path: Path, known: set[str], deep: bool = False) -> set[s
     them that importing them runs), others by their top-level name."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
+    names_from: set[str] = set()  # packages this module takes names (not submodules) from
     for node in _statements(ast.parse(path.read_text()).body, deep):
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names)
@@ -64,6 +66,7 @@ def imports(name: str, path: Path, known: set[str], deep: bool = False) -> set[s
             found.update(subs)
             if len(subs) < len(node.names):
                 found.add(base)
+                names_from.add(base)
     out = set()
     for mod in found:
         if mod.split(".")[0] not in PACKAGES:
@@ -72,7 +75,9 @@ def imports(name: str, path: Path, known: set[str], deep: bool = False) -> set[s
         parts = mod.split(".")
         for i in range(1, len(parts) + 1):  # importing a.b.c runs a and a.b first
             dep = ".".join(parts[:i])
-            if dep in known and not (name == dep or name.startswith(dep + ".")):
+            # a module's own packages run before it anyway; a name taken from one of them
+            # (`from . import NAME`) needs its __init__ to have run to the end: an edge
+            if dep in known and (not (name == dep or name.startswith(dep + ".")) or dep in names_from and dep != name):
                 out.add(dep)
     return out
 
