@@ -4,6 +4,8 @@ The public Python API (everything else is internal and may move):
 
     from sentinel import load_scenarios, run, TargetSpec, Report        # run scenarios
     from sentinel import Adapter, BoundaryResult, FunctionRef, Unsupported, implements  # an adapter
+    from sentinel import Precondition, deviation                          # ... its declared conventions
+    from sentinel import differential                                     # a differential hunt
     from sentinel import SentinelError                                    # every error's root
 
 Names are imported on first use, so `import sentinel` stays cheap (no torch until an
@@ -34,6 +36,9 @@ _API = {
     "BoundaryResult": "sentinel_adapters.base:BoundaryResult",
     "FunctionRef": "sentinel_adapters.base:FunctionRef",
     "implements": "sentinel_adapters.base:implements",
+    "Precondition": "sentinel_adapters.base:Precondition",
+    "deviation": "sentinel_adapters.base:deviation",
+    "differential": "sentinel.hunt.differential:differential",
 }
 __all__ = ["__version__", *_API]
 

@@ -87,6 +87,11 @@ class {cls}(Adapter):
     description = "{name} (adapter written from the `sentinel new adapter` template)"
     # Boundaries {name} does not have, with the reason reports show (sentinel list boundaries).
     declines = {{"opsm_mask": "{name} has no off-policy sequence masking"}}
+    # Where {name} departs from the reference math on purpose, with why and where it says so:
+    # `sentinel hunt --target ... --against reference` then reports it as a deviation, not a bug.
+    #   deviations = {{"kl-clamped": deviation("kl", observables=("kl",), reason="clamps the log-ratio to +-20",
+    #                                         link="https://github.com/you/{name}/blob/main/losses.py#L40")}}
+    # Inputs {name}'s data path never produces (`from sentinel import Precondition`), see the README.
 
     def load(self) -> dict[str, Any]:
         """Import the trainer here: `self.root` is the checkout given with --repo (put it first on
