@@ -155,7 +155,7 @@ def test_report_is_deterministic_apart_from_timings(runs):
     _, done = runs
     assert done["json1"].returncode == done["json2"].returncode == 1
     a, b = json.loads(done["json1"].stdout), json.loads(done["json2"].stdout)
-    assert a["created_at"] and a["duration_s"] >= 0
+    assert a["created_at"] and isinstance(a["duration_s"], float)  # recorded; its value is for benchmarks/
     assert strip_timings(a) == strip_timings(b)
     assert a["results"][0]["observations"]["opsm_mask"] == [[0.0, 1.0, 0.0]]
 

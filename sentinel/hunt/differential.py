@@ -38,7 +38,7 @@ from ..boundaries import BOUNDARIES
 from ..report import Report, Target
 from ..runner import TargetSpec
 from ..spec import load_text
-from . import diff as D
+from .diff import ATOL, RTOL, Difference, deviation_for, differences, grads_for, not_run
 from .diffreport import diff_document, diff_report
 from .driver import resolved
 from .known import Known, fitted, runs_of
@@ -70,8 +70,8 @@ class DiffSettings:
     config: dict[str, Any] = dataclasses.field(default_factory=dict)
     known: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     replay: list[dict[str, Any]] = dataclasses.field(default_factory=list)
-    atol: float = D.ATOL
-    rtol: float = D.RTOL
+    atol: float = ATOL
+    rtol: float = RTOL
 
 
 def _prop(boundary: str) -> Property:
@@ -222,15 +222,15 @@ class DiffHunter:
                    "found": s.found[-1].finding["signature"] if search.best else None, "findings": len(s.found)})
 
     def observe(self, b: str, examples: list) -> tuple[list, list]:
-        return self.sides.ask({"op": "observe", "boundary": b, "examples": examples, "grads": D.grads_for(b)})
+        return self.sides.ask({"op": "observe", "boundary": b, "examples": examples, "grads": grads_for(b)})
 
-    def unexplained(self, b: str, ex, ra: dict, rb: dict) -> tuple[list[D.Difference], list[str]]:
+    def unexplained(self, b: str, ex, ra: dict, rb: dict) -> tuple[list[Difference], list[str]]:
         """The differences no declared deviation explains, and the deviations that explain the rest."""
-        diffs = D.differences(b, ex, ra, rb, self.settings.atol, self.settings.rtol)
+        diffs = differences(b, ex, ra, rb, self.settings.atol, self.settings.rtol)
         devs, left = [], []
         for d in diffs:
             # a convention changes values; it does not make them NaN: a non-finite difference is never one
-            name = D.deviation_for(self.deviations, b, d.observable, ex.config) \
+            name = deviation_for(self.deviations, b, d.observable, ex.config) \
                 if self.deviations and not d.non_finite else None
             (devs.append(name) if name else left.append(d))
         return left, devs
@@ -238,7 +238,7 @@ class DiffHunter:
     def probe(self, b: str) -> Callable:
         def probe(ex, overrides: dict[str, Any]) -> tuple[str, Any]:
             (ra,), (rb,) = self.observe(b, [ex])
-            if D.not_run(ra, rb):
+            if not_run(ra, rb):
                 return "n/a", None
             left, _ = self.unexplained(b, ex, ra, rb)
             return ("violated", tuple(d.observable for d in left)) if left else ("held", None)
@@ -278,7 +278,7 @@ class DiffHunter:
                     s.known.append({**sig.as_dict(), "source": k.get("source", "")})
                     break
 
-    def _classify(self, b: str, ex, sig: Signature) -> tuple[Any, str, dict, dict, list, D.Difference]:
+    def _classify(self, b: str, ex, sig: Signature) -> tuple[Any, str, dict, dict, list, Difference]:
         """Which properties each side violates where they differ: on the example, else on the
         first variant of its config that keeps the same difference (a key that does not
         matter to the signature, or another choice it persists under) where a family tells
@@ -294,7 +294,7 @@ class DiffHunter:
         ra, rb = self.observe(b, cands)
         kept = []
         for c, a, r in zip(cands, ra, rb):
-            if D.not_run(a, r):
+            if not_run(a, r):
                 continue
             left, _ = self.unexplained(b, c, a, r)
             d = next((x for x in left if x.observable == sig.observable), None)
@@ -383,7 +383,7 @@ class _Search:
             return any(_same(e, best["ex"]) for e in batch)
         ra, rb = h.observe(self.b, batch)  # SideDied ends the hunt: the search cannot go on with one side
         for ex, a, b in zip(batch, ra, rb):
-            skip = D.not_run(a, b)
+            skip = not_run(a, b)
             if skip:
                 self.rejected += 1
                 who = "both sides" if a["status"] == b["status"] else "base" if skip is a else "head"
@@ -435,7 +435,7 @@ def _related(boundary: str, observable: str) -> list[str]:
     """The observable, then the output it is the gradient of, or the gradients of it."""
     if observable.startswith("grad:"):
         return [observable, observable[5:].split("/", 1)[0]]
-    return [observable] + [f"grad:{o}/{w}" for o, w in D.grads_for(boundary) if o == observable]
+    return [observable] + [f"grad:{o}/{w}" for o, w in grads_for(boundary) if o == observable]
 
 
 def _aliased(probe: Callable, name: str, observable: str) -> Callable:
@@ -482,7 +482,7 @@ def _at(values: Any, positions: list[list[int]]) -> Any:
     return out
 
 
-def _message(d: D.Difference, verdict: str, viol: dict[str, list[str]], sides: Sides) -> str:
+def _message(d: Difference, verdict: str, viol: dict[str, list[str]], sides: Sides) -> str:
     where = f" at {d.positions[:4]}" if d.positions else ""
     why = {"fixed": f"base violates {', '.join(sorted(set(viol['base']) - set(viol['head'])))}",
            "regressed": f"head violates {', '.join(sorted(set(viol['head']) - set(viol['base'])))}",
@@ -497,7 +497,7 @@ def differential(spec_base: TargetSpec, spec_head: TargetSpec, boundaries: list[
                  seconds: float = 60.0, seed: int | None = None, *, against: bool = False,
                  out_dir: str | Path | None = None, known: Known | None = None, config: dict[str, Any] | None = None,
                  first: bool = False, verify: bool = True, shrink_time: float = SHRINK_TIME, timeout: float = 60.0,
-                 atol: float = D.ATOL, rtol: float = D.RTOL, max_examples: int = 100_000, min_examples: int = 100,
+                 atol: float = ATOL, rtol: float = RTOL, max_examples: int = 100_000, min_examples: int = 100,
                  command: list[str] | None = None,
                  on_event: Callable[[dict[str, Any]], None] | None = None) -> Report:
     """Hunt for inputs where `spec_base` and `spec_head` disagree; the hunt Report (findings
