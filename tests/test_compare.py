@@ -46,13 +46,18 @@ def git(repo: Path, *args: str) -> str:
     return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout.strip()
 
 
-@pytest.fixture(scope="module")
-def tiny_repo(tmp_path_factory) -> dict:
-    repo = tmp_path_factory.mktemp("tiny") / "trainer"
+def new_repo(repo: Path) -> Path:
+    """An empty git repository (branch main, a committer set) at `repo`."""
     repo.mkdir()
     git(repo, "init", "-q", "-b", "main")
     git(repo, "config", "user.email", "t@example.com")
     git(repo, "config", "user.name", "t")
+    return repo
+
+
+@pytest.fixture(scope="module")
+def tiny_repo(tmp_path_factory) -> dict:
+    repo = new_repo(tmp_path_factory.mktemp("tiny") / "trainer")
     shas = {}
     for name, files in [("buggy", {"tinytrainer.py": BUGGY}),
                         ("broken", {"tinytrainer.py": BUGGY + "\ndef (:\n"}),  # does not import: skipped

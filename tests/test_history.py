@@ -26,7 +26,7 @@ from sentinel.history.executors import Executor
 from sentinel.report import load
 from sentinel.spec import load_paths
 
-from test_compare import BUGGY, FIXED, SCENARIO
+from test_compare import BUGGY, FIXED, SCENARIO, git, new_repo
 
 HERE = Path(__file__).parent
 TARGET = "history_adapter:HistoryTinyAdapter"
@@ -37,17 +37,9 @@ TOUCH = {3, 6, 9, 15, 18, 21}
 N = 24
 
 
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout.strip()
-
-
 @pytest.fixture(scope="module")
 def trainer(tmp_path_factory) -> dict:
-    repo = tmp_path_factory.mktemp("history") / "trainer"
-    repo.mkdir()
-    git(repo, "init", "-q", "-b", "main")
-    git(repo, "config", "user.email", "t@example.com")
-    git(repo, "config", "user.name", "t")
+    repo = new_repo(tmp_path_factory.mktemp("history") / "trainer")
     shas, code = [], ""
     for i in range(N):
         if i in PLAN:
