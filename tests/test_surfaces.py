@@ -247,3 +247,23 @@ def test_reports_render_a_violation_on_a_vocab_input():
     console_report(report, Console(file=out, width=160), verbose=True)
     assert "unmutated" in out.getvalue()
     json.loads(report.model_dump_json())
+
+
+@pytest.mark.parametrize("masked_rows, verdict", [(True, "violated"), (False, "held")])
+def test_finite_on_a_fully_masked_row_is_checked_only_when_asked(masked_rows, verdict):
+    """`finite: {masked_rows: true}` (the surfaces' hunt properties): a row with no valid value
+    must reduce to a finite value too. The plant multiplies by the mask, so a NaN there makes
+    the fully masked row's mean NaN; row 0 is all valid and stays finite."""
+    sc, = load_text(f"""id: row-mean
+title: t
+boundary: masked_reduce
+config: {{op: mean, dim: row}}
+inputs: {{values: [[1.0, 2.0], [3.0, 4.0]], loss_mask: [[1, 1], [0, 0]]}}
+invariants:
+  - finite: {{values: [nan], masked_rows: {str(masked_rows).lower()}}}
+""", "row-mean.yaml")
+    r, = run([sc], [TargetSpec("reference", plant="masked-reduce-multiplies")]).results
+    inv, = r.invariants
+    assert inv.verdict == verdict, inv.message
+    r, = run([sc], [TargetSpec("reference")]).results
+    assert r.invariants[0].verdict == "held"  # the reference selects: 0 for a row with no valid value
