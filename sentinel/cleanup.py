@@ -8,7 +8,12 @@ killed with SIGKILL cannot: its workers die with it (a parent-death signal, see
 sentinel/worker.py), and the next command sweeps what it left. The sweep removes only what it
 can prove is RL-Sentinel's and whose owner process is gone: a folder named `sentinel-wt-*`
 in the temp folder holding an owner mark (pid and that process's start time, so a reused pid
-is not mistaken for the owner) whose process no longer exists.
+is not mistaken for the owner) whose process no longer exists, or one a SIGKILL left before
+its mark was written (still empty a minute after it was made). In the user's repository it
+removes only the worktrees it finds there (sentinel/git.py), never prunes theirs.
+
+A worktree is created and removed with interrupts deferred (`deferred_interrupts`): Ctrl-C
+mid-way waits until the worktree is both made and due for removal, or removed entirely.
 """
 
 from __future__ import annotations
@@ -18,9 +23,11 @@ import os
 import shutil
 import signal
 import tempfile
+import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 WORKTREE_PREFIX = "sentinel-wt-"
 OWNER_FILE = "owner.json"
@@ -56,21 +63,37 @@ def alive(owner: dict) -> bool:
 
 
 def mark(folder: Path, **facts) -> None:
-    """Record this process as the owner of `folder` (plus facts the sweep needs, e.g. the repo)."""
-    (folder / OWNER_FILE).write_text(json.dumps({**me(), **facts}))
+    """Record this process as the owner of `folder` (plus facts the sweep needs, e.g. the repo),
+    all at once: a killed writer leaves no half-written mark."""
+    part = folder / (OWNER_FILE + ".part")
+    part.write_text(json.dumps({**me(), **facts}))
+    os.replace(part, folder / OWNER_FILE)
 
 
-def stale_worktree_folders(tmp: Path | None = None) -> list[tuple[Path, dict]]:
-    """(folder, owner) of every `sentinel-wt-*` folder whose owner is gone."""
+def stale_worktree_folders(tmp: Path | None = None, young_s: float = YOUNG_S) -> list[tuple[Path, dict]]:
+    """(folder, owner) of every `sentinel-wt-*` folder whose owner is gone, and (folder, {}) of
+    every one killed before its mark was written: nothing in it but a partial mark, made more
+    than `young_s` ago (a younger one may be a live run about to write its mark)."""
     out = []
     for d in sorted(Path(tmp or tempfile.gettempdir()).glob(WORKTREE_PREFIX + "*")):
         try:
             owner = json.loads((d / OWNER_FILE).read_text())
         except (OSError, ValueError):
+            if _unmarked_and_old(d, young_s):
+                out.append((d, {}))
             continue  # not provably ours (or not marked yet): left alone
         if not alive(owner):
             out.append((d, owner))
     return out
+
+
+def _unmarked_and_old(folder: Path, young_s: float) -> bool:
+    try:
+        names = {p.name for p in folder.iterdir()}
+        age = time.time() - folder.stat().st_mtime
+    except OSError:
+        return False
+    return folder.is_dir() and names <= {OWNER_FILE + ".part"} and age > young_s
 
 
 def sweep_lock_files(tmp: Path | None = None) -> None:
@@ -111,7 +134,8 @@ _on_interrupt: list[Callable[[], None]] = []
 def on_interrupt(fn: Callable[[], None]) -> None:
     """Call `fn` first when the run is interrupted (e.g. kill the workers, so the threads
     waiting on them return and their cleanup runs)."""
-    _on_interrupt.append(fn)
+    if fn not in _on_interrupt:
+        _on_interrupt.append(fn)
 
 
 def interrupted() -> None:
@@ -122,9 +146,37 @@ def interrupted() -> None:
             pass
 
 
+_pending: list[int] = []  # signals that came inside `deferred_interrupts`
+_depth = 0  # how many `deferred_interrupts` blocks the main thread is in
+
+
 def _raise_interrupt(signum, frame):  # noqa: ARG001
     interrupted()  # first: the threads blocked on workers must be freed before anyone waits on them
+    if _depth:
+        _pending.append(signum)
+        return
     raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+
+@contextmanager
+def deferred_interrupts() -> Iterator[None]:
+    """Ctrl-C, SIGTERM and SIGHUP that come during the block (Python raises them in the main
+    thread) are raised when it ends, so that the block happens entirely or not at all: e.g. a
+    worktree is added together with the code that removes it. Other threads need no shield: an
+    interrupt is never raised in them."""
+    global _depth
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _depth += 1
+    try:
+        yield
+    finally:
+        _depth -= 1
+        if not _depth and _pending:
+            signum = _pending[0]
+            _pending.clear()
+            raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
 
 
 def install_signal_handlers() -> None:

@@ -14,18 +14,18 @@ from typing import Callable
 
 from . import git, verdicts
 from .report import Comparison, Report, ScenarioResult
-from .runner import TargetSpec, run, run_group
+from .runner import LOAD_TIMEOUT, TargetSpec, run, run_group
 from .spec import Scenario
 from .verdicts import compare_verdict
 
 
 def compare(scenarios: list[Scenario], target: str, repo: str, base: str, head: str, *, device: str = "cpu",
             timeout: float = 60.0, on_result: Callable[[ScenarioResult], None] | None = None,
-            command: list[str] | None = None) -> Report:
+            command: list[str] | None = None, load_timeout: float = LOAD_TIMEOUT) -> Report:
     """Run the scenarios at `base` and at `head` (a revision, or git.WORKTREE) in parallel."""
     sides = [TargetSpec(target, repo, base, device, label="base"),
              TargetSpec(target, repo, None if head == git.WORKTREE else head, device, label="head")]
-    report = run(scenarios, sides, timeout=timeout, on_result=on_result, command=command)
+    report = run(scenarios, sides, timeout=timeout, on_result=on_result, command=command, load_timeout=load_timeout)
     by = {(r.target, r.id): r for r in report.results}
     comparisons = [Comparison(id=sc.id, base=by[("base", sc.id)].verdict, head=by[("head", sc.id)].verdict,
                               verdict=compare_verdict(by[("base", sc.id)].verdict, by[("head", sc.id)].verdict))
@@ -71,7 +71,7 @@ def commits_between(repo: str, good: str, bad: str) -> list[tuple[str, str]]:
 def bisect(scenario: Scenario, target: str, repo: str, good: str, bad: str, *, device: str = "cpu",
            timeout: float = 60.0, on_probe: Callable[[Probe], None] | None = None,
            evaluate: Callable[[str], ScenarioResult] | None = None,
-           relevant: Callable[[str], bool] | None = None) -> BisectResult:
+           relevant: Callable[[str], bool] | None = None, load_timeout: float = LOAD_TIMEOUT) -> BisectResult:
     """The first commit in good..bad whose verdict equals bad's (git-bisect semantics);
     commits where the target does not import (error/unsupported) are skipped, not blamed.
     `evaluate(sha)` runs the scenario at a commit (default: a worker here; `sentinel history`
@@ -90,7 +90,8 @@ def bisect(scenario: Scenario, target: str, repo: str, good: str, bad: str, *, d
 
     def probe(sha: str, subject: str) -> Probe:
         if sha not in cache:
-            r = evaluate(sha) if evaluate else run_group([scenario], TargetSpec(target, repo, sha, device), timeout).results[0]
+            r = evaluate(sha) if evaluate else run_group([scenario], TargetSpec(target, repo, sha, device), timeout,
+                                                         load_timeout=load_timeout).results[0]
             verdict = verdicts.bisect_verdict(r.verdict)
             cache[sha] = Probe(sha, subject, verdict, r.reason)
             probes.append(cache[sha])

@@ -25,6 +25,11 @@ class WorkerDied(SentinelError):
     """The worker process ended or went silent before answering."""
 
 
+class ChannelError(WorkerDied):
+    """Target code wrote on the worker's channel (sentinel/channel.py): its answers cannot be
+    trusted, so the worker is ended."""
+
+
 class TargetError(SentinelError):
     """Something about a target: it cannot be loaded, or lacks a boundary."""
 

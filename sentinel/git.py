@@ -2,6 +2,8 @@
 
 The user's checkout, branch, index and stash are never touched: a requested revision is
 checked out detached into a temporary folder that is removed on success, failure and Ctrl-C.
+Nor are the user's own worktrees: nothing here runs `git worktree prune`; only worktrees in a
+`sentinel-wt-*` folder are removed, or their registration where the folder is gone.
 """
 
 from __future__ import annotations
@@ -73,28 +75,69 @@ def checkout(repo: Path, rev: str | None) -> Iterator[Checkout]:
     import git
     sha, subject = resolve(repo, rev)
     r = _repo(repo)
-    tmp = Path(tempfile.mkdtemp(prefix=cleanup.WORKTREE_PREFIX))
-    cleanup.mark(tmp, repo=str(repo))  # a killed run's leftovers are swept by the next command
-    path = tmp / sha[:12]
+    tmp = path = None
     try:
-        with _worktree_lock(repo):
-            try:
-                r.git.worktree("add", "--detach", "--quiet", str(path), sha)
-            except git.GitCommandError as e:
-                raise GitError(f"could not check out {sha[:12]} of {repo} into a temporary worktree: "
-                               f"{_stderr(e)}") from None
+        # made, marked, registered and due for removal in one step: an interrupt waits for it
+        with cleanup.deferred_interrupts():
+            tmp = Path(tempfile.mkdtemp(prefix=cleanup.WORKTREE_PREFIX))
+            cleanup.mark(tmp, repo=str(repo))  # a killed run's leftovers are swept by the next command
+            path = tmp / sha[:12]
+            with _worktree_lock(repo):
+                _forget_missing(r)
+                try:
+                    r.git.worktree("add", "--detach", "--quiet", str(path), sha)
+                except git.GitCommandError as e:
+                    raise GitError(f"could not check out {sha[:12]} of {repo} into a temporary worktree: "
+                                   f"{_stderr(e)}") from None
         yield Checkout(path, sha, subject, False)
     finally:
-        with _worktree_lock(repo):
-            try:
-                r.git.worktree("remove", "--force", str(path))
-            except Exception:  # noqa: BLE001 - best effort: prune what remove left behind
-                shutil.rmtree(tmp, ignore_errors=True)
+        if tmp is not None:
+            with cleanup.deferred_interrupts():
+                _remove(r, repo, tmp)
+
+
+def _remove(r, repo: Path, folder: Path) -> None:
+    """Remove our worktree folder `folder` (sentinel-wt-*) from `repo`: each worktree in it,
+    the registration of any whose folder is gone, then the folder."""
+    with _worktree_lock(repo):
+        for wt in sorted(folder.iterdir()) if folder.is_dir() else []:
+            if wt.is_dir():
                 try:
-                    r.git.worktree("prune")
-                except Exception:  # noqa: BLE001
+                    r.git.worktree("remove", "--force", str(wt))
+                except Exception:  # noqa: BLE001 - its registration is dropped below
                     pass
-        shutil.rmtree(tmp, ignore_errors=True)
+        cleanup.remove_tree(folder)
+        _forget(r, lambda gitdir: _inside(gitdir, folder))
+
+
+def _forget(r, ours) -> None:
+    """Drop the registration (.git/worktrees/NAME) of each worktree whose recorded folder
+    `ours(gitdir)` says is ours and that no longer exists: what `git worktree prune` does, for
+    our worktrees alone."""
+    try:
+        admin = Path(r.common_dir) / "worktrees"
+        entries = list(admin.iterdir()) if admin.is_dir() else []
+    except Exception:  # noqa: BLE001 - a broken repository: nothing to forget
+        return
+    for entry in entries:
+        try:
+            gitdir = Path((entry / "gitdir").read_text().strip())
+        except OSError:
+            continue
+        if ours(gitdir) and not gitdir.exists():
+            shutil.rmtree(entry, ignore_errors=True)
+
+
+def _forget_missing(r) -> None:
+    """Registrations of our worktrees whose sentinel-wt-* folder is gone altogether (swept, or
+    the temp folder cleaned): no live run can be using them."""
+    _forget(r, lambda gitdir: gitdir.parent.parent.name.startswith(cleanup.WORKTREE_PREFIX)
+            and not gitdir.parent.parent.exists())
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    real, top = os.path.realpath(path), os.path.realpath(folder)
+    return real.startswith(top + os.sep)
 
 
 def sweep_stale() -> list[str]:
@@ -103,20 +146,11 @@ def sweep_stale() -> list[str]:
     removed = []
     for folder, owner in cleanup.stale_worktree_folders():
         repo = Path(owner.get("repo", ""))
-        if repo.exists():
-            try:
-                r = _repo(repo)
-                with _worktree_lock(repo):
-                    for wt in folder.iterdir():
-                        if wt.is_dir():
-                            try:
-                                r.git.worktree("remove", "--force", str(wt))
-                            except Exception:  # noqa: BLE001 - deregistered below by prune
-                                pass
-                    cleanup.remove_tree(folder)
-                    r.git.worktree("prune")
-            except (GitError, Exception):  # noqa: BLE001 - a broken repo must not stop the command
-                pass
+        try:
+            if owner.get("repo") and repo.exists():
+                _remove(_repo(repo), repo, folder)
+        except Exception:  # noqa: BLE001 - a broken repo must not stop the command
+            pass
         cleanup.remove_tree(folder)
         removed.append(str(folder))
     if removed:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 
-from . import process
+from . import cleanup, process
 
 # how many workers each command starts at once (compare: base and head side by side)
 WORKER_COMMANDS = {"run": 1, "gate": 1, "compare": 2, "bisect": 1, "matrix": 1, "hunt": 1}
@@ -21,7 +21,13 @@ WORKER_COMMANDS = {"run": 1, "gate": 1, "compare": 2, "bisect": 1, "matrix": 1, 
 def entry() -> None:
     args = sys.argv[1:]
     if args and args[0] in WORKER_COMMANDS and "--help" not in args:
+        # before the first worker: an interrupt from now on kills the workers and cleans up
+        cleanup.install_signal_handlers()
+        cleanup.on_interrupt(process.stop_all)
         process.keep_hypothesis_home()  # before the spares start: they inherit the environment
         process.prestart(min(WORKER_COMMANDS[args[0]], os.cpu_count() or 1))
-    from .cli import entry as cli_entry  # after the spares: they import torch meanwhile
+    try:
+        from .cli import entry as cli_entry  # after the spares: they import torch meanwhile
+    except KeyboardInterrupt:
+        sys.exit(130)  # the spares are killed at exit
     cli_entry()

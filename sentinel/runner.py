@@ -21,13 +21,11 @@ import numpy as np
 
 from . import git, verdicts
 from .invariants import RunObservation
-from .process import WorkerDied, WorkerHandle
+from .process import LOAD_TIMEOUT, ChannelError, WorkerDied, WorkerHandle
 from .report import (Environment, ExceptionInfo, FunctionInfo, InvariantResult, Report, ScenarioResult, Target,
                      statistics)
 from .spec import Scenario
 from .tensors import decode, encode, to_clean_list, to_list
-
-LOAD_TIMEOUT = 300.0  # importing a real trainer (and its shims) on a cold disk
 
 
 @dataclass(frozen=True)
@@ -149,8 +147,10 @@ def checkout_root(stack: ExitStack, spec: TargetSpec, target: Target) -> str | N
 
 
 def run_group(scenarios: list[Scenario], spec: TargetSpec, timeout: float = 60.0,
-              on_result: Callable[[ScenarioResult], None] | None = None) -> GroupResult:
-    """All scenarios for one target in one worker (restarted if target code kills it)."""
+              on_result: Callable[[ScenarioResult], None] | None = None,
+              load_timeout: float = LOAD_TIMEOUT) -> GroupResult:
+    """All scenarios for one target in one worker (restarted if target code kills it). The
+    target's import and load() may take `load_timeout` s, each scenario `timeout` s."""
     target = Target(name=spec.name, repo=spec.repo, device=spec.device, plant=spec.plant)
     results: list[ScenarioResult] = []
 
@@ -190,9 +190,9 @@ def run_group(scenarios: list[Scenario], spec: TargetSpec, timeout: float = 60.0
                 try:
                     worker = None
                     worker = WorkerHandle(header)
-                    hello = worker.receive(LOAD_TIMEOUT)
+                    hello = worker.hello(load_timeout)
                 except WorkerDied as e:
-                    hello = {"event": "load_error", "error": {"type": "WorkerDied", "message": str(e), "traceback": ""}}
+                    hello = {"event": "load_error", "error": {"type": type(e).__name__, "message": str(e), "traceback": ""}}
                 if hello["event"] == "load_error":
                     target.load_error = _exc(hello["error"])
                     if worker is not None:  # None: it died while being started
@@ -210,10 +210,11 @@ def run_group(scenarios: list[Scenario], spec: TargetSpec, timeout: float = 60.0
                 res = worker.receive(timeout + 30)
             except WorkerDied as e:
                 worker = None
-                if sc.id not in retried and "gave no answer" not in str(e):
-                    retried.add(sc.id)  # a fresh worker gets one more try at it
+                # a fresh worker gets one more try at it; not after a silence or a forged answer
+                if sc.id not in retried and "gave no answer" not in str(e) and not isinstance(e, ChannelError):
+                    retried.add(sc.id)
                     continue
-                res = {"status": "error", "error": {"type": "WorkerDied", "message": str(e), "traceback": ""}}
+                res = {"status": "error", "error": {"type": type(e).__name__, "message": str(e), "traceback": ""}}
             planned.pop(0)
             emit(evaluate(sc, runs, res, spec.key))
         if worker is not None:
@@ -229,7 +230,7 @@ def _load_failed(sc: Scenario, spec: TargetSpec, err: ExceptionInfo) -> Scenario
 
 def run(scenarios: list[Scenario], targets: list[TargetSpec], *, timeout: float = 60.0,
         on_result: Callable[[ScenarioResult], None] | None = None, command: list[str] | None = None,
-        parallel: int | None = None) -> Report:
+        parallel: int | None = None, load_timeout: float = LOAD_TIMEOUT) -> Report:
     """Run every scenario on every target (groups in parallel threads, one worker each)."""
     t0 = time.perf_counter()
     created = datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -242,7 +243,7 @@ def run(scenarios: list[Scenario], targets: list[TargetSpec], *, timeout: float 
 
     workers = max(1, min(len(targets), parallel or os.cpu_count() or 1))
     with ThreadPoolExecutor(workers) as pool:
-        groups = list(pool.map(lambda t: run_group(scenarios, t, timeout, locked), targets))
+        groups = list(pool.map(lambda t: run_group(scenarios, t, timeout, locked, load_timeout), targets))
     env = next((g.environment for g in groups if g.environment), {})
     results = [r for g in groups for r in g.results]
     stats = statistics(results)

@@ -1,8 +1,11 @@
 """The worker: the only process that imports torch and target code.
 
-Protocol (JSON lines): the runner writes a header {target, root, device, options, timeout}
-then one job per scenario; the worker answers {"event": "ready" | "load_error"} then one
-{"event": "result"} per job. On CPU each job runs in a forked child of the warmed worker,
+Protocol (JSON lines): the runner writes a header {target, root, device, options, timeout, key}
+then one job per scenario; the worker answers {"event": "phase"} notes while it loads the target
+(so a load that blocks is reported by phase), {"event": "ready" | "load_error"}, then one
+{"event": "result"} per job. Every answer is a line signed with the header's key, and a forked
+child signs its lines with a key of its own (sentinel/channel.py): what target code writes on
+a file descriptor it inherited is never taken for an answer. On CPU each job runs in a forked child of the warmed worker,
 so a crash, `sys.exit` or hang costs one scenario, and module-level state a target mutates
 dies with the child instead of leaking into the next scenario.
 
@@ -14,8 +17,10 @@ CUDA is isolated the same way: the warm worker imports torch and the target but 
 initialises CUDA (`torch.cuda.is_available` asks NVML), so each forked child initialises
 its own CUDA context and dies with it. Nothing outlives the run: the worker ends when its
 parent process is gone (a watchdog on the parent pid), each child runs in its own process
-group with a parent-death signal, and the group is killed once the child has answered, so
-a grandchild the target forked can neither hold the answer back nor linger.
+group with a parent-death signal, and the group is killed once the child has answered. The
+worker is a child subreaper (sentinel/reaper.py): a grandchild that left the group with
+setsid() is re-parented to the worker and killed with the rest, and a child that exits is
+noticed even while such a grandchild holds its pipe open.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ from typing import Any, Callable
 # or no forked child could use it
 os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
 
-from . import targets  # noqa: E402
+from . import channel, reaper, targets  # noqa: E402
 from .observe import observe  # noqa: E402
 from .tensors import decode, encode  # noqa: E402
 
@@ -60,6 +65,7 @@ def _watch_parent(interval: float = 0.5) -> None:
     def watch() -> None:
         while True:
             if os.getppid() != parent:
+                reaper.kill_descendants(os.getpid())
                 os._exit(1)
             time.sleep(interval)
     threading.Thread(target=watch, daemon=True, name="watch-parent").start()
@@ -70,12 +76,16 @@ def _error(exc: BaseException) -> dict[str, Any]:
 
 
 class Worker:
-    def __init__(self, header: dict[str, Any], out):
-        self.header, self.out = header, out
+    def __init__(self, header: dict[str, Any], out, key: bytes, private: tuple[int, ...] = ()):
+        self.header, self.out, self.key = header, out, key
+        self.private = private  # the worker's own channels: a forked child closes them
 
     def send(self, msg: dict[str, Any]) -> None:
-        self.out.write(json.dumps(msg) + "\n")
+        self.out.write(channel.frame(self.key, msg))
         self.out.flush()
+
+    def phase(self, what: str) -> None:
+        self.send({"event": "phase", "what": what})
 
     # --- start-up ----------------------------------------------------------------------
     def load(self) -> None:
@@ -92,10 +102,12 @@ class Worker:
         if dev.startswith("cuda") and not torch.cuda.is_available():
             raise TargetLoadError("--device cuda was asked for but torch sees no CUDA device")
         self.torch, self.device = torch, torch.device(dev)
+        self.phase(f"while importing the adapter of {h['target']}")
         adapter_cls = targets.adapter_class(h["target"])
         root = Path(h["root"]) if h.get("root") else None
         self.adapter = adapter_cls(root, self.device, h.get("options") or {})
         t0 = time.perf_counter()
+        self.phase(f"in {adapter_cls.__name__}.load()")
         info = self.adapter.load() or {}
         info.setdefault("stubs", list(self.adapter.stubs))
         info["import_s"] = round(time.perf_counter() - t0, 4)
@@ -182,64 +194,118 @@ class Worker:
                 return fn(self.send)
             except Exception as e:  # noqa: BLE001
                 return {"status": "error", "error": _error(e)}
+        key = channel.new_key()
+        before = frozenset(reaper.descendants(os.getpid()))  # processes the adapter's load() started
         r, w = os.pipe()
         pid = os.fork()
         if pid == 0:  # child
             os.setpgid(0, 0)  # its own group: whatever it forks is killed with it
             _die_with_parent()
-            # stdin is the worker's job stream: target code that reads it must not eat the next jobs
-            devnull = os.open(os.devnull, os.O_RDONLY)
-            os.dup2(devnull, 0)
-            os.close(devnull)
-            sys.stdin = open(0, closefd=False)
             os.close(r)
-            # drop the protocol pipe: if the worker dies, the runner must see EOF at once,
-            # not when this child finishes
-            os.close(self.out.fileno())
-            sink = os.fdopen(w, "w")
+            # the worker's job stream and protocol pipe are not the child's: target code can
+            # neither read the next jobs nor write on the protocol, and if the worker dies the
+            # runner sees EOF at once, not when this child finishes
+            for fd in self.private:
+                os.close(fd)
+            sink = os.fdopen(w, "wb")
 
             def emit(msg: dict[str, Any]) -> None:
-                sink.write(json.dumps(msg) + "\n")
+                sink.write(channel.frame(key, msg))
                 sink.flush()
             try:
                 try:
-                    line = json.dumps(fn(emit))
+                    answer = fn(emit)
                 except BaseException as e:  # noqa: BLE001 - sys.exit in target code is an error result too
-                    line = json.dumps({"status": "error", "error": _error(e)})
-                sink.write(line + "\n")
+                    answer = {"status": "error", "error": _error(e)}
+                emit(answer)
                 sink.close()
             finally:
                 os._exit(0)
         os.close(w)
-        result, buf, deadline = None, b"", time.monotonic() + timeout
-        with os.fdopen(r, "rb") as f:
-            while True:
-                left = deadline - time.monotonic()
-                if left <= 0 or not select.select([f], [], [], left)[0]:
-                    _kill_group(pid)
-                    os.waitpid(pid, 0)
-                    return {"status": "error", "error": {"type": "Timeout", "message": timeout_message, "traceback": ""}}
-                chunk = os.read(f.fileno(), 1 << 20)
-                if not chunk:
-                    break
-                buf += chunk
-                while b"\n" in buf and result is None:
-                    line, buf = buf.split(b"\n", 1)
-                    msg = json.loads(line)
-                    if msg.get("event") == "progress":
-                        self.send(msg)
-                    else:
-                        result = msg  # the answer: no need to wait for an EOF a grandchild may hold back
-                if result is not None:
-                    break
-        _, status = os.waitpid(pid, 0)
+        deadline = time.monotonic() + timeout
+        try:
+            how, value, status = self._collect(r, pid, key, deadline)
+        finally:
+            os.close(r)
+        if how == "ended" and status is None:  # EOF: the child is ending, or closed the pipe and runs on
+            status = _wait_child(pid, deadline)
+            how = "timeout" if status is None else how
         _kill_group(pid)
-        if result is not None:
-            return result
+        if status is None:
+            _, status = os.waitpid(pid, 0)
+        reaper.kill_descendants(os.getpid(), keep=before, reap=True)  # a grandchild that left the group
+        if how == "result":
+            return value
+        if how == "timeout":
+            return {"status": "error", "error": {"type": "Timeout", "message": timeout_message, "traceback": ""}}
+        if how == "forged":
+            return {"status": "error", "error": {"type": "ChannelError", "traceback": "", "message":
+                    f"target {self.header.get('target')!r} wrote on the worker's result channel {crash_when}, "
+                    f"so its answer cannot be trusted ({value})"}}
         how = (f"killed by signal {signal.Signals(os.WTERMSIG(status)).name}" if os.WIFSIGNALED(status)
                else f"exited with status {os.WEXITSTATUS(status)}")
         return {"status": "error", "error": {
             "type": "Crash", "message": f"the target process {how} {crash_when}", "traceback": ""}}
+
+    def _collect(self, r: int, pid: int, key: bytes, deadline: float) -> tuple[str, Any, int | None]:
+        """Read the child's signed lines, forwarding progress, until one of: ("result", msg);
+        ("forged", Forged) a line the child did not sign; ("timeout", None) past the deadline;
+        ("ended", None) EOF, or the child exited with nothing more in the pipe (a grandchild
+        may hold it open: its exit is not waited past). The third item: the child's wait
+        status, when it was reaped here."""
+        buf, status, pidfd = b"", None, _pidfd(pid)
+        try:
+            while True:
+                if status is None:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return "timeout", None, None
+                    fds, wait = ([r], min(left, 0.05)) if pidfd is None else ([r, pidfd], left)
+                else:  # the child is gone: take what is in the pipe already, wait for nothing more
+                    fds, wait = [r], 0
+                ready = select.select(fds, [], [], wait)[0]
+                if r in ready:
+                    chunk = os.read(r, 1 << 20)
+                    if not chunk:
+                        return "ended", None, status
+                    buf += chunk
+                    while b"\n" in buf:
+                        line, buf = buf.split(b"\n", 1)
+                        try:
+                            msg = channel.unframe(key, line)
+                        except channel.Forged as e:
+                            return "forged", e, status
+                        if msg.get("event") != "progress":
+                            return "result", msg, status  # no need to wait for an EOF a grandchild may hold back
+                        self.send(msg)
+                elif status is not None:
+                    return "ended", None, status
+                elif pidfd is None or pidfd in ready:
+                    done, st = os.waitpid(pid, os.WNOHANG)
+                    if done:
+                        status = st
+        finally:
+            if pidfd is not None:
+                os.close(pidfd)
+
+
+def _pidfd(pid: int) -> int | None:
+    """A descriptor that becomes readable when `pid` exits (Linux 5.3+), else None (polled)."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
+
+
+def _wait_child(pid: int, deadline: float) -> int | None:
+    """The child's wait status once it exits on its own before `deadline`, else None."""
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.01)
 
 
 def _kill_group(pgid: int) -> None:
@@ -250,23 +316,28 @@ def _kill_group(pgid: int) -> None:
 
 
 def main() -> None:
+    reaper.become_subreaper()
     _watch_parent()
-    # The protocol owns the original stdout; anything target code prints goes to stderr.
-    proto = os.fdopen(os.dup(1), "w")
+    # The protocol owns the original stdout and stdin, on descriptors of their own; target code
+    # gets stderr for stdout (anything it prints) and /dev/null for stdin (it cannot eat jobs).
+    proto, jobs = os.fdopen(os.dup(1), "wb"), os.fdopen(os.dup(0), "rb")
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     import torch  # noqa: F401 - most of a start (~1 s); a pre-started worker does it before its header comes
-    line = sys.stdin.readline()
+    line = jobs.readline()
     if not line:  # a pre-started worker nobody needed
         return
     header = json.loads(line)
-    worker = Worker(header, proto)
+    worker = Worker(header, proto, bytes.fromhex(header.pop("key")), (proto.fileno(), jobs.fileno()))
     try:
         worker.load()
     except BaseException as e:  # noqa: BLE001
         worker.send({"event": "load_error", "error": _error(e)})
         return
-    for line in sys.stdin:
+    for line in jobs:
         job = json.loads(line)
         result = worker.hunt(job) if job.get("type") == "hunt" else worker.isolated(job)
         result.update(event="result", scenario=job["scenario"])

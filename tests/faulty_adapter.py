@@ -22,8 +22,21 @@ misbehaves, by its code in `CODES` (scenarios validate, since config values are 
   grandchild    fork a grandchild that holds the result pipe and sleeps, then answer right
   thread-left-running, stdout-flood, stderr-flood, chdir, environ
                 misbehave around a right answer
+  channel-json, channel-bytes
+                write a forged answer (JSON) or bytes on every inherited fd, then answer right
+  killpg, kill-0
+                signal the own process group (os.killpg(0, SIGKILL), os.kill(0, SIGTERM))
+  setsid-crash  fork a grandchild that leaves the group (setsid) and holds the pipe, then exit 7
+  setsid-grandchild, setsid-hang
+                the same grandchild, then answer right, or hang
 
-`BrokenLoadAdapter.load()` raises, so the target cannot be loaded at all.
+A grandchild's pid is written to $FAULTY_PID_DIR/<mode>.pid (when set), for the tests to
+check it is gone.
+
+Targets that fail while loading: `BrokenLoadAdapter.load()` raises; `HangingLoadAdapter.load()`
+blocks forever, and so does importing this module at all when FAULTY_IMPORT_HANG=1;
+`ChannelAtLoadAdapter`, `KillGroupAtLoadAdapter` and `SignalGroupAtLoadAdapter` do in load()
+what channel-json, killpg and kill-0 do in a call (in the worker process itself).
 """
 
 from __future__ import annotations
@@ -39,6 +52,10 @@ import torch
 
 from sentinel_adapters.base import Adapter, BoundaryResult, FunctionRef, Unsupported
 
+if os.environ.get("FAULTY_IMPORT_HANG") == "1":  # an import that never returns
+    while True:
+        time.sleep(1)
+
 COUNTER = 0  # module-level state a misbehaving call mutates
 MODES = ("ok", "raise", "exit", "segv", "hang", "kill-parent", "mutate", "read-state", "print", "unsupported",
          "shape-7", "shape-2x4", "list", "complex", "no-outputs", "extra-output", "int-loss", "string",
@@ -48,7 +65,9 @@ MODES = ("ok", "raise", "exit", "segv", "hang", "kill-parent", "mutate", "read-s
          "none-loss", "dict-loss", "grad-loss-wrong-shape", "bool-list", "sleep-past-timeout",
          "memory-error", "os-error", "python-float-wrong", "shape-1",
          # misbehaviour around a correct answer: the answer must come back, and nothing may linger
-         "grandchild", "thread-left-running", "stdout-flood", "stderr-flood", "chdir", "environ", "raise-in-del")
+         "grandchild", "thread-left-running", "stdout-flood", "stderr-flood", "chdir", "environ", "raise-in-del",
+         # the worker's channel and process tree (issue 22)
+         "channel-json", "channel-bytes", "killpg", "kill-0", "setsid-crash", "setsid-grandchild", "setsid-hang")
 CODES = {m: 100.0 + i for i, m in enumerate(MODES)}  # mode -> the value that selects it
 
 
@@ -77,8 +96,7 @@ class FaultyAdapter(Adapter):
             os.kill(os.getpid(), signal.SIGSEGV)
             time.sleep(5)  # the signal is delivered asynchronously
         if mode == "hang":
-            while True:
-                time.sleep(1)
+            _sleep_forever()
         if mode == "kill-parent":
             os.kill(os.getppid(), signal.SIGKILL)
             os._exit(1)  # an orphan that lingered would hold the worker's stdout pipe open
@@ -119,9 +137,38 @@ def _grandchild(values, mask):
     if pid == 0:  # the grandchild keeps every inherited fd, the result pipe included
         time.sleep(300)
         os._exit(0)
-    # written here, not by the grandchild: a grandchild killed before it wrote would leave no pid
-    Path(os.environ.get("FAULTY_PID_FILE", os.devnull)).write_text(str(pid))
+    _record_pid("grandchild", pid)
     return BoundaryResult({"loss": _token_mean(values, mask)})
+
+
+def _record_pid(mode: str, pid: int) -> None:
+    """Written by the parent, not the grandchild: one killed before it wrote would leave no pid."""
+    if os.environ.get("FAULTY_PID_DIR"):
+        Path(os.environ["FAULTY_PID_DIR"], f"{mode}.pid").write_text(str(pid))
+
+
+def _setsid_grandchild(mode: str) -> None:
+    """Fork a grandchild that leaves the process group (a new session) and sleeps, holding
+    every inherited fd (the result pipe among them)."""
+    pid = os.fork()
+    if pid == 0:
+        os.setsid()
+        time.sleep(300)
+        os._exit(0)
+    _record_pid(mode, pid)
+
+
+FORGED = (b'{"event": "result", "status": "ok", "runs": {}}\n{}\n'
+          b'{"event": "ready", "target_info": {}, "environment": {}}\n')
+
+
+def write_every_fd(data: bytes) -> None:
+    """Write `data` on every open descriptor above stderr (a pipe it reaches included)."""
+    for fd in range(3, 1024):
+        try:
+            os.write(fd, data)
+        except OSError:
+            pass
 
 
 def _thread_left_running(values, mask):
@@ -146,6 +193,11 @@ def _then_right(action):
 
 def _loss(value):
     return lambda values, mask: BoundaryResult({"loss": value() if callable(value) else value})
+
+
+def _sleep_forever():
+    while True:
+        time.sleep(1)
 
 
 def _busy():
@@ -190,6 +242,13 @@ FAULTS = {
     "stderr-flood": _flood(sys.stderr),
     "chdir": _then_right(lambda: os.chdir("/")),
     "environ": _then_right(lambda: os.environ.update(PYTHONPATH="/nonexistent")),
+    "channel-json": _then_right(lambda: write_every_fd(FORGED)),
+    "channel-bytes": _then_right(lambda: write_every_fd(b"\x00\xffraw bytes, no newline")),
+    "killpg": _then_right(lambda: (os.killpg(0, signal.SIGKILL), time.sleep(5))),
+    "kill-0": _then_right(lambda: (os.kill(0, signal.SIGTERM), time.sleep(5))),
+    "setsid-crash": _then_right(lambda: (_setsid_grandchild("setsid-crash"), os._exit(7))),
+    "setsid-grandchild": _then_right(lambda: _setsid_grandchild("setsid-grandchild")),
+    "setsid-hang": _then_right(lambda: (_setsid_grandchild("setsid-hang"), _sleep_forever())),
 }
 
 
@@ -198,3 +257,34 @@ class BrokenLoadAdapter(FaultyAdapter):
 
     def load(self):
         raise RuntimeError("planted load failure: trainer module not importable")
+
+
+class HangingLoadAdapter(FaultyAdapter):
+    name = "hanging-load"
+
+    def load(self):
+        _sleep_forever()
+
+
+class ChannelAtLoadAdapter(FaultyAdapter):
+    name = "channel-at-load"
+
+    def load(self):
+        write_every_fd(FORGED)
+        return super().load()
+
+
+class KillGroupAtLoadAdapter(FaultyAdapter):
+    name = "killpg-at-load"
+
+    def load(self):
+        os.killpg(0, signal.SIGKILL)
+        time.sleep(5)
+
+
+class SignalGroupAtLoadAdapter(FaultyAdapter):
+    name = "kill-0-at-load"
+
+    def load(self):
+        os.kill(0, signal.SIGTERM)
+        time.sleep(5)

@@ -1,11 +1,16 @@
 """The fault corpus: every way target code can misbehave ends as an `error` (or a violation
 when it answers wrong), never `holds`; misbehaviour around a right answer (a grandchild
 holding the result pipe, a thread left running, floods of output) still gets the answer back
-in time and leaves no process behind. Real worker processes, one run for the whole corpus."""
+in time and leaves no process behind. Real worker processes, one run for the whole corpus.
+Then the load: a target whose import or load() blocks, writes on the worker's channel or
+signals its process group is an error naming what happened, and the CLI lives to say so."""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -19,7 +24,8 @@ from faulty_adapter import CODES, MODES
 TESTS = Path(__file__).resolve().parent
 FAULTY = "faulty_adapter:FaultyAdapter"
 AROUND_A_RIGHT_ANSWER = ("grandchild", "thread-left-running", "stdout-flood", "stderr-flood", "chdir", "environ",
-                         "raise-in-del", "print", "read-stdin")
+                         "raise-in-del", "print", "read-stdin", "setsid-grandchild")
+GRANDCHILDREN = ("grandchild", "setsid-grandchild", "setsid-crash", "setsid-hang")  # each writes its pid
 # a correct target: unsupported is its answer "no such function here", not a fault
 NOT_FAULTS = ("ok", "mutate", "read-state", "int-loss", "unsupported", *AROUND_A_RIGHT_ANSWER)
 FAULTS = [m for m in MODES if m not in NOT_FAULTS]
@@ -36,15 +42,15 @@ def scenario(mode: str) -> str:
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
-    pid_file = tmp_path_factory.mktemp("faults") / "grandchild.pid"
+    pid_dir = tmp_path_factory.mktemp("faults")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")])))
-        mp.setenv("FAULTY_PID_FILE", str(pid_file))
+        mp.setenv("FAULTY_PID_DIR", str(pid_dir))
         modes = [*FAULTS, *AROUND_A_RIGHT_ANSWER, "ok"]
         scs = load_text("---\n".join(scenario(m) for m in modes), "faults.yaml")
         t0 = time.monotonic()
         report = run(scs, [TargetSpec(FAULTY, device=DEVICE)], timeout=TIMEOUT)
-        return report, {r.id: r for r in report.results}, pid_file, time.monotonic() - t0
+        return report, {r.id: r for r in report.results}, pid_dir, time.monotonic() - t0
 
 
 def test_the_corpus_has_at_least_30_fault_modes():
@@ -69,18 +75,99 @@ def test_every_scenario_has_a_result_and_the_last_one_holds(corpus):
     assert by_id["ok"].verdict == "holds"
 
 
-def test_the_grandchild_holding_the_pipe_is_killed(corpus):
-    pid = int(corpus[2].read_text())
+def _gone(pid: int) -> bool:
     for _ in range(50):
         try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            return True
+        if state == "Z":
+            return True
         time.sleep(0.1)
-    pytest.fail(f"grandchild {pid} still runs")
+    return False
+
+
+@pytest.mark.parametrize("mode", GRANDCHILDREN)
+def test_the_grandchild_holding_the_pipe_is_killed(corpus, mode):
+    # setsid-*: the grandchild left the scenario's process group; the worker, a subreaper, kills it
+    pid = int((corpus[2] / f"{mode}.pid").read_text())
+    assert _gone(pid), f"{mode}: grandchild {pid} still runs"
+
+
+def test_a_crash_is_a_crash_while_a_setsid_grandchild_holds_the_pipe(corpus):
+    r = corpus[1]["setsid-crash"]
+    # not a Timeout: the child's exit is seen although the grandchild keeps the pipe open
+    assert r.exception_info.type == "Crash", r.reason
+    assert "exited with status 7" in r.reason
+
+
+@pytest.mark.parametrize("mode", ["channel-json", "channel-bytes"])
+def test_what_target_code_writes_on_the_channel_is_an_error_naming_the_target(corpus, mode):
+    r = corpus[1][mode]
+    assert r.verdict == "error" and r.exception_info.type == "ChannelError", r.reason
+    assert FAULTY in r.reason and "result channel" in r.reason
+
+
+def test_signalling_the_own_process_group_costs_the_scenario_only(corpus):
+    for mode in ("killpg", "kill-0"):
+        assert corpus[1][mode].exception_info.type == "Crash", corpus[1][mode].reason
+    assert corpus[1]["ok"].verdict == "holds"
 
 
 def test_reading_stdin_cannot_steal_the_workers_jobs(corpus):
     # the forked child reads /dev/null, not the worker's job stream: every later job arrived
     assert corpus[1]["read-stdin"].verdict == "holds"
     assert all(r.verdict != "error" or "no answer" not in r.reason for r in corpus[0].results)
+
+
+# --- the load: bounded, and the CLI survives whatever the target does there ------------------
+
+LOAD_TIMEOUT = 5.0  # counted from the start of the target's import, not the worker's own start
+
+
+@pytest.mark.parametrize("target,env,phase", [
+    ("faulty_adapter:HangingLoadAdapter", {}, "in HangingLoadAdapter.load()"),
+    (FAULTY, {"FAULTY_IMPORT_HANG": "1"}, "while importing the adapter of faulty_adapter:FaultyAdapter"),
+])
+def test_a_load_that_blocks_is_an_error_naming_the_phase(target, env, phase):
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")])))
+        for k, v in env.items():
+            mp.setenv(k, v)
+        report = run(load_text(scenario("ok"), "ok.yaml"), [TargetSpec(target)], timeout=TIMEOUT,
+                     load_timeout=LOAD_TIMEOUT)
+    err = report.targets[target].load_error
+    assert err is not None and err.type == "LoadTimeout", err
+    assert err.message == f"load timed out after 5 s {phase}"
+    assert [r.verdict for r in report.results] == ["error"]
+    assert report.exit_code() == 3
+
+
+SENTINEL = str(Path(sys.executable).with_name("sentinel"))
+CLI_CASES = {  # target -> (scenario modes, the verdict-reason text every failing one shows)
+    FAULTY: (["channel-json", "channel-bytes", "killpg", "kill-0", "ok"], None),
+    "faulty_adapter:ChannelAtLoadAdapter": (["ok"], "ChannelError"),
+    "faulty_adapter:KillGroupAtLoadAdapter": (["ok"], "status -9"),
+    "faulty_adapter:SignalGroupAtLoadAdapter": (["ok"], "status -15"),
+}
+
+
+@pytest.mark.skipif(not hasattr(os, "setsid"), reason="process groups and sessions")
+@pytest.mark.parametrize("target", list(CLI_CASES))
+def test_the_cli_survives_a_target_that_writes_on_its_channel_or_signals_its_group(tmp_path, target):
+    modes, why = CLI_CASES[target]
+    (tmp_path / "s.yaml").write_text("---\n".join(scenario(m) for m in modes))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")]))}
+    # a session of its own: before the fix the target's group signal reached the CLI's group
+    done = subprocess.run([SENTINEL, "run", str(tmp_path / "s.yaml"), "--target", target, "--timeout", "20",
+                           "-o", str(tmp_path / "r.json")], env=env, capture_output=True, text=True, timeout=300,
+                          start_new_session=True)
+    assert done.returncode == 3, (done.returncode, done.stderr[-3000:])
+    assert "failed unexpectedly" not in done.stderr, done.stderr[-3000:]
+    results = {r["id"]: r for r in json.loads((tmp_path / "r.json").read_text())["results"]}
+    for mode in modes:
+        if mode == "ok" and why is None:
+            assert results[mode]["verdict"] == "holds", results[mode]
+        else:
+            assert results[mode]["verdict"] == "error", results[mode]
+            assert why is None or why in results[mode]["reason"], results[mode]["reason"]

@@ -19,6 +19,7 @@ from ..report import Report, dump, write_atomic
 from ..spec import SpecError, load_paths
 from .. import targets as target_registry
 from ..errors import UsageError
+from ..process import LOAD_TIMEOUT
 
 TARGETS = target_registry.names()  # for help texts; sentinel/targets.py is the one list
 
@@ -136,12 +137,15 @@ def _check_location(target: str, plant: str | None, repo: Path | None, commit: s
             raise usage_error(str(e)) from None
 
 
+LOAD_TIMEOUT_HELP = "Seconds the target's import and load() may take before it is an error naming the phase."
+
+
 def _execute(scenarios, targets, *, output: Path | None, junit: Path | None, as_json: bool, timeout: float,
-             verbose: bool = False) -> Report:
+             verbose: bool = False, load_timeout: float = LOAD_TIMEOUT) -> Report:
     from ..runner import run
     with _progress(as_json, len(scenarios) * len(targets)) as tick:
         report = run(scenarios, targets, timeout=timeout, on_result=lambda r: tick(f"{r.target}: {r.id}: {r.verdict}"),
-                     command=["sentinel", *sys.argv[1:]])
+                     command=["sentinel", *sys.argv[1:]], load_timeout=load_timeout)
     _emit(report, output, junit, as_json, verbose)
     return report
 

@@ -16,7 +16,7 @@ from ..catalog import catalog_path, display_path, local_catalog
 from ..report import dump, write_atomic
 
 from .common import (TARGETS, app, out, err, Device, MatrixFormat, usage_error, _load, _check_target, _progress,
-                     _check_location, _execute, _emit, OUTPUT_HELP, _output)
+                     _check_location, _execute, _emit, OUTPUT_HELP, _output, LOAD_TIMEOUT, LOAD_TIMEOUT_HELP)
 
 
 @app.command()
@@ -32,6 +32,7 @@ def run(
     junit: Optional[Path] = typer.Option(None, "--junit", help="Also write JUnit XML here."),
     as_json: bool = typer.Option(False, "--json", help="Print the JSON report on stdout instead of tables."),
     timeout: float = typer.Option(60.0, "--timeout", help="Seconds one scenario's target code may run before it is an error."),
+    load_timeout: float = typer.Option(LOAD_TIMEOUT, "--load-timeout", min=0.1, help=LOAD_TIMEOUT_HELP),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Show every scenario's invariants, and tracebacks."),
 ) -> None:
     """Run scenarios on one target and write a JSON report.
@@ -45,7 +46,7 @@ def run(
     scenarios = _load(paths)
     spec = TargetSpec(target, str(repo.resolve()) if repo else None, commit, device.value, plant, compile_)
     report = _execute(scenarios, [spec], output=_output(output), junit=junit, as_json=as_json, timeout=timeout,
-                      verbose=verbose)
+                      verbose=verbose, load_timeout=load_timeout)
     raise typer.Exit(report.exit_code())
 
 
@@ -61,6 +62,7 @@ def gate(
     junit: Optional[Path] = typer.Option(None, "--junit", help="Also write JUnit XML here (for CI)."),
     as_json: bool = typer.Option(False, "--json", help="Print the JSON report on stdout."),
     timeout: float = typer.Option(60.0, "--timeout", help="Seconds one scenario's target code may run before it is an error."),
+    load_timeout: float = typer.Option(LOAD_TIMEOUT, "--load-timeout", min=0.1, help=LOAD_TIMEOUT_HELP),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Show every scenario's invariants, and tracebacks."),
 ) -> None:
     """Run a whole catalog; exit non-zero on any violation or error.
@@ -81,7 +83,7 @@ def gate(
     scenarios = _load(paths)
     spec = TargetSpec(target, str(repo.resolve()) if repo else None, commit, device.value, plant)
     report = _execute(scenarios, [spec], output=_output(output), junit=junit, as_json=as_json, timeout=timeout,
-                      verbose=verbose)
+                      verbose=verbose, load_timeout=load_timeout)
     code, why = verdicts.gate_exit_code((r.verdict for r in report.results), target)
     if why:
         err.print(f"[bold red]gate:[/] {why}")
@@ -107,6 +109,7 @@ def compare(
     junit: Optional[Path] = typer.Option(None, "--junit", help="Also write JUnit XML here."),
     as_json: bool = typer.Option(False, "--json", help="Print the JSON report on stdout."),
     timeout: float = typer.Option(60.0, "--timeout", help="Seconds one scenario may run."),
+    load_timeout: float = typer.Option(LOAD_TIMEOUT, "--load-timeout", min=0.1, help=LOAD_TIMEOUT_HELP),
 ) -> None:
     """Run scenarios at two revisions side by side: fixed, regressed, still-violated, holds-both, inconclusive.
 
@@ -131,6 +134,7 @@ def compare(
         raise usage_error(str(e)) from None
     with _progress(as_json, len(scenarios) * 2) as tick:
         rep = cmp.compare(scenarios, target, repo_s, base, head, device=device.value, timeout=timeout,
+                          load_timeout=load_timeout,
                           on_result=lambda r: tick(f"{r.target}: {r.id}: {r.verdict}"), command=["sentinel", *sys.argv[1:]])
     _emit(rep, _output(output), junit, as_json)
     raise typer.Exit(cmp.compare_exit_code(rep))
@@ -147,6 +151,7 @@ def bisect(
     device: Device = typer.Option(Device.cpu, "--device", help="cpu, cuda or auto."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the bisect log as JSON here."),
     timeout: float = typer.Option(60.0, "--timeout", help="Seconds one scenario may run."),
+    load_timeout: float = typer.Option(LOAD_TIMEOUT, "--load-timeout", min=0.1, help=LOAD_TIMEOUT_HELP),
 ) -> None:
     """Find the first commit whose verdict differs from --good's (git-bisect semantics).
 
@@ -168,7 +173,8 @@ def bisect(
         err.print(f"  tried {p.commit[:10]} {p.verdict:<10} {escape(p.subject[:60])}", highlight=False)
 
     try:
-        res = cmp.bisect(scs[0], target, repo_s, good, bad, device=device.value, timeout=timeout, on_probe=on_probe)
+        res = cmp.bisect(scs[0], target, repo_s, good, bad, device=device.value, timeout=timeout, on_probe=on_probe,
+                         load_timeout=load_timeout)
     except git.GitError as e:
         raise usage_error(str(e)) from None
     if output:
