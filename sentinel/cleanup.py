@@ -148,14 +148,17 @@ def interrupted() -> None:
 
 _pending: list[int] = []  # signals that came inside `deferred_interrupts`
 _depth = 0  # how many `deferred_interrupts` blocks the main thread is in
+_raised = False  # an interrupt is on its way up: one more must not break into its cleanup
 
 
 def _raise_interrupt(signum, frame):  # noqa: ARG001
+    global _raised
     interrupted()  # first: the threads blocked on workers must be freed before anyone waits on them
     if _depth:
         _pending.append(signum)
-        return
-    raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+    elif not _raised:
+        _raised = True
+        raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
 
 
 @contextmanager
@@ -164,7 +167,7 @@ def deferred_interrupts() -> Iterator[None]:
     thread) are raised when it ends, so that the block happens entirely or not at all: e.g. a
     worktree is added together with the code that removes it. Other threads need no shield: an
     interrupt is never raised in them."""
-    global _depth
+    global _depth, _raised
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -176,7 +179,9 @@ def deferred_interrupts() -> Iterator[None]:
         if not _depth and _pending:
             signum = _pending[0]
             _pending.clear()
-            raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+            if not _raised:
+                _raised = True
+                raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
 
 
 def install_signal_handlers() -> None:

@@ -1,10 +1,14 @@
 """Nothing left behind: SIGTERM mid-compare cleans up like Ctrl-C; after SIGKILL the workers
 die with the CLI and the next command sweeps the worktrees. Checked on `git worktree list`,
-the temp folder and the process table, with real processes and a real repository."""
+the temp folder and the process table, with real processes and a real repository. The
+hanging target has forked a grandchild that left its process group (setsid): it dies too.
+Only our own leftovers are swept: the user's worktrees are never pruned, and Ctrl-C at any
+moment of a bisect leaves `git worktree list` as it was."""
 
 from __future__ import annotations
 
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -18,10 +22,10 @@ from faulty_adapter import CODES
 TESTS = Path(__file__).resolve().parent
 SENTINEL = str(Path(sys.executable).with_name("sentinel"))
 HANG = f"""id: hangs
-title: the target hangs
+title: the target forks a grandchild that calls setsid(), then hangs
 boundary: loss_agg
 inputs:
-  values:    [[1.0, 2.0, 3.0, {CODES['hang']}]]
+  values:    [[1.0, 2.0, 3.0, {CODES['setsid-hang']}]]
   loss_mask: [[1, 1, 1, 0]]
 invariants:
   - close: {{output: loss, expected: 2.0}}
@@ -83,8 +87,9 @@ def _start_and_wait_for_the_hang(repo, env, cmd) -> tuple[subprocess.Popen, set[
     while time.monotonic() < deadline:
         wts = _git(repo, "worktree", "list").splitlines()
         kids = _descendants(proc.pid)
-        # two worktrees, and each side's worker has forked the hanging scenario's child
-        if len(wts) == 3 and len(kids) >= 4:
+        # two worktrees, and each side's worker has forked the hanging scenario's child, which
+        # has forked its grandchild
+        if len(wts) == 3 and len(kids) >= 6:
             time.sleep(0.5)
             return proc, _descendants(proc.pid)
         time.sleep(0.1)
@@ -140,3 +145,113 @@ def test_the_sweep_leaves_a_live_runs_worktrees_alone(tmp_path, monkeypatch):
     (dead / cleanup.OWNER_FILE).write_text('{"pid": 999999999, "start": "1", "repo": "/nonexistent"}')
     assert git.sweep_stale() == [str(dead)]
     assert live.exists() and unmarked.exists() and not dead.exists()
+
+
+# --- only our own leftovers ---------------------------------------------------------------------
+
+def _user_worktree_gone(repo: Path, tmp_path: Path) -> str:
+    """The user's own worktree whose folder they deleted: registered, prunable, theirs."""
+    own = tmp_path / "users-own-worktree"
+    _git(repo, "worktree", "add", "--detach", "-q", str(own), "HEAD")
+    import shutil
+    shutil.rmtree(own)
+    listed = _git(repo, "worktree", "list", "--porcelain")
+    assert str(own) in listed and "prunable" in listed
+    return listed
+
+
+def _dead_run_folder(tmp: Path, repo: Path) -> Path:
+    """What a SIGKILLed run leaves: a marked sentinel-wt folder whose owner is gone."""
+    from sentinel import cleanup
+    dead = tmp / f"{cleanup.WORKTREE_PREFIX}killed"
+    dead.mkdir()
+    (dead / cleanup.OWNER_FILE).write_text(f'{{"pid": 999999999, "start": "1", "repo": "{repo}"}}')
+    return dead
+
+
+def test_the_users_own_worktrees_are_never_pruned(setup, tmp_path):
+    repo, tmp, env, cmd = setup
+    listed = _user_worktree_gone(repo, tmp_path)
+    dead = _dead_run_folder(tmp, repo)  # makes the sweep work on this repository
+    (tmp_path / "ok.yaml").write_text(HANG.replace(str(CODES["setsid-hang"]), str(CODES["ok"])))
+    compare = [*cmd[:2], str(tmp_path / "ok.yaml"), *cmd[3:]]
+    done = subprocess.run(compare, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert not dead.exists()  # the killed run's folder was swept ...
+    assert _git(repo, "worktree", "list", "--porcelain") == listed  # ... and the user's worktree kept
+    bisect = [SENTINEL, "bisect", str(tmp_path / "ok.yaml"), "--target", "faulty_adapter:FaultyAdapter",
+              "--repo", str(repo), "--good", "HEAD~1", "--bad", "HEAD"]
+    _dead_run_folder(tmp, repo)
+    done = subprocess.run(bisect, env=env, capture_output=True, text=True, timeout=300)
+    assert "same verdict" in done.stderr, done.stderr  # it ran, checked both out, and removed them
+    assert _git(repo, "worktree", "list", "--porcelain") == listed
+    assert sorted(os.listdir(tmp)) == []
+
+
+def test_our_worktree_whose_folder_is_gone_is_unregistered_alone(setup, tmp_path, monkeypatch):
+    from sentinel import cleanup, git
+    repo, tmp, _, _ = setup
+    monkeypatch.setenv("TMPDIR", str(tmp))
+    monkeypatch.setattr("tempfile.tempdir", None)
+    listed = _user_worktree_gone(repo, tmp_path)
+    ours = _dead_run_folder(tmp, repo)
+    _git(repo, "worktree", "add", "--detach", "-q", str(ours / "abc"), "HEAD")
+    import shutil
+    shutil.rmtree(ours / "abc")  # a registered worktree of ours whose folder is gone
+    assert git.sweep_stale() == [str(ours)]
+    assert _git(repo, "worktree", "list", "--porcelain") == listed
+
+
+def test_an_empty_folder_a_kill_left_before_its_mark_is_swept(tmp_path, monkeypatch):
+    from sentinel import cleanup, git
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr("tempfile.tempdir", None)
+    old = tmp_path / f"{cleanup.WORKTREE_PREFIX}killed-before-mark"
+    old.mkdir()
+    (old / (cleanup.OWNER_FILE + ".part")).write_text('{"pid": 1')  # the mark, half written
+    a_while_ago = time.time() - 2 * cleanup.YOUNG_S
+    os.utime(old, (a_while_ago, a_while_ago))
+    young = tmp_path / f"{cleanup.WORKTREE_PREFIX}being-made"
+    young.mkdir()  # a live run that has not written its mark yet
+    full = tmp_path / f"{cleanup.WORKTREE_PREFIX}unknown-content"
+    full.mkdir()
+    (full / "something").write_text("not ours to judge")
+    os.utime(full, (a_while_ago, a_while_ago))
+    assert git.sweep_stale() == [str(old)]
+    assert not old.exists() and young.exists() and full.exists()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc for the process table")
+def test_ctrl_c_at_any_moment_of_a_bisect_leaves_no_worktree(tmp_path):
+    """12 bisects, each interrupted 1 to 3 times at random moments (fixed seed): every one
+    leaves `git worktree list`, the temp folder and the process table as they were."""
+    from test_compare import BUGGY, FIXED, SCENARIO, new_repo
+    repo, tmp = new_repo(tmp_path / "trainer"), tmp_path / "tmp"
+    tmp.mkdir()
+    for i, text in enumerate([BUGGY, BUGGY + "# 1\n", BUGGY + "# 2\n", BUGGY + "# 3\n", FIXED, FIXED + "# 5\n"]):
+        (repo / "tinytrainer.py").write_text(text)
+        _git(repo, "add", "-A")
+        _git(repo, "commit", "-q", "-m", f"c{i}")
+    (tmp_path / "tiny.yaml").write_text(SCENARIO)
+    env = {**os.environ, "TMPDIR": str(tmp), "PYTHONPATH": os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")]))}
+    cmd = [SENTINEL, "bisect", str(tmp_path / "tiny.yaml"), "--target", "tiny_adapter:TinyAdapter", "--repo", str(repo),
+           "--good", "HEAD~5", "--bad", "HEAD"]
+    before = _git(repo, "worktree", "list", "--porcelain")
+    rng = random.Random(22)
+    for attempt in range(12):
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
+        time.sleep(rng.uniform(0.5, 12.0))
+        kids = _descendants(proc.pid)
+        for _ in range(rng.randint(1, 3)):
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+            time.sleep(rng.uniform(0.0, 0.3))
+        rc = proc.wait(timeout=60)
+        stderr = proc.stderr.read()
+        # -SIGINT: interrupted while Python itself was starting, before any handler existed
+        assert rc in (0, 130, -signal.SIGINT), (attempt, rc, stderr[-2000:])
+        assert _git(repo, "worktree", "list", "--porcelain") == before, (attempt, stderr[-2000:])
+        assert sorted(os.listdir(tmp)) == [], (attempt, stderr[-2000:])
+        assert not _wait_gone(kids), (attempt, "processes outlived the interrupted bisect")
