@@ -30,8 +30,8 @@ misbehaves, by its code in `CODES` (scenarios validate, since config values are 
   setsid-grandchild, setsid-hang
                 the same grandchild, then answer right, or hang
 
-A grandchild's pid is written to $FAULTY_PID_DIR/<mode>.pid (when set), for the tests to
-check it is gone.
+A grandchild's pid is written to $FAULTY_PID_DIR/<mode>.<its parent's pid>.pid (when set), for
+the tests to check it is gone.
 
 Targets that fail while loading: `BrokenLoadAdapter.load()` raises; `HangingLoadAdapter.load()`
 blocks forever, and so does importing this module at all when FAULTY_IMPORT_HANG=1;
@@ -144,7 +144,7 @@ def _grandchild(values, mask):
 def _record_pid(mode: str, pid: int) -> None:
     """Written by the parent, not the grandchild: one killed before it wrote would leave no pid."""
     if os.environ.get("FAULTY_PID_DIR"):
-        Path(os.environ["FAULTY_PID_DIR"], f"{mode}.pid").write_text(str(pid))
+        Path(os.environ["FAULTY_PID_DIR"], f"{mode}.{os.getpid()}.pid").write_text(str(pid))
 
 
 def _setsid_grandchild(mode: str) -> None:

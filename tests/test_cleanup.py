@@ -47,7 +47,9 @@ def setup(tmp_path):
         _git(repo, "add", "f.txt")
         _git(repo, "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q", "-m", f"c{i}")
     (tmp_path / "hang.yaml").write_text(HANG)
-    env = {**os.environ, "TMPDIR": str(tmp), "PYTHONPATH": os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")]))}
+    (tmp_path / "pids").mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp), "FAULTY_PID_DIR": str(tmp_path / "pids"),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")]))}
     cmd = [SENTINEL, "compare", str(tmp_path / "hang.yaml"), "--target", "faulty_adapter:FaultyAdapter",
            "--repo", str(repo), "--base", "HEAD~1", "--head", "HEAD", "--timeout", "120", "-o", str(tmp_path / "r.json")]
     return repo, tmp, env, cmd
@@ -84,14 +86,15 @@ def _alive(pids: set[int]) -> set[int]:
 def _start_and_wait_for_the_hang(repo, env, cmd) -> tuple[subprocess.Popen, set[int]]:
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
+    pids = Path(env["FAULTY_PID_DIR"])
     while time.monotonic() < deadline:
         wts = _git(repo, "worktree", "list").splitlines()
-        kids = _descendants(proc.pid)
+        grandchildren = {int(f.read_text()) for f in pids.glob("setsid-hang.*.pid")}
         # two worktrees, and each side's worker has forked the hanging scenario's child, which
-        # has forked its grandchild
-        if len(wts) == 3 and len(kids) >= 6:
+        # has forked its grandchild (in a session of its own)
+        if len(wts) == 3 and len(grandchildren) == 2:
             time.sleep(0.5)
-            return proc, _descendants(proc.pid)
+            return proc, _descendants(proc.pid) | grandchildren
         time.sleep(0.1)
     proc.kill()
     pytest.fail(f"the compare never reached its hanging scenario: {proc.stderr.read() if proc.poll() is not None else ''}")

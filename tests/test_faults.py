@@ -90,7 +90,8 @@ def _gone(pid: int) -> bool:
 @pytest.mark.parametrize("mode", GRANDCHILDREN)
 def test_the_grandchild_holding_the_pipe_is_killed(corpus, mode):
     # setsid-*: the grandchild left the scenario's process group; the worker, a subreaper, kills it
-    pid = int((corpus[2] / f"{mode}.pid").read_text())
+    [pid_file] = corpus[2].glob(f"{mode}.*.pid")
+    pid = int(pid_file.read_text())
     assert _gone(pid), f"{mode}: grandchild {pid} still runs"
 
 
