@@ -188,7 +188,8 @@ class Worker:
         runner as they come, its return value is the result. An exception, exit, crash or a
         child still running after `timeout` s is an {"status": "error"} result. Without fork
         (no os.fork, or CUDA initialised at load) fn runs here and an exception is the error
-        result. The child runs in its own process group, killed once it has answered."""
+        result. The child runs in its own process group, killed once it has answered, and then
+        every descendant it left (one that left the group too) is killed."""
         if not getattr(self, "fork_ok", hasattr(os, "fork")):
             try:
                 return fn(self.send)
@@ -214,10 +215,10 @@ class Worker:
                 sink.flush()
             try:
                 try:
-                    answer = fn(emit)
+                    line = channel.frame(key, fn(emit))
                 except BaseException as e:  # noqa: BLE001 - sys.exit in target code is an error result too
-                    answer = {"status": "error", "error": _error(e)}
-                emit(answer)
+                    line = channel.frame(key, {"status": "error", "error": _error(e)})
+                sink.write(line)
                 sink.close()
             finally:
                 os._exit(0)
