@@ -147,6 +147,7 @@ def test_a_load_that_blocks_is_an_error_naming_the_phase(target, env, phase):
 SENTINEL = str(Path(sys.executable).with_name("sentinel"))
 CLI_CASES = {  # target -> (scenario modes, the verdict-reason text every failing one shows)
     FAULTY: (["channel-json", "channel-bytes", "killpg", "kill-0", "ok"], None),
+    "faulty_adapter:HangingLoadAdapter": (["ok"], "LoadTimeout: load timed out after 5 s in HangingLoadAdapter.load()"),
     "faulty_adapter:ChannelAtLoadAdapter": (["ok"], "ChannelError"),
     "faulty_adapter:KillGroupAtLoadAdapter": (["ok"], "status -9"),
     "faulty_adapter:SignalGroupAtLoadAdapter": (["ok"], "status -15"),
@@ -155,12 +156,13 @@ CLI_CASES = {  # target -> (scenario modes, the verdict-reason text every failin
 
 @pytest.mark.skipif(not hasattr(os, "setsid"), reason="process groups and sessions")
 @pytest.mark.parametrize("target", list(CLI_CASES))
-def test_the_cli_survives_a_target_that_writes_on_its_channel_or_signals_its_group(tmp_path, target):
+def test_the_cli_survives_a_target_that_writes_on_its_channel_signals_its_group_or_hangs(tmp_path, target):
     modes, why = CLI_CASES[target]
     (tmp_path / "s.yaml").write_text("---\n".join(scenario(m) for m in modes))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")]))}
     # a session of its own: before the fix the target's group signal reached the CLI's group
-    done = subprocess.run([SENTINEL, "run", str(tmp_path / "s.yaml"), "--target", target, "--timeout", "20",
+    load = ["--load-timeout", "5"] if "Hanging" in target else []
+    done = subprocess.run([SENTINEL, "run", str(tmp_path / "s.yaml"), "--target", target, "--timeout", "20", *load,
                            "-o", str(tmp_path / "r.json")], env=env, capture_output=True, text=True, timeout=300,
                           start_new_session=True)
     assert done.returncode == 3, (done.returncode, done.stderr[-3000:])
