@@ -440,6 +440,34 @@ def _scalarise(x: Any) -> Any:
     raise ValueError(f"not a number: {x!r}")
 
 
+def _flat(x: Any):
+    for v in x if isinstance(x, list) else [x]:
+        yield from _flat(v) if isinstance(v, list) else (v,)
+
+
+def _short_list(xs: list[int], n: int = 8) -> str:
+    return str(xs) if len(xs) <= n else str(xs[:n])[:-1] + ", ...]"
+
+
+def _pad_problem(pad: Any, dtype: type) -> str | None:
+    """Why `pad` cannot pad a tensor of `dtype` (not one number, beyond its range, a fraction
+    for integers), else None."""
+    try:
+        pad = _scalarise(pad)
+        if isinstance(pad, list):
+            raise ValueError(f"not a number: {pad!r}")
+    except ValueError as e:
+        return f"a pad is one number: {e}"
+    name = np.dtype(dtype).name
+    if np.dtype(dtype).kind == "i":
+        if not float(pad).is_integer():
+            return f"a pad for {name} values is a whole number, not {pad!r}"
+        info = np.iinfo(dtype)
+        return None if info.min <= int(pad) <= info.max else f"pad {pad!r} is beyond the range of {name}"
+    fits = not math.isfinite(pad) or abs(pad) <= float(np.finfo(dtype).max)
+    return None if fits else f"pad {pad!r} is beyond the range of {name}"
+
+
 def _depth(x: Any) -> int:
     return 1 + _depth(x[0]) if isinstance(x, list) and x else (1 if isinstance(x, list) else 0)
 
@@ -466,7 +494,7 @@ def _parse_inputs(raw: dict[str, Any], spec: boundaries.Boundary, ctx: _Ctx, pat
             ctx.add(p, f"boundary {spec.name!r} has no input {name!r} (inputs: {', '.join(x.name for x in spec.inputs)})")
             continue
         dtype = _NP[port.dtype]
-        pad = 0.0
+        pad = None  # padding is asked for, never assumed: a short row is a typo until `pad:` says otherwise
         if isinstance(value, dict):
             extra = set(value) - {"values", "dtype", "pad"}
             if extra or "values" not in value:
@@ -477,7 +505,12 @@ def _parse_inputs(raw: dict[str, Any], spec: boundaries.Boundary, ctx: _Ctx, pat
                     ctx.add(p + ("dtype",), f"unsupported dtype {value['dtype']!r} (float32, float64, int64, bool)")
                     continue
                 dtype = {"float32": np.float32, "float64": np.float64, "int64": np.int64, "bool": np.float32}[value["dtype"]]
-            pad, value = value.get("pad", 0.0), value["values"]
+            if "pad" in value:
+                if (why := _pad_problem(value["pad"], dtype)) is not None:
+                    ctx.add(p + ("pad",), why)
+                    continue
+                pad = _scalarise(value["pad"])
+            value = value["values"]
         try:
             value = _scalarise(value)
         except ValueError as e:
@@ -497,11 +530,18 @@ def _parse_inputs(raw: dict[str, Any], spec: boundaries.Boundary, ctx: _Ctx, pat
                 if port.dtype == "mask":
                     ctx.add(p, "ragged tensor where a rectangle is needed: masks must be rectangular")
                     continue
+                if pad is None:
+                    ctx.add(p, f"ragged rows (lengths {_short_list(lens)}) where a rectangle is needed; to pad them "
+                               "on purpose, write {values: [...], pad: 0.0}")
+                    continue
                 width = max(lens)
                 value = [r + [pad] * (width - len(r)) for r in value]
                 if lengths is not None and lengths != lens:
                     ctx.add(p, f"ragged lengths {lens} disagree with another input's {lengths}")
                 lengths = lens
+        if port.dtype == "mask" and (bad := next((v for v in _flat(value) if v not in (0, 1)), None)) is not None:
+            ctx.add(p, f"a mask holds only 0 and 1, not {bad!r}")  # before float32 rounds 0.99999999 to 1
+            continue
         try:
             with np.errstate(over="raise"):
                 arr = np.asarray(value, dtype=dtype)
@@ -517,9 +557,6 @@ def _parse_inputs(raw: dict[str, Any], spec: boundaries.Boundary, ctx: _Ctx, pat
         if arr.size > max_elements():
             ctx.add(p, f"{arr.size} values (shape {list(arr.shape)}): more than {max_elements()}, the limit per "
                        "tensor (SENTINEL_MAX_ELEMENTS raises it)")
-            continue
-        if port.dtype == "mask" and not np.isin(arr, (0, 1)).all():
-            ctx.add(p, "a mask holds only 0 and 1")
             continue
         if port.dtype == "int" and not np.array_equal(np.asarray(value, dtype=np.float64), arr):
             ctx.add(p, "an integer input holds whole numbers only")

@@ -119,6 +119,9 @@ def good_report() -> str:
     (lambda t: t.replace('"success": true', '"success" true'), "invalid JSON at byte"),
     (lambda t: "", "an empty file"),
     (lambda t: "[]", "field (top level): expected object"),
+    (lambda t: t.replace('"schema_version": "1.0"', '"schema_version": "9.9"'), "field schema_version: '9.9'"),
+    (lambda t: t.replace('"schema_version": "1.0"', '"schema_version": 1.0'), "field schema_version: 1.0"),
+    (lambda t: t.replace('"schema_version": "1.0",', ''), "field schema_version: missing"),
 ])
 def test_a_bad_report_exits_2_saying_what_and_where(tmp_path, mutate, words):
     text = mutate(good_report())
