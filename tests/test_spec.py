@@ -13,7 +13,7 @@ import pytest
 
 from sentinel.boundaries import BOUNDARIES
 from sentinel.catalog import catalog_path
-from sentinel import spec
+from sentinel import yamlfile
 from sentinel.spec import MultiSpecError, SpecError, load_file, load_paths, load_text
 
 # Line numbers below refer to this text (line 1 is `id: opsm`).
@@ -654,10 +654,10 @@ ALIAS_BOMB = "".join(f"{k}: &{k} [{','.join([v] * 9)}]\n" for k, v in  # 9**9 st
 def loader(request, monkeypatch):
     """Run a test with the C loader (libyaml, the default where built) and the pure-Python one."""
     if request.param == "libyaml":
-        if spec.LOADERS[0] is spec._PyLoader:
+        if yamlfile.LOADERS[0] is yamlfile._PyLoader:
             pytest.skip("PyYAML without libyaml")
     else:
-        monkeypatch.setattr(spec, "LOADERS", [spec._PyLoader])
+        monkeypatch.setattr(yamlfile, "LOADERS", [yamlfile._PyLoader])
     return request.param
 
 
