@@ -538,19 +538,21 @@ F64_KL = textwrap.dedent("""\
     invariants:
       - equals: {output: kl, expected: [[1.0, 0.0]]}
       - close: {output: kl, expected: "log_probs - ref_log_probs", atol: 0, rtol: 0}
+      - unmutated: {}
     """)
 
 
 def test_a_float64_output_is_compared_in_float64(tmp_path):
     """The reference's k1 KL on float64 inputs is 1.0000000001: not 1.0 (a float32 cast of the
     observation would call `equals 1.0` held), and exactly the float64 formula (a float32 cast
-    would call it violated)."""
+    would call it violated), and the float64 inputs come back as sent (a float32 copy of them
+    would look mutated)."""
     (tmp_path / "kl.yaml").write_text(F64_KL, encoding="utf-8")
     proc = subprocess.run([sys.executable, "-m", "sentinel", "run", "kl.yaml", "-o", "r.json"], cwd=tmp_path,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     (result,) = json.loads((tmp_path / "r.json").read_text())["results"]
-    equals, close = result["invariants"]
-    assert (equals["verdict"], close["verdict"]) == ("violated", "held"), result
+    equals, close, unmutated = result["invariants"]
+    assert (equals["verdict"], close["verdict"], unmutated["verdict"]) == ("violated", "held", "held"), result
     assert equals["observed"][0][0] == 1.0000000001
     assert equals["difference"][0][0] == pytest.approx(1e-10, rel=1e-5)
