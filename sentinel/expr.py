@@ -9,13 +9,15 @@ node; nothing is handed to `eval`. What it may hold:
 - `+ - * / // % **`, `& | ^ ~`, comparisons (chains included), `and or not` (elementwise),
   `a if cond else b` (cond a scalar), subscripts and slices;
 - calls of the functions in FUNCTIONS, bare (`where(...)`) or as `np.NAME(...)`, the array
-  methods in METHODS (`(x * m).sum(axis=-1, keepdims=True)`), keywords in KEYWORDS, and the
-  constants `np.pi`, `np.e`, `np.inf`, `np.nan`.
+  methods in METHODS (`(x * m).sum(axis=-1, keepdims=True)`), each with at most the positional
+  arguments FUNCTION_ARGS / METHOD_ARGS declare (never numpy's `out` or `copy`), keywords in
+  KEYWORDS, and the constants `np.pi`, `np.e`, `np.inf`, `np.nan`.
 
 Nothing else: no other attribute, no name starting with `_`, no builtins, strings, lambdas,
 comprehensions, f-strings or `:=`. An integer exponent is at most 64 in magnitude, an integer
 at most 4096 bits, every intermediate array at most MAX_ELEMENTS elements (checked before an
-operation allocates it), and an evaluation stops after TIME_LIMIT_S seconds.
+operation allocates it), and an evaluation stops after TIME_LIMIT_S seconds. The run's arrays
+reach the evaluator as read-only views: an expression never changes what it is compared with.
 """
 
 from __future__ import annotations
@@ -39,16 +41,35 @@ MAX_INT_EXPONENT = 64
 MAX_INT_BITS = 4096
 TIME_LIMIT_S = 5.0
 
-_ELEMENTWISE = ("abs", "absolute", "exp", "expm1", "log", "log1p", "log2", "log10", "sqrt", "square", "sign",
-                "tanh", "sin", "cos", "floor", "ceil", "round", "clip", "minimum", "maximum", "fmin", "fmax",
-                "where", "isfinite", "isnan", "isinf", "nan_to_num", "logical_and", "logical_or", "logical_not",
-                "logical_xor", "zeros_like", "ones_like", "full_like", "power", "float_power")
+# reductions and reshapes (a, axis): their result is no larger than their arguments together
 _SHAPED = ("sum", "mean", "max", "min", "amax", "amin", "prod", "std", "var", "cumsum", "cumprod", "any", "all",
-           "count_nonzero", "argmax", "argmin", "expand_dims", "squeeze", "transpose", "diff", "flip",
-           "concatenate", "stack", "nansum", "nanmean")
-FUNCTIONS: dict[str, Callable[..., Any]] = {n: getattr(np, n) for n in _ELEMENTWISE + _SHAPED}
-METHODS = frozenset({"sum", "mean", "max", "min", "prod", "std", "var", "cumsum", "cumprod", "any", "all",
-                     "argmax", "argmin", "clip", "reshape", "squeeze", "transpose", "flatten", "ravel", "round"})
+           "count_nonzero", "argmax", "argmin", "expand_dims", "squeeze", "transpose", "flip", "nansum", "nanmean",
+           "concatenate", "stack", "diff")
+# Every allowed call and the most positional arguments it takes: its value parameters only.
+# numpy's next positional parameter is `out`, `copy`, `dtype` or `shape` (`exp(x, x)`,
+# `clip(x, 0, 1, x)`, `nan_to_num(x, False)`, `x.sum(1, None, y)` write into an observed array
+# or alias it; `zeros_like(x, None, None, True, (n, n))` sizes its result by a number): refused
+# at load. Keywords are KEYWORDS only, and none of them writes.
+FUNCTION_ARGS: dict[str, int] = {
+    **dict.fromkeys(("abs", "absolute", "exp", "expm1", "log", "log1p", "log2", "log10", "sqrt", "square", "sign",
+                     "tanh", "sin", "cos", "floor", "ceil", "isfinite", "isnan", "isinf", "logical_not",
+                     "nan_to_num", "zeros_like", "ones_like"), 1),  # (x)
+    **dict.fromkeys(("minimum", "maximum", "fmin", "fmax", "logical_and", "logical_or", "logical_xor", "power",
+                     "float_power"), 2),  # (x1, x2)
+    "round": 2, "full_like": 2,  # (a, decimals), (a, fill_value)
+    **dict.fromkeys(_SHAPED, 2),  # (a, axis)
+    "clip": 3, "where": 3, "diff": 3,  # (a, min, max), (condition, x, y), (a, n, axis)
+}
+METHOD_ARGS: dict[str, int] = {
+    **dict.fromkeys(("sum", "mean", "max", "min", "prod", "std", "var", "cumsum", "cumprod", "any", "all", "argmax",
+                     "argmin", "squeeze", "round"), 1),  # (axis), round(decimals)
+    "clip": 2, "flatten": 0, "ravel": 0,  # (min, max)
+    "reshape": 32, "transpose": 32,  # (*shape), (*axes): a view of the same values, never an output
+}
+# the others are elementwise: their result has the broadcast shape of their arguments
+_ELEMENTWISE = frozenset(FUNCTION_ARGS) - frozenset(_SHAPED)
+FUNCTIONS: dict[str, Callable[..., Any]] = {n: getattr(np, n) for n in FUNCTION_ARGS}
+METHODS = frozenset(METHOD_ARGS)
 KEYWORDS = frozenset({"axis", "keepdims", "ddof", "nan", "posinf", "neginf", "fill_value", "decimals"})
 CONSTANTS = {"pi": math.pi, "e": math.e, "inf": math.inf, "nan": math.nan}
 
@@ -181,18 +202,25 @@ def _validate(tree: ast.Expression, source: str) -> set[str]:
                 if func.id not in FUNCTIONS:
                     raise ExprError(f"calling {func.id!r} is not allowed (functions: {', '.join(sorted(FUNCTIONS))})",
                                     source, node)
+                called, most = func.id, FUNCTION_ARGS[func.id]
             elif _np_attr(func) is not None:
                 if func.attr not in FUNCTIONS:
                     raise ExprError(f"np.{func.attr} is not allowed (functions: {', '.join(sorted(FUNCTIONS))})",
                                     source, node)
+                called, most = func.attr, FUNCTION_ARGS[func.attr]
             elif isinstance(func, ast.Attribute):
                 if func.attr not in METHODS:
                     raise ExprError(f"the method {func.attr!r} is not allowed (methods: {', '.join(sorted(METHODS))})",
                                     source, node)
+                called, most = f"the method {func.attr}", METHOD_ARGS[func.attr]
                 stack.append(func.value)
             else:
                 _validate(ast.Expression(func), source)  # a refused call inside names the problem better
                 raise _refuse("calling the result of an expression", source, node)
+            if len(node.args) > most:
+                raise ExprError(f"{called} takes at most {most} positional argument{'s' * (most != 1)} here: numpy's "
+                                "next ones (out, copy, dtype, shape) could write into an observed array or alias it "
+                                f"(keywords: {', '.join(sorted(KEYWORDS))})", source, node)
             for kw in node.keywords:
                 if kw.arg is None or kw.arg not in KEYWORDS:
                     raise ExprError(f"the keyword {kw.arg or '**'!r} is not allowed (keywords: "
@@ -243,7 +271,7 @@ def evaluate(source: str, namespace: dict[str, Any], time_limit: float = TIME_LI
     tree, read = _language(source)
     if unknown := read - namespace.keys():
         raise UnknownName(sorted(unknown), "not produced by this run")
-    ev = _Evaluator(source, namespace)
+    ev = _Evaluator(source, {name: _read_only(value) for name, value in namespace.items()})
     with _deadline(time_limit) as ev.deadline:
         value = ev.eval(tree.body)
         ev.size(value, tree.body)
@@ -251,6 +279,14 @@ def evaluate(source: str, namespace: dict[str, Any], time_limit: float = TIME_LI
             return np.asarray(value, dtype=np.float64)
         except (TypeError, ValueError, OverflowError) as e:
             raise ExprError(f"the result is not a numeric array: {e}", source) from None
+
+
+def _read_only(value: Any) -> np.ndarray:
+    """A read-only view: whatever a refusal missed, the evaluator cannot write into an
+    observation (numpy raises "output array is read-only"); the caller's array is untouched."""
+    view = np.asarray(value).view()
+    view.flags.writeable = False
+    return view
 
 
 class _LimitError(ExprError):
@@ -319,6 +355,8 @@ class _Evaluator:
         if isinstance(value, (list, tuple)):
             for v in value:
                 self.size(v, node)
+            if (n := _count(value)) > MAX_ELEMENTS:  # before a sequence of arrays becomes one array
+                raise self.limit(f"a sequence of {n} elements (the limit is {MAX_ELEMENTS})", node)
         return value
 
     def array(self, value: Any, node: ast.AST) -> Any:
@@ -472,6 +510,8 @@ class _Evaluator:
         func = node.func
         if isinstance(func, ast.Attribute) and _np_attr(func) is None:  # a method of an array
             receiver = np.asarray(self.array(self.eval(func.value), func.value))
+            if func.attr in _ELEMENTWISE:  # x.clip(lo, hi) has the broadcast shape of x, lo and hi
+                self.broadcast(node, receiver, *(self.array(a, node) for a in args))
             with np.errstate(all="ignore"):
                 return getattr(receiver, func.attr)(*args, **kwargs)
         name = func.id if isinstance(func, ast.Name) else func.attr

@@ -23,8 +23,8 @@ def observe(adapter, device, boundary: str, inputs: dict[str, np.ndarray], confi
 
     Integer inputs become int64 tensors, float inputs keep their dtype; each `wrt` of
     `grads` ((of, wrt) pairs) requires grad. Returns ({"outputs", "requires_grad", "grads",
-    "inputs_after"} as float32 numpy; a grad is None where the output has no gradient path
-    to the input), the function ref as a dict or None)."""
+    "inputs_after"} as numpy (float64 stays float64, other floats become float32); a grad is
+    None where the output has no gradient path to the input), the function ref as a dict or None)."""
     tensors = {n: torch.tensor(a, dtype=torch.int64 if a.dtype.kind in "iu" else None, device=device)
                for n, a in inputs.items()}
     for _, w in grads:
@@ -40,7 +40,7 @@ def observe(adapter, device, boundary: str, inputs: dict[str, np.ndarray], confi
     for name, v in res.outputs.items():
         t = v if isinstance(v, torch.Tensor) else torch.as_tensor(v)
         rg[name] = bool(t.requires_grad)
-        outputs[name] = t.detach().float().cpu().numpy()
+        outputs[name] = _numpy(t)
     for of, w in grads:
         out = res.outputs.get(of)
         if out is None or w not in tensors:
@@ -49,10 +49,17 @@ def observe(adapter, device, boundary: str, inputs: dict[str, np.ndarray], confi
             gr[f"{of}/{w}"] = None
             continue
         g = torch.autograd.grad(out.sum() if out.dim() else out, tensors[w], retain_graph=True, allow_unused=True)[0]
-        gr[f"{of}/{w}"] = None if g is None else g.detach().float().cpu().numpy()
-    after = {n: res.inputs_after.get(n, t).detach().float().cpu().numpy() for n, t in tensors.items()}
+        gr[f"{of}/{w}"] = None if g is None else _numpy(g)
+    after = {n: _numpy(res.inputs_after.get(n, t)) for n, t in tensors.items()}
     obs = {"outputs": outputs, "requires_grad": rg, "grads": gr, "inputs_after": after}
     return obs, (res.function.as_dict() if res.function else None)
+
+
+def _numpy(t: torch.Tensor) -> np.ndarray:
+    """An observation in its own precision: float64 (and int64, beyond float32's 2**24) stays
+    64-bit, so a difference of 1e-10 is not rounded away before it is compared."""
+    wide = t.dtype in (torch.float64, torch.int64)
+    return (t.detach().double() if wide else t.detach().float()).cpu().numpy()
 
 
 def _returned(v: Any) -> contracts.Returned:

@@ -369,7 +369,7 @@ def load(path: str | Path) -> Report:
     raw = Path(path).read_bytes()
     try:
         text = raw.decode("utf-8")
-        json.loads(text)
+        data = json.loads(text)
     except UnicodeDecodeError as e:
         raise ReportError(f"not UTF-8 at byte {e.start}") from None
     except json.JSONDecodeError as e:
@@ -379,6 +379,11 @@ def load(path: str | Path) -> Report:
         if not text[e.pos:].strip() or e.msg.startswith("Unterminated string"):
             raise ReportError(f"truncated at byte {len(raw)} (line {text.count(chr(10)) + 1}): {e.msg}") from None
         raise ReportError(f"invalid JSON at byte {at} (line {e.lineno}, column {e.colno}): {e.msg}") from None
+    if isinstance(data, dict) and data.get("schema_version") != REPORT_SCHEMA_VERSION:
+        # another layout: its fields would be misread, not refused
+        got = repr(data["schema_version"])[:40] if "schema_version" in data else "missing"
+        raise ReportError(f"field schema_version: {got}, not the report schema this version reads "
+                          f"({REPORT_SCHEMA_VERSION!r})")
     try:
         return Report.model_validate_json(text, strict=True)
     except ValidationError as e:

@@ -41,8 +41,11 @@ def _port(p: boundaries.Port) -> dict[str, Any]:
     row = {"type": "array", "items": {"type": "integer"} if p.dtype == "int" else _NUMBER}
     token = {"type": "array", "items": row}
     plain = {"token": token, "row": row, "scalar": _NUMBER, "vocab": {"type": "array", "items": token}}[p.kind]
-    typed = {"type": "object", "required": ["values"], "properties": {
-        "values": plain, "dtype": {"enum": ["float32", "float64", "float16", "bfloat16"]}, "pad": {"type": "number"}}}
+    pad = {**_NUMBER, "description": "pads ragged rows to the longest with this value (a derived loss_mask marks the "
+                                      "padding); without it, rows of unequal length are an error"}
+    typed = {"type": "object", "required": ["values"], "additionalProperties": False, "properties": {
+        "values": plain,
+        "dtype": {"enum": ["float32", "float64", "int64", "bool"]}, "pad": pad}}
     return {"anyOf": [plain, typed], "description": p.doc or f"{p.kind} {p.dtype}"}
 
 

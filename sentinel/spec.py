@@ -1,40 +1,24 @@
 """Scenario files: YAML -> validated `Scenario` objects, every error with file, line and field.
 
-A file holds one scenario or several separated by `---`. Parsing is in two passes: PyYAML's
-composer gives each key's line, `safe_load` gives the data; pydantic checks types, and the
-checks it cannot know (boundary ports, tensor shapes, masks) follow here.
+A file holds one scenario or several separated by `---`. sentinel/yamlfile.py reads it within
+its limits into data and the line of each key; pydantic checks types, and the checks it cannot
+know (boundary ports, tensor shapes, masks) follow here.
 """
 
 from __future__ import annotations
 
 import math
-import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from . import boundaries
+from . import boundaries, yamlfile
 from .catalog import display_path
-from .errors import SentinelError
 from .invariants import REGISTRY, Invariant
-
-
-class SpecError(SentinelError):
-    """A bad scenario file. `problems` holds (line, field, message) triples."""
-
-    def __init__(self, file: str | Path, problems: list[tuple[int | None, str, str]]):
-        self.file = str(file)
-        self.problems = problems
-        super().__init__("\n".join(self.lines()))
-
-    def lines(self) -> list[str]:
-        return [f"{self.file}:{line or '?'}: {fld}: {msg}" if fld else f"{self.file}:{line or '?'}: {msg}"
-                for line, fld, msg in self.problems]
+from .yamlfile import LOADERS, SpecError, max_elements  # noqa: F401 - LOADERS and SpecError are spec's API too
 
 
 class Variant(BaseModel):
@@ -106,168 +90,6 @@ class Scenario:
         return {**self.spec.config, **self.config, **(overrides or {})}
 
 
-# --- YAML with line numbers -------------------------------------------------------------
-#
-# One pass of libyaml (the C loader; PyYAML's pure-Python one where libyaml is not built in)
-# composes each document into nodes, which keep their lines; a walk over the nodes refuses
-# what would hang or crash later (alias bombs, deep nesting, oversized tensors, duplicate
-# keys) before the nodes are constructed into data.
-
-MAX_DEPTH = 64  # nesting levels of a document
-ALIAS_BUDGET = 10_000  # nodes that aliases may add by expansion
-DEFAULT_MAX_ELEMENTS = 100_000  # values per tensor; SENTINEL_MAX_ELEMENTS overrides
-_FLOAT_TAG = "tag:yaml.org,2002:float"
-# YAML 1.2 floats that YAML 1.1 (PyYAML) reads as strings: 1e-3, 1E5, 1.0e5 (no dot or no exponent sign)
-_FLOAT_12 = re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9][0-9_]*)[eE][-+]?[0-9]+$")
-
-
-def max_elements() -> int:
-    """Values one tensor may hold: SENTINEL_MAX_ELEMENTS, else DEFAULT_MAX_ELEMENTS."""
-    raw = os.environ.get("SENTINEL_MAX_ELEMENTS", "")
-    try:
-        n = int(raw) if raw.strip() else DEFAULT_MAX_ELEMENTS
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise ValueError(f"SENTINEL_MAX_ELEMENTS={raw!r} is not a positive integer")
-    return n
-
-
-class _PyLoader(yaml.SafeLoader):
-    """The pure-Python loader, its recursive composer guarded against deep nesting."""
-
-    _depth = 0
-
-    def compose_node(self, parent, index):  # noqa: ANN001 - PyYAML's signature
-        if self._depth >= MAX_DEPTH:
-            raise yaml.composer.ComposerError(None, None, f"nested deeper than {MAX_DEPTH} levels",
-                                              self.peek_event().start_mark)
-        self._depth += 1
-        try:
-            return super().compose_node(parent, index)
-        finally:
-            self._depth -= 1
-
-
-LOADERS: list[type] = [_PyLoader]
-if getattr(yaml, "CSafeLoader", None) is not None:  # libyaml: nesting capped at 1000 by libyaml itself
-    LOADERS.insert(0, type("_CLoader", (yaml.CSafeLoader,), {}))
-for _cls in LOADERS:
-    _cls.add_implicit_resolver(_FLOAT_TAG, _FLOAT_12, list("-+0123456789."))
-
-
-def _tensor_key(path: tuple) -> tuple | None:
-    """The path of the tensor a node belongs to: inputs.X, variants.V.inputs.X, invariants.I.F.expected."""
-    if len(path) >= 2 and path[0] == "inputs":
-        return path[:2]
-    if len(path) >= 4 and path[0] == "variants" and path[2] == "inputs":
-        return path[:4]
-    if len(path) >= 4 and path[0] == "invariants" and path[3] == "expected":
-        return path[:4]
-    return None
-
-
-def _walk(root: yaml.Node, file: str, limit: int) -> dict[tuple, int]:
-    """Line of every field path of a composed document; a SpecError for duplicate keys,
-    non-scalar keys, nesting beyond MAX_DEPTH, aliases expanding beyond ALIAS_BUDGET nodes
-    and tensors beyond `limit` values."""
-    def fld(path: tuple) -> str:
-        return ".".join(map(str, path[:4])) + (".…" if len(path) > 4 else "")
-
-    lines: dict[tuple, int] = {}
-    problems: list[tuple[int | None, str, str]] = []
-    seen: set[int] = set()
-    expanded = 0
-    counts: dict[tuple, int] = {}
-    stack: list[tuple[yaml.Node, tuple, int]] = [(root, (), 1)]  # (node, path, line it is reached from)
-    while stack:
-        node, path, line = stack.pop()
-        if id(node) in seen:  # an alias: walked again, as construction expands it, at the alias's line
-            expanded += 1
-            if expanded > ALIAS_BUDGET:
-                raise SpecError(file, [(line, fld(path),
-                                        f"YAML aliases expand to more than {ALIAS_BUDGET} extra nodes (an alias bomb?)")])
-        else:
-            seen.add(id(node))
-            line = node.start_mark.line + 1
-        key = _tensor_key(path)
-        if key is None or not isinstance(node, yaml.ScalarNode):  # not a line for each value of a tensor
-            lines.setdefault(path, line)
-        if len(path) > MAX_DEPTH:
-            raise SpecError(file, [(line, fld(path), f"nested deeper than {MAX_DEPTH} levels (or a recursive alias)")])
-        key = key or path
-        if isinstance(node, yaml.ScalarNode):
-            counts[key] = counts.get(key, 0) + 1
-        if counts.get(key, 0) > limit or isinstance(node, yaml.SequenceNode) and len(node.value) > limit:
-            raise SpecError(file, [(lines.get(key, line), fld(key), f"more than {limit} values (the limit per "
-                                                                    "tensor; SENTINEL_MAX_ELEMENTS raises it)")])
-        if isinstance(node, yaml.SequenceNode):
-            stack += reversed([(v, path + (i,), line) for i, v in enumerate(node.value)])  # popped in document order
-        elif isinstance(node, yaml.MappingNode):
-            first: dict[tuple[str, str], int] = {}
-            children = []
-            for k, v in node.value:
-                kline = k.start_mark.line + 1
-                if not isinstance(k, yaml.ScalarNode):
-                    problems.append((kline, fld(path), "a mapping key must be a plain value, not a list or mapping"))
-                    continue
-                if k.tag != "tag:yaml.org,2002:merge":
-                    if (k.tag, k.value) in first:
-                        problems.append((kline, ".".join(map(str, path + (k.value,))),
-                                         f"duplicate key {k.value!r} (first at line {first[k.tag, k.value]})"))
-                        continue
-                    first[k.tag, k.value] = kline
-                lines[path + (k.value,)] = kline
-                children.append((v, path + (k.value,), kline))
-            stack += reversed(children)
-    if problems:
-        raise SpecError(file, problems)
-    return lines
-
-
-def _yaml_error(e: yaml.YAMLError, file: str, text: str, c_loader: bool) -> SpecError:
-    """A YAML error as a SpecError at its line (libyaml counts a reader error's position in bytes)."""
-    if isinstance(e, yaml.reader.ReaderError):
-        before = text.encode("utf-8")[:e.position].decode("utf-8", "replace") if c_loader else text[:e.position]
-        char = f"#x{e.character:04x}" if isinstance(e.character, int) else repr(e.character)
-        return SpecError(file, [(before.count("\n") + 1, "", f"malformed YAML: unacceptable character {char}: {e.reason}")])
-    mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
-    msg = " ".join(str(x) for x in (getattr(e, "context", None), getattr(e, "problem", None)) if x) or str(e)
-    return SpecError(file, [(mark.line + 1 if mark else None, "", f"malformed YAML: {msg}")])
-
-
-def _documents(text: str, file: str) -> list[tuple[yaml.Node, Any, dict[tuple, int]]]:
-    """(node, data, lines) per document; any YAML failure is a SpecError with its line."""
-    try:
-        limit = max_elements()
-    except ValueError as e:
-        raise SpecError(file, [(1, "", str(e))]) from None
-    loader_cls = LOADERS[0]
-    c_loader = loader_cls is not _PyLoader
-    try:
-        loader = loader_cls(text)
-    except yaml.YAMLError as e:  # the pure-Python reader refuses control characters up front
-        raise _yaml_error(e, file, text, c_loader) from None
-    out = []
-    try:
-        while True:
-            node = None
-            try:
-                if not loader.check_node():
-                    break
-                node = loader.get_node()
-                lines = _walk(node, file, limit)
-                out.append((node, loader.construct_document(node), lines))
-            except yaml.YAMLError as e:
-                raise _yaml_error(e, file, text, c_loader) from None
-            except (ValueError, TypeError, OverflowError, RecursionError) as e:  # e.g. `!!int abc` (ValueError)
-                line = node.start_mark.line + 1 if node is not None else None
-                raise SpecError(file, [(line, "", f"malformed YAML: {type(e).__name__}: {e}")]) from None
-    finally:
-        loader.dispose()
-    return out
-
-
 class _Ctx:
     """Collects problems for one document, resolving a field path to its line."""
 
@@ -286,35 +108,23 @@ class _Ctx:
 
 
 def load_file(path: str | Path) -> list[Scenario]:
-    path = Path(path)
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise SpecError(path, [(None, "", "no such file")]) from None
-    except OSError as e:
-        raise SpecError(path, [(None, "", f"cannot read: {e}")]) from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = raw[:e.start].count(b"\n") + 1
-        raise SpecError(path, [(line, "", f"not UTF-8: byte 0x{raw[e.start]:02x} at offset {e.start}")]) from None
-    return load_text(text, display_path(path))
+    return load_text(yamlfile.read(path), display_path(Path(path)))
 
 
 def load_text(text: str, file: str = "<string>") -> list[Scenario]:
     out, problems = [], []
-    for node, doc, lines in _documents(text, file):
+    for start, doc, lines in yamlfile.documents(text, file):
         if doc is None:
             continue
         ctx = _Ctx(file, lines)
         try:
             sc = _parse(doc, ctx)
         except Exception as e:  # noqa: BLE001 - a file no check foresaw is still a bad file (exit 2), not a crash
-            ctx.problems.append((node.start_mark.line + 1, "", f"cannot validate: {type(e).__name__}: {e}"))
+            ctx.problems.append((start, "", f"cannot validate: {type(e).__name__}: {e}"))
             sc = None
         problems += ctx.problems
         if sc is not None and not ctx.problems:
-            sc.file, sc.line = file, node.start_mark.line + 1
+            sc.file, sc.line = file, start
             out.append(sc)
     seen: dict[str, int] = {}
     for sc in out:
@@ -440,6 +250,34 @@ def _scalarise(x: Any) -> Any:
     raise ValueError(f"not a number: {x!r}")
 
 
+def _flat(x: Any):
+    for v in x if isinstance(x, list) else [x]:
+        yield from _flat(v) if isinstance(v, list) else (v,)
+
+
+def _short_list(xs: list[int], n: int = 8) -> str:
+    return str(xs) if len(xs) <= n else str(xs[:n])[:-1] + ", ...]"
+
+
+def _pad_problem(pad: Any, dtype: type) -> str | None:
+    """Why `pad` cannot pad a tensor of `dtype` (not one number, beyond its range, a fraction
+    for integers), else None."""
+    try:
+        pad = _scalarise(pad)
+        if isinstance(pad, list):
+            raise ValueError(f"not a number: {pad!r}")
+    except ValueError as e:
+        return f"a pad is one number: {e}"
+    name = np.dtype(dtype).name
+    if np.dtype(dtype).kind == "i":
+        if not float(pad).is_integer():
+            return f"a pad for {name} values is a whole number, not {pad!r}"
+        info = np.iinfo(dtype)
+        return None if info.min <= int(pad) <= info.max else f"pad {pad!r} is beyond the range of {name}"
+    fits = not math.isfinite(pad) or abs(pad) <= float(np.finfo(dtype).max)
+    return None if fits else f"pad {pad!r} is beyond the range of {name}"
+
+
 def _depth(x: Any) -> int:
     return 1 + _depth(x[0]) if isinstance(x, list) and x else (1 if isinstance(x, list) else 0)
 
@@ -466,7 +304,7 @@ def _parse_inputs(raw: dict[str, Any], spec: boundaries.Boundary, ctx: _Ctx, pat
             ctx.add(p, f"boundary {spec.name!r} has no input {name!r} (inputs: {', '.join(x.name for x in spec.inputs)})")
             continue
         dtype = _NP[port.dtype]
-        pad = 0.0
+        pad = None  # padding is asked for, never assumed: a short row is a typo until `pad:` says otherwise
         if isinstance(value, dict):
             extra = set(value) - {"values", "dtype", "pad"}
             if extra or "values" not in value:
@@ -477,7 +315,12 @@ def _parse_inputs(raw: dict[str, Any], spec: boundaries.Boundary, ctx: _Ctx, pat
                     ctx.add(p + ("dtype",), f"unsupported dtype {value['dtype']!r} (float32, float64, int64, bool)")
                     continue
                 dtype = {"float32": np.float32, "float64": np.float64, "int64": np.int64, "bool": np.float32}[value["dtype"]]
-            pad, value = value.get("pad", 0.0), value["values"]
+            if "pad" in value:
+                if (why := _pad_problem(value["pad"], dtype)) is not None:
+                    ctx.add(p + ("pad",), why)
+                    continue
+                pad = _scalarise(value["pad"])
+            value = value["values"]
         try:
             value = _scalarise(value)
         except ValueError as e:
@@ -497,11 +340,18 @@ def _parse_inputs(raw: dict[str, Any], spec: boundaries.Boundary, ctx: _Ctx, pat
                 if port.dtype == "mask":
                     ctx.add(p, "ragged tensor where a rectangle is needed: masks must be rectangular")
                     continue
+                if pad is None:
+                    ctx.add(p, f"ragged rows (lengths {_short_list(lens)}) where a rectangle is needed; to pad them "
+                               "on purpose, write {values: [...], pad: 0.0}")
+                    continue
                 width = max(lens)
                 value = [r + [pad] * (width - len(r)) for r in value]
                 if lengths is not None and lengths != lens:
                     ctx.add(p, f"ragged lengths {lens} disagree with another input's {lengths}")
                 lengths = lens
+        if port.dtype == "mask" and (bad := next((v for v in _flat(value) if v not in (0, 1)), None)) is not None:
+            ctx.add(p, f"a mask holds only 0 and 1, not {bad!r}")  # before float32 rounds 0.99999999 to 1
+            continue
         try:
             with np.errstate(over="raise"):
                 arr = np.asarray(value, dtype=dtype)
@@ -517,9 +367,6 @@ def _parse_inputs(raw: dict[str, Any], spec: boundaries.Boundary, ctx: _Ctx, pat
         if arr.size > max_elements():
             ctx.add(p, f"{arr.size} values (shape {list(arr.shape)}): more than {max_elements()}, the limit per "
                        "tensor (SENTINEL_MAX_ELEMENTS raises it)")
-            continue
-        if port.dtype == "mask" and not np.isin(arr, (0, 1)).all():
-            ctx.add(p, "a mask holds only 0 and 1")
             continue
         if port.dtype == "int" and not np.array_equal(np.asarray(value, dtype=np.float64), arr):
             ctx.add(p, "an integer input holds whole numbers only")

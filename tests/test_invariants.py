@@ -1,10 +1,15 @@
 """Each invariant family on hand-made observations (numpy only: no worker, no torch):
 a held case, a violated case with positions / observed / expected / difference, and a
-skipped case where the target did not produce what the check needs."""
+skipped case where the target did not produce what the check needs. One test runs the
+reference in a worker: outputs are compared in their own dtype."""
 
 from __future__ import annotations
 
+import json
 import math
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -518,3 +523,36 @@ def test_summary_is_the_invariant_as_written():
     _, inv = scenario("advantages", NO_EOS_INPUTS, "unchanged_under: {variant: outlier, output: advantages, rows: has_eos}",
                       extra="variants:\n  outlier: {inputs: {rewards: [1.0, 100.0]}}\n")
     assert inv.summary() == {"unchanged_under": {"variant": "outlier", "output": "advantages", "rows": "has_eos"}}
+
+
+# --- outputs are compared in their own dtype ------------------------------------------------
+
+F64_KL = textwrap.dedent("""\
+    id: kl-f64
+    title: a float64 KL is compared in float64
+    boundary: kl
+    inputs:
+      log_probs:     {values: [[1.0000000001, -0.5]], dtype: float64}
+      ref_log_probs: {values: [[0.0, -0.5]], dtype: float64}
+      loss_mask:     [[1, 1]]
+    invariants:
+      - equals: {output: kl, expected: [[1.0, 0.0]]}
+      - close: {output: kl, expected: "log_probs - ref_log_probs", atol: 0, rtol: 0}
+      - unmutated: {}
+    """)
+
+
+def test_a_float64_output_is_compared_in_float64(tmp_path):
+    """The reference's k1 KL on float64 inputs is 1.0000000001: not 1.0 (a float32 cast of the
+    observation would call `equals 1.0` held), and exactly the float64 formula (a float32 cast
+    would call it violated), and the float64 inputs come back as sent (a float32 copy of them
+    would look mutated)."""
+    (tmp_path / "kl.yaml").write_text(F64_KL, encoding="utf-8")
+    proc = subprocess.run([sys.executable, "-m", "sentinel", "run", "kl.yaml", "-o", "r.json"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    (result,) = json.loads((tmp_path / "r.json").read_text())["results"]
+    equals, close, unmutated = result["invariants"]
+    assert (equals["verdict"], close["verdict"], unmutated["verdict"]) == ("violated", "held", "held"), result
+    assert equals["observed"][0][0] == 1.0000000001
+    assert equals["difference"][0][0] == pytest.approx(1e-10, rel=1e-5)

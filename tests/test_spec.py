@@ -13,7 +13,7 @@ import pytest
 
 from sentinel.boundaries import BOUNDARIES
 from sentinel.catalog import catalog_path
-from sentinel import spec
+from sentinel import yamlfile
 from sentinel.spec import MultiSpecError, SpecError, load_file, load_paths, load_text
 
 # Line numbers below refer to this text (line 1 is `id: opsm`).
@@ -141,14 +141,14 @@ def test_nan_and_inf_strings_become_non_finite_floats(tmp_path):
     assert old[0] == math.inf and math.isnan(old[1]) and old[2] == math.inf
 
 
-def test_ragged_token_inputs_are_padded_with_a_derived_loss_mask(tmp_path):
+def test_ragged_token_inputs_that_ask_for_padding_are_padded_with_a_derived_loss_mask(tmp_path):
     text = """\
 id: ragged
 title: ragged rows
 boundary: kl
 inputs:
-  log_probs:     [[-0.5, -1.0, -0.2], [-0.3]]
-  ref_log_probs: [[-0.6, -0.8, -0.4], [-0.2]]
+  log_probs:     {values: [[-0.5, -1.0, -0.2], [-0.3]], pad: 0.0}
+  ref_log_probs: {values: [[-0.6, -0.8, -0.4], [-0.2]], pad: 0}
 invariants:
   - unmutated: {}
 """
@@ -339,12 +339,104 @@ id: ragged
 title: ragged rows
 boundary: kl
 inputs:
-  log_probs:     [[-0.5, -1.0, -0.2], [-0.3]]
-  ref_log_probs: [[-0.6, -0.8], [-0.2]]
+  log_probs:     {values: [[-0.5, -1.0, -0.2], [-0.3]], pad: 0.0}
+  ref_log_probs: {values: [[-0.6, -0.8], [-0.2]], pad: 0.0}
 invariants:
   - unmutated: {}
 """
     assert_problem(tmp_path, text, 6, "inputs.ref_log_probs", "ragged lengths [2, 1]", "[3, 1]")
+
+
+# --- a typo never becomes data ------------------------------------------------------------
+
+@pytest.mark.parametrize("values", ["[[1.0], [2.0, 3.0, 4.0]]", "[[1.0, 2.0, 3.0], [4.0, 5.0]]",
+                                    "{values: [[1.0], [2.0, 3.0, 4.0]]}", "{values: [[1.0], [2.0, 3.0, 4.0]], dtype: float64}"])
+def test_ragged_rows_are_an_error_unless_the_tensor_asks_for_padding(tmp_path, values):
+    text = f"""\
+id: ragged
+title: a typo in a row
+boundary: loss_agg
+inputs:
+  values:    {values}
+  loss_mask: [[1, 1, 1], [1, 1, 1]]
+invariants:
+  - unmutated: {{}}
+"""
+    assert_problem(tmp_path, text, 5, "inputs.values", "ragged rows", "pad:")
+    padded = text.replace(values, "{values: [[1.0], [2.0, 3.0, 4.0]], pad: 0.0}")
+    (sc,) = load_file(write(tmp_path, padded))
+    assert sc.inputs["values"].tolist() == [[1.0, 0.0, 0.0], [2.0, 3.0, 4.0]]
+
+
+def test_sentinel_check_calls_a_ragged_file_invalid(tmp_path):
+    from typer.testing import CliRunner
+    from sentinel.cli import app
+    p = write(tmp_path, OPSM.replace("advantages:    [[-0.5, 0.25, -0.25]]", "advantages:    [[-0.5], [0.25, -0.25, 1.0]]"))
+    r = CliRunner().invoke(app, ["check", str(p)])
+    assert r.exit_code == 2, r.output
+    assert f"{p}:9: inputs.advantages: ragged rows" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("value", ["0.99999999", "1e-46", "1.0000000001", "-0.0000000001", "0.5"])
+def test_a_mask_holds_exactly_0_and_1(tmp_path, value):
+    """0.99999999 and 1e-46 round to 1 and 0 in the mask's float32: checked before that cast."""
+    text = replace(OPSM, "  loss_mask:     [[1, 1, 1]]", f"  loss_mask:     [[1, {value}, 1]]")
+    assert_problem(tmp_path, text, 10, "inputs.loss_mask", "only 0 and 1", repr(float(value)))
+
+
+def test_a_mask_of_exact_zeros_and_ones_in_any_spelling_loads(tmp_path):
+    text = replace(OPSM, "  loss_mask:     [[1, 1, 1]]", "  loss_mask:     [[1.0, 0.0, true]]")
+    (sc,) = load_file(write(tmp_path, text))
+    assert sc.inputs["loss_mask"].tolist() == [[1.0, 0.0, 1.0]]
+
+
+@pytest.mark.parametrize("family", ["close", "equals"])
+@pytest.mark.parametrize("field", ["atol", "rtol"])
+@pytest.mark.parametrize("value, words", [(".nan", "finite"), ("nan", "number"), (".inf", "finite"),
+                                          ("-1.0e-6", "greater than or equal to 0"), ("'1e-3'", "number"),
+                                          ("abc", "number"), ("[1]", "number"), ("true", "number")])
+def test_a_tolerance_is_a_finite_non_negative_number(tmp_path, family, field, value, words):
+    text = OPSM + f"  - {family}: {{output: opsm_mask, expected: 0.0, {field}: {value}}}\n"
+    assert_problem(tmp_path, text, 14, f"invariants.1.{family}.{field}", words)
+
+
+def test_tolerances_of_every_family_are_checked(tmp_path):
+    for inv in ("agree: {between: [base, base], observables: [opsm_mask], atol: -1}",
+                "masked_invariance: {rtol: .nan}", "sequence_uniform: {output: opsm_mask, atol: .inf}"):
+        p, err = problems(tmp_path, OPSM + f"  - {inv}\n")
+        assert any(line == 14 and fld.endswith(("atol", "rtol")) for line, fld, _ in err.problems), err.lines()
+
+
+@pytest.mark.parametrize("pad, words", [("1e39", "float32"), ("-1e39", "float32"), ("'7'", "not a number"),
+                                        ("abc", "not a number"), ("[0]", "not a number")])
+def test_a_pad_value_must_fit_the_dtype(tmp_path, pad, words):
+    for values in ("[[1.0, 2.0], [3.0]]", "[[1.0, 2.0], [3.0, 4.0]]"):  # used or not, it is checked
+        text = f"""\
+id: pad
+title: a pad beyond float32
+boundary: loss_agg
+inputs:
+  values: {{values: {values}, pad: {pad}}}
+invariants:
+  - unmutated: {{}}
+"""
+        assert_problem(tmp_path, text, 5, "inputs.values.pad", words)
+
+
+def test_a_pad_value_beyond_int64_is_refused(tmp_path):
+    text = """\
+id: grpo-pad
+title: an int pad beyond int64
+boundary: logprobs
+inputs:
+  logits: [[[0.0, 1.0], [1.0, 0.0]]]
+  tokens: {values: [[0, 1]], pad: 99999999999999999999}
+  loss_mask: [[1, 1]]
+invariants:
+  - unmutated: {}
+"""
+    assert_problem(tmp_path, text, 6, "inputs.tokens.pad", "int64")
+    assert_problem(tmp_path, text.replace("99999999999999999999", "0.5"), 6, "inputs.tokens.pad", "whole number")
 
 
 def test_row_input_length_vs_batch(tmp_path):
@@ -562,10 +654,10 @@ ALIAS_BOMB = "".join(f"{k}: &{k} [{','.join([v] * 9)}]\n" for k, v in  # 9**9 st
 def loader(request, monkeypatch):
     """Run a test with the C loader (libyaml, the default where built) and the pure-Python one."""
     if request.param == "libyaml":
-        if spec.LOADERS[0] is spec._PyLoader:
+        if yamlfile.LOADERS[0] is yamlfile._PyLoader:
             pytest.skip("PyYAML without libyaml")
     else:
-        monkeypatch.setattr(spec, "LOADERS", [spec._PyLoader])
+        monkeypatch.setattr(yamlfile, "LOADERS", [yamlfile._PyLoader])
     return request.param
 
 
@@ -596,9 +688,7 @@ def test_duplicate_keys_are_refused_at_the_second(tmp_path, loader):
 
 def test_an_alias_bomb_fails_fast_with_its_line(tmp_path, loader):
     assert len(ALIAS_BOMB.encode()) < 400
-    t0 = time.monotonic()
     p, err = problems(tmp_path, ALIAS_BOMB)
-    assert time.monotonic() - t0 < 2
     (line,) = err.lines()
     assert line.startswith(f"{p}:5: e.") and "alias" in line, line  # e: where the expansion passes the budget
 
@@ -613,12 +703,14 @@ def test_deep_nesting_is_refused_with_a_line(tmp_path, loader, text, line):
     assert only(err)[0] == line and "nest" in only(err)[2], err.lines()
 
 
-def test_a_million_value_row_is_refused_in_seconds(tmp_path):
+def test_a_million_value_row_is_refused(tmp_path):
+    """Refused on its count (no timed assertion: tests/test_malformed.py prints the CPU time and
+    memory that refusals of this kind take)."""
     row = "[[" + ", ".join(["0.5"] * 1_000_000) + "]]"
     text = replace(OPSM, "log_probs:     [[0.0, 0.0, 0.0]]", f"log_probs:     {row}")
-    t0 = time.monotonic()
+    t0 = time.process_time()
     assert_problem(tmp_path, text, 7, "inputs.log_probs", "100000", "SENTINEL_MAX_ELEMENTS")
-    assert time.monotonic() - t0 < (20 if spec.LOADERS[0] is not spec._PyLoader else 120)
+    print(f"a million-value row refused in {time.process_time() - t0:.2f} s of CPU")
 
 
 def test_the_size_limit_is_set_by_an_environment_variable(tmp_path, monkeypatch):

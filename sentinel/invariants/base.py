@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Callable, ClassVar, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from .. import expr
 from ..errors import SentinelError
@@ -21,6 +21,9 @@ if TYPE_CHECKING:
     from ..spec import Scenario
 
 Verdict = Literal["held", "violated", "error", "skipped"]
+# atol / rtol of every family: a finite number >= 0. NaN, infinity or a negative tolerance
+# decides every comparison alike, and a quoted "1e-3" is a typo, not a number (strict).
+Tolerance = Annotated[float, Field(ge=0, allow_inf_nan=False, strict=True)]
 MAX_POSITIONS = 64  # offending positions kept per result; enough to point, small enough to read
 
 

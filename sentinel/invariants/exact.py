@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from . import formulas
-from .base import Invariant, Missing, Outcome, ShapeMismatch, compare, evaluate_expected, hunted, lists, resolve
+from .base import (Invariant, Missing, Outcome, ShapeMismatch, Tolerance, compare, evaluate_expected, hunted, lists,
+                   resolve)
 from .formulas import KL_FORMULA
 
 
@@ -25,8 +26,8 @@ class Close(Invariant):
             *formulas.HUNTS)
     output: str
     expected: Any
-    atol: float = 1e-6
-    rtol: float = 1e-5
+    atol: Tolerance = 1e-6
+    rtol: Tolerance = 1e-5
     run: str = "base"
     where: str | None = None
 
@@ -61,5 +62,5 @@ class Equals(Close):
 
     family = "equals"
     hunt = ()  # its hunts are Close's
-    atol: float = 0.0
-    rtol: float = 0.0
+    atol: Tolerance = 0.0
+    rtol: Tolerance = 0.0

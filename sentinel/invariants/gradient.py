@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import Invariant, Missing, Outcome, ShapeMismatch, compare, evaluate_expected, hunted, lists
+from .base import Invariant, Missing, Outcome, ShapeMismatch, Tolerance, compare, evaluate_expected, hunted, lists
 
 
 def _cispo_gradient(ex) -> dict[str, Any]:
@@ -49,8 +49,8 @@ class Gradient(Invariant):
     of: str
     wrt: str
     expected: Any
-    atol: float = 1e-6
-    rtol: float = 1e-5
+    atol: Tolerance = 1e-6
+    rtol: Tolerance = 1e-5
     where: str | None = None
     run: str = "base"
 

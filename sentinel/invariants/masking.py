@@ -8,7 +8,8 @@ from typing import Literal
 
 import numpy as np
 
-from .base import LOSS_MASKED, REL, SURFACES, Invariant, Missing, Outcome, diff_runs, hunted, observables, resolve
+from .base import (LOSS_MASKED, REL, SURFACES, Invariant, Missing, Outcome, Tolerance, diff_runs, hunted, observables,
+                   resolve)
 
 At = Literal["head", "interior", "tail", "row"]
 
@@ -76,8 +77,8 @@ class MaskedInvariance(_MaskFamily):
             hunted(*SURFACES, doc="logits, head outputs and values at masked positions do not change log-probs, "
                    "values, metrics or reductions at valid positions", need_masked=True))
     value: float = 7.5
-    atol: float = 1e-6
-    rtol: float = 1e-5
+    atol: Tolerance = 1e-6
+    rtol: Tolerance = 1e-5
 
     def runs(self, sc):
         free = self._free(sc)
@@ -168,8 +169,8 @@ class PaddingInvariant(_MaskFamily):
                    body=REL))
     width: int = 2
     fill: float = 3.0
-    atol: float = 1e-6
-    rtol: float = 1e-5
+    atol: Tolerance = 1e-6
+    rtol: Tolerance = 1e-5
 
     def check(self, sc):
         return self._known_input(sc, self.mask, "mask") + self._known_outputs(sc, self.outputs)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import boundaries
-from .base import Invariant, diff_runs, hunted
+from .base import Invariant, Tolerance, diff_runs, hunted
 
 
 class Agree(Invariant):
@@ -16,8 +16,8 @@ class Agree(Invariant):
     family = "agree"
     between: list[str]
     observables: list[str]
-    atol: float = 1e-6
-    rtol: float = 1e-5
+    atol: Tolerance = 1e-6
+    rtol: Tolerance = 1e-5
     mask: str | None = "loss_mask"
 
     def check(self, sc):
@@ -60,8 +60,8 @@ class UnchangedUnder(Invariant):
     output: str
     rows: str | list[int] = "all"
     mask: str | None = "loss_mask"
-    atol: float = 1e-6
-    rtol: float = 1e-5
+    atol: Tolerance = 1e-6
+    rtol: Tolerance = 1e-5
 
     def check(self, sc):
         out = self._known_outputs(sc, [self.output], "output")

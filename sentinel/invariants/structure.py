@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import LOSS_MASKED, REL, SURFACES, Invariant, Missing, Outcome, diff_runs, hunted, lists, observables, resolve
+from .base import (LOSS_MASKED, REL, SURFACES, Invariant, Missing, Outcome, Tolerance, diff_runs, hunted, lists,
+                   observables, resolve)
 
 
 def _perm_body(ex) -> dict:
@@ -28,7 +29,7 @@ class SequenceUniform(Invariant):
     output: str
     mask: str = "loss_mask"
     run: str = "base"
-    atol: float = 0.0
+    atol: Tolerance = 0.0
 
     def check(self, sc):
         return self._known_outputs(sc, [self.output], "output") + self._known_input(sc, self.mask, "mask")
@@ -74,8 +75,8 @@ class PermutationEquivariant(Invariant):
                    "batch reductions do not change", body=_perm_body, min_batch=2, perm=True))
     outputs: list[str] | None = None
     perm: list[int] | None = None
-    atol: float = 1e-6
-    rtol: float = 1e-5
+    atol: Tolerance = 1e-6
+    rtol: Tolerance = 1e-5
 
     def _perm(self, sc) -> np.ndarray:
         b = next(a.shape[0] for n, a in sc.inputs.items() if sc.spec.input(n).kind != "scalar")
@@ -124,8 +125,8 @@ class GroupIsolation(Invariant):
     perturb: str = "rewards"
     delta: float = 10.0
     mask: str | None = "loss_mask"
-    atol: float = 1e-6
-    rtol: float = 1e-5
+    atol: Tolerance = 1e-6
+    rtol: Tolerance = 1e-5
 
     def check(self, sc):
         out = self._known_outputs(sc, [self.output], "output") + self._known_input(sc, self.group, "group")
