@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from .. import boundaries, render, verdicts
+from .. import boundaries, render
 from ..catalog import catalog_path
 from ..invariants import REGISTRY
 from ..report import dump, load, schema_text, write_atomic
@@ -63,7 +63,7 @@ def report(
         else:
             sys.stdout.write(text)
     # the report's own exit code, so `sentinel report X` can gate a CI step too
-    code = rep.exit_code() if rep.kind != "compare" else int(verdicts.compare_exit_code(c.verdict for c in rep.comparisons))
+    code = rep.exit_code()
     if code:
         s = rep.statistics
         err.print(f"{escape(str(file))}: {s.violated} violated, {s.errors} error(s) (exit {code})", highlight=False)

@@ -133,7 +133,7 @@ def compare(
         rep = cmp.compare(scenarios, target, repo_s, base, head, device=device.value, timeout=timeout,
                           on_result=lambda r: tick(f"{r.target}: {r.id}: {r.verdict}"), command=["sentinel", *sys.argv[1:]])
     _emit(rep, _output(output), junit, as_json)
-    raise typer.Exit(cmp.compare_exit_code(rep))
+    raise typer.Exit(rep.exit_code())
 
 
 @app.command()
