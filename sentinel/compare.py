@@ -34,11 +34,6 @@ def compare(scenarios: list[Scenario], target: str, repo: str, base: str, head: 
     return report.model_copy(update={"kind": "compare", "comparisons": comparisons, "success": success})
 
 
-def compare_exit_code(report: Report) -> int:
-    """0 nothing regressed or still violated, 1 otherwise, 3 inconclusive only."""
-    return int(verdicts.compare_exit_code(c.verdict for c in report.comparisons))
-
-
 # --- bisect -------------------------------------------------------------------------------
 
 @dataclass

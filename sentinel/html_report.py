@@ -5,16 +5,16 @@ target, compare timelines (base -> head), the hunt's progress (examples against 
 time per property, first findings marked), and a panel per scenario, violations and errors
 first, with per-token heatmaps of observed and expected values (masked cells greyed,
 offending cells outlined). Holds and unsupported scenarios are collapsed. Every string from
-the report is escaped with html.escape; paths are shown as present.Locations allows.
+the report is escaped (sentinel/inert.py: html); paths are shown as present.Locations allows.
 """
 
 from __future__ import annotations
 
-import html
 import json
 import math
 from typing import Any
 
+from . import inert
 from .present import (COMPARE_ORDER, SCENARIO_ORDER, Grid, Locations, cell_pair, headline, invariant_grid, is_scalar, number,
                       value_grids, value_labels, ordered, output_name)
 from .render import fmt
@@ -73,8 +73,7 @@ JS = """
 """
 
 
-def e(x: Any) -> str:
-    return html.escape(str(x), quote=True)
+e = inert.html  # every string from the report goes through it
 
 
 def _badge(verdict: str, text: str | None = None) -> str:
@@ -178,11 +177,11 @@ def _invariant(r: ScenarioResult, inv: InvariantResult, loc: Locations, shown: s
         elif is_scalar(inv.observed):
             diff = f", difference <code>{e(fmt(inv.difference))}</code>" if is_scalar(inv.difference) and inv.difference is not None else ""
             ob, ex = value_labels(inv)
-            out.append(f"<div>{ob} <code>{e(fmt(inv.observed))}</code>, {ex} <code>{e(fmt(inv.expected))}</code>{diff}</div>")
+            out.append(f"<div>{e(ob)} <code>{e(fmt(inv.observed))}</code>, {e(ex)} <code>{e(fmt(inv.expected))}</code>{diff}</div>")
         else:
             ob, ex = value_labels(inv)
-            out.append(f"<div>{ob} <code>{e(fmt(inv.observed))[:2000]}</code><br>{ex} "
-                       f"<code>{e(fmt(inv.expected))[:2000]}</code></div>")
+            out.append(f"<div>{e(ob)} <code>{e(fmt(inv.observed)[:2000])}</code><br>{e(ex)} "
+                       f"<code>{e(fmt(inv.expected)[:2000])}</code></div>")
     if inv.exception_info:
         out.append(f'<div style="color:#8250df">{e(inv.exception_info.type)}: {e(loc.scrub(inv.exception_info.message))}</div>')
     return "".join(out) + "</div>"
@@ -256,11 +255,11 @@ def _compare(report: Report, loc: Locations) -> str:
     label = {k: loc.describe(k) for k in ("base", "head")}
     w, h = 760, 26
     svg = [f'<svg class="timeline" xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h * len(rows) + 34}" role="img">',
-           f'<text x="300" y="14" text-anchor="middle">base: {e(label["base"])[:60]}</text>',
-           f'<text x="520" y="14" text-anchor="middle">head: {e(label["head"])[:60]}</text>']
+           f'<text x="300" y="14" text-anchor="middle">base: {e(label["base"][:60])}</text>',
+           f'<text x="520" y="14" text-anchor="middle">head: {e(label["head"][:60])}</text>']
     for n, c in enumerate(rows):
         y = 34 + n * h
-        svg += [f'<text x="0" y="{y + 4}">{e(c.id)[:40]}</text>',
+        svg += [f'<text x="0" y="{y + 4}">{e(c.id[:40])}</text>',
                 f'<line x1="300" y1="{y}" x2="520" y2="{y}" stroke="#8c959f" stroke-width="2"/>',
                 f'<circle cx="300" cy="{y}" r="7" fill="{COLOURS[c.base]}"><title>base: {e(c.base)}</title></circle>',
                 f'<circle cx="520" cy="{y}" r="7" fill="{COLOURS[c.head]}"><title>head: {e(c.head)}</title></circle>',
@@ -332,7 +331,8 @@ def page(report: Report) -> str:
                       + (f' (<a href="{e(u)}">commit</a>)' if (u := loc.commit_url(k)) else "") + "</li>"
                       for k in report.targets)
     failing, rest = ordered(report)
-    parts = [f'<div class="verdict-line">{_badge("holds" if report.success else "violated", word.split()[-1])} {e(line)}</div>',
+    badge = "unsupported" if report.nothing_ran() else "holds" if report.success else "violated"
+    parts = [f'<div class="verdict-line">{_badge(badge, word.removeprefix("compare "))} {e(line)}</div>',
              f'<div class="small muted">{s.holds} hold · {s.violated} violated · {s.errors} error · {s.unsupported} unsupported '
              + (f"· {s.excluded} excluded " if s.excluded else "") +
              f"({s.invariants_held} invariants held, {s.invariants_violated} violated) · {e(env.device or 'cpu')}, torch {e(env.torch)}, "

@@ -14,7 +14,9 @@ import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path, PurePosixPath
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
+
+import numpy as np
 
 from . import boundaries
 from .report import InvariantResult, Report, ScenarioResult, Target
@@ -226,9 +228,28 @@ def _same_shape(a: list[list[Any]] | None, b: list[list[Any]]) -> bool:
     return a is not None and len(a) == len(b) and all(isinstance(x, list) and len(x) == len(y) for x, y in zip(a, b))
 
 
-def mask_for(r: ScenarioResult, name: str, explicit: str | None = None) -> tuple[list[list[Any]] | None, str | None]:
+def fitted(expected: Any, rows: list[list[Any]], vector: bool) -> list[list[Any]] | None:
+    """`expected` as a grid of the observed grid's shape, broadcast as the invariant compared
+    them (a scalar, a per-row `[[x], [y]]`, one row for every row); None when it does not fit."""
+    exp = as_rows(expected)
+    if exp is not None and _same_shape(exp, rows):
+        return exp
+    if expected is None or len({len(r) for r in rows}) != 1:
+        return None
+    shape = (len(rows[0]),) if vector else (len(rows), len(rows[0]))
+    try:
+        grid = np.broadcast_to(np.array(expected, dtype=object), shape).tolist()
+    except (ValueError, TypeError):  # not broadcastable, or ragged
+        return None
+    grid = [grid] if vector else grid
+    return grid if all(_is_number(v) for row in grid for v in row) else None
+
+
+def mask_for(r: ScenarioResult | None, name: str, explicit: str | None = None) -> tuple[list[list[Any]] | None, str | None]:
     """The scenario's mask for tensor `name`: the invariant's own `mask`, else the one the
     boundary port names (boundaries.Port.mask), taken from the result's inputs."""
+    if r is None:
+        return None, None
     mask_name = explicit
     if mask_name is None:
         try:
@@ -245,15 +266,13 @@ def mask_for(r: ScenarioResult, name: str, explicit: str | None = None) -> tuple
     return (mask, mask_name) if isinstance(mask, list) else (None, None)
 
 
-def _grid(r: ScenarioResult, name: str, observed: Any, expected: Any = None, positions: list[list[int]] = (),
+def _grid(r: ScenarioResult | None, name: str, observed: Any, expected: Any = None, positions: list[list[int]] = (),
           explicit_mask: str | None = None) -> Grid | None:
     rows = as_rows(observed)
     if rows is None:
         return None
     vector = rows is not observed
-    exp = as_rows(expected)
-    if exp is not None and not _same_shape(exp, rows):
-        exp = None
+    exp = fitted(expected, rows, vector)
     bad: set[tuple[int, int]] = set()
     for p in positions:
         if len(p) >= 2:
@@ -268,8 +287,9 @@ def _grid(r: ScenarioResult, name: str, observed: Any, expected: Any = None, pos
     return Grid(name, rows, exp, bad, mask, mask_name, vector)
 
 
-def invariant_grid(r: ScenarioResult, inv: InvariantResult) -> Grid | None:
-    """The per-token grid of a non-held invariant, or None (a scalar, no output named)."""
+def invariant_grid(r: ScenarioResult | None, inv: InvariantResult) -> Grid | None:
+    """The per-token grid of a non-held invariant, or None (a scalar, no output named); with
+    the scenario's mask when its result `r` is given."""
     name = output_name(inv) or inv.family
     cfg = next(iter(inv.config.values()), None)
     explicit = cfg.get("mask") if isinstance(cfg, dict) and isinstance(cfg.get("mask"), str) else None
@@ -307,14 +327,19 @@ def ordered(report: Report) -> tuple[list[list[ScenarioResult]], list[list[Scena
     return bad, [rs for rs in ranked if rs not in bad]
 
 
-def _named(ids: list[str], verdict: str, code: str) -> str:
-    return (", ".join(f"{code}{i}{code}" for i in ids) if len(ids) <= 3 else str(len(ids))) + f" {verdict}"
+def _named(ids: list[str], verdict: str, code: Callable[[str], str]) -> str:
+    return (", ".join(code(i) for i in ids) if len(ids) <= 3 else str(len(ids))) + f" {verdict}"
 
 
-def headline(report: Report, code: str = "") -> str:
-    """The verdict in one line: PASS or FAIL, then the failing scenarios (or compare
-    verdicts) by name, up to three of each, and the rest counted."""
-    word = "PASS" if report.success else "FAIL"
+def verdict_word(report: Report) -> str:
+    """PASS, FAIL, or NOTHING RAN (every scenario unsupported or excluded: exit 5, not a pass)."""
+    return "NOTHING RAN" if report.nothing_ran() else "PASS" if report.success else "FAIL"
+
+
+def headline(report: Report, code: Callable[[str], str] = str) -> str:
+    """The verdict in one line: PASS, FAIL or NOTHING RAN, then the failing scenarios (or
+    compare verdicts) by name (each as `code` makes it), up to three of each, and the rest counted."""
+    word = verdict_word(report)
     if report.comparisons:
         groups: dict[str, list[str]] = {}
         for c in sorted(report.comparisons, key=lambda c: COMPARE_ORDER[c.verdict]):

@@ -298,8 +298,15 @@ class Report(_Model):
     history: "HistorySummary | None" = Field(None, description="kind history: verdicts over a commit range and their flips")
 
     def exit_code(self) -> int:
-        """0 all hold, 1 a violation, 3 a target error (sentinel/verdicts.py decides)."""
+        """0 all hold, 1 a violation, 3 a target error, 5 nothing ran; a compare report by its
+        comparisons (sentinel/verdicts.py decides)."""
+        if self.kind == "compare":
+            return int(verdicts.compare_exit_code((c.base, c.head, c.verdict) for c in self.comparisons))
         return int(verdicts.exit_code(r.verdict for r in self.results))
+
+    def nothing_ran(self) -> bool:
+        """Nothing was decided or failed: every scenario (on every side) unsupported or excluded."""
+        return verdicts.exit_code(r.verdict for r in self.results) == verdicts.ExitCode.NOTHING_RAN
 
 
 def statistics(results: list[ScenarioResult]) -> Statistics:

@@ -9,7 +9,9 @@
 - hunt property: holds | violated | untested | stopped | unsupported | error
 - differential finding: fixed | regressed | changed | deviation (against the reference:
   bug | changed | deviation | reference-bug)
-- exit codes: 0 all hold, 1 a violation, 2 bad usage or spec, 3 a target error and no violation
+- exit codes: 0 all hold, 1 a violation, 2 bad usage or spec, 3 a target error and no violation,
+  5 nothing ran (every scenario unsupported or excluded, every hunted property untested or
+  stopped: as pytest's 5, "no tests collected", a green run that checked nothing is not a pass)
 
 Pure functions over verdict words: the runner, compare, matrix, the hunt, gate and the
 renderers ask here instead of deciding for themselves.
@@ -35,6 +37,7 @@ class ExitCode(IntEnum):
     VIOLATED = 1
     USAGE = 2  # bad usage or a bad scenario file (no report is written)
     TARGET_ERROR = 3  # a target could not be loaded or run, and nothing was violated
+    NOTHING_RAN = 5  # no error, and nothing decided either way (pytest's 5: no tests collected)
 
 
 def scenario_verdict(invariants: Iterable[tuple[str, str, str]]) -> tuple[ScenarioVerdict, str]:
@@ -53,13 +56,21 @@ def scenario_verdict(invariants: Iterable[tuple[str, str, str]]) -> tuple[Scenar
     return "holds", ""
 
 
+def nothing_ran(scenario_verdicts: Iterable[str]) -> bool:
+    """No scenario was decided or failed: each was unsupported or excluded, or there were none
+    (a hunt's untested and stopped properties carry no scenario result)."""
+    return set(scenario_verdicts) <= {"unsupported", "excluded"}
+
+
 def exit_code(scenario_verdicts: Iterable[str]) -> ExitCode:
-    """0 all hold, 1 a violation, 3 a target error (a violation outranks an error)."""
+    """0 all hold, 1 a violation, 3 a target error (a violation outranks an error), 5 nothing ran."""
     verdicts = set(scenario_verdicts)
     if "violated" in verdicts:
         return ExitCode.VIOLATED
     if "error" in verdicts:
         return ExitCode.TARGET_ERROR
+    if nothing_ran(verdicts):
+        return ExitCode.NOTHING_RAN
     return ExitCode.OK
 
 
@@ -67,7 +78,7 @@ def gate_exit_code(scenario_verdicts: Iterable[str], target: str) -> tuple[ExitC
     """`sentinel gate`: as exit_code, and the reference must support every catalog scenario."""
     verdicts = list(scenario_verdicts)
     code = exit_code(verdicts)
-    if code == ExitCode.OK and target == "reference" and "unsupported" in verdicts:
+    if code in (ExitCode.OK, ExitCode.NOTHING_RAN) and target == "reference" and "unsupported" in verdicts:
         return ExitCode.TARGET_ERROR, "the reference must support every catalog scenario"
     return code, ""
 
@@ -84,11 +95,15 @@ def compare_success(compare_verdicts: Iterable[str]) -> bool:
     return all(v in ("fixed", "holds-both") for v in compare_verdicts)
 
 
-def compare_exit_code(compare_verdicts: Iterable[str]) -> ExitCode:
-    """0 nothing regressed or still violated, 1 otherwise, 3 inconclusive only."""
-    verdicts = set(compare_verdicts)
+def compare_exit_code(comparisons: Iterable[tuple[str, str, str]]) -> ExitCode:
+    """From each scenario's (base, head, compare verdict): 1 something regressed or is still
+    violated, 5 nothing ran on either side, 3 something else inconclusive, else 0."""
+    comparisons = list(comparisons)
+    verdicts = {v for _, _, v in comparisons}
     if verdicts & {"regressed", "still-violated"}:
         return ExitCode.VIOLATED
+    if nothing_ran(side for b, h, _ in comparisons for side in (b, h)):
+        return ExitCode.NOTHING_RAN
     if "inconclusive" in verdicts:
         return ExitCode.TARGET_ERROR
     return ExitCode.OK

@@ -78,7 +78,7 @@ def test_run_reports_excluded_with_the_precondition(tmp_path):
     out = tmp_path / "r.json"
     p = subprocess.run([sys.executable, "-m", "sentinel.cli", "run", str(sc), "--target", TARGET, "-o", str(out)],
                        capture_output=True, text=True, env=_env())
-    assert p.returncode == 0, p.stdout + p.stderr  # neither a violation nor a target error
+    assert p.returncode == 5, p.stdout + p.stderr  # nothing ran: neither a violation nor a target error, nor a pass
     r, = json.loads(out.read_text())["results"]
     assert r["verdict"] == "excluded" and r["precondition"] == "every-row-trains"
     assert "drops a sample" in r["reason"]

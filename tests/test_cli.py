@@ -49,6 +49,10 @@ invariants:
   - close: {output: loss, expected: 1.5}
 """
 
+# faulty_adapter's code at the masked position: 109 declines the call (Unsupported), 100 answers right
+UNSUPPORTED_SCENARIO = FAULTY_SCENARIO.replace("faulty-raise", "faulty-unsupported").replace("101.0", "109.0")
+OK_SCENARIO = FAULTY_SCENARIO.replace("faulty-raise", "faulty-ok").replace("101.0", "100.0")
+
 
 def env() -> dict[str, str]:
     e = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")])))
@@ -75,11 +79,18 @@ def runs(tmp_path_factory):
     d = tmp_path_factory.mktemp("cli")
     (d / "bad.yaml").write_text(BAD_SCENARIO)
     (d / "faulty.yaml").write_text(FAULTY_SCENARIO)
+    (d / "unsupported.yaml").write_text(UNSUPPORTED_SCENARIO)
+    (d / "mixed").mkdir()
+    (d / "mixed" / "unsupported.yaml").write_text(UNSUPPORTED_SCENARIO)
+    (d / "mixed" / "ok.yaml").write_text(OK_SCENARIO)
     cmds = {
         "gate": ["gate", "-o", str(d / "gate.json"), "--junit", str(d / "gate.xml")],
         "plant": ["gate", "--plant", "opsm-token-level", "-o", str(d / "plant.json")],
         "bad": ["run", str(d / "bad.yaml"), "-o", str(d / "bad.json")],
         "faulty": ["run", str(d / "faulty.yaml"), "--target", "faulty_adapter:FaultyAdapter", "-o", str(d / "faulty.json")],
+        "unsupported": ["run", str(d / "unsupported.yaml"), "--target", "faulty_adapter:FaultyAdapter",
+                        "-o", str(d / "unsupported.json")],
+        "mixed": ["gate", "--path", str(d / "mixed"), "--target", "faulty_adapter:FaultyAdapter", "-o", "-"],
         "json1": ["run", str(SEED), "--plant", "opsm-token-level", "--json", "-o", "-"],
         "json2": ["run", str(SEED), "--plant", "opsm-token-level", "--json", "-o", "-"],
     }
@@ -149,6 +160,21 @@ def test_target_error_exits_3(runs):
     assert done["faulty"].returncode == 3, done["faulty"].stderr
     (r,) = load(d / "faulty.json").results
     assert r.verdict == "error" and r.exception_info.type == "ValueError"
+
+
+def test_a_run_where_nothing_ran_exits_5_and_says_so(runs):
+    """Every scenario unsupported: not a pass (exit 5, as pytest's "no tests collected"); the
+    report re-rendered exits the same; one scenario that holds beside it is a pass."""
+    d, done = runs
+    p = done["unsupported"]
+    assert p.returncode == 5, p.stdout + p.stderr
+    assert "NOTHING RAN" in p.stdout and "every scenario is unsupported or excluded" in p.stdout
+    (r,) = load(d / "unsupported.json").results
+    assert r.verdict == "unsupported"
+    again = cli("report", str(d / "unsupported.json"), "-f", "markdown")
+    assert again.exit_code == 5 and again.stdout.startswith("## RL-Sentinel NOTHING RAN: 1 unsupported")
+    assert "nothing ran" in again.stderr
+    assert done["mixed"].returncode == 0, done["mixed"].stdout + done["mixed"].stderr
 
 
 def test_report_is_deterministic_apart_from_timings(runs):
@@ -325,6 +351,8 @@ def test_help_of_every_command(command):
     r = cli(*([command] if command else []), "--help")
     assert r.exit_code == 0, r.output
     assert "Usage" in r.stdout
+    if command in (None, "hunt", "compare"):  # where exit codes are listed, 5 is among them
+        assert "5 nothing" in " ".join(r.stdout.replace("│", " ").split()), r.stdout
 
 
 def test_version():

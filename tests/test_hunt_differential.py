@@ -157,7 +157,8 @@ def test_a_yaml_1_2_number_pins_a_config(tmp_path):
     # 1e-3 is a number in a scenario file (YAML 1.2), and so in --config; nothing is left in the folder
     p = _cli("-b", "advantages", "-c", "kl_coef=1e-3", "--time", "1", "-n", "5", "--no-db", "-o", "-",
              "--out", str(tmp_path / "out"), "--json", cwd=tmp_path)
-    assert p.returncode == 0, p.stderr
+    # accepted (not 2); whether one second of search decides a property (0) or none (5) is the machine's
+    assert p.returncode in (0, 5), p.stderr
     assert not (tmp_path / ".hypothesis").exists()
 
 

@@ -1,7 +1,8 @@
 """`sentinel`: run training-signal scenarios against RL trainers and read the verdicts.
 
 Exit codes: 0 every scenario holds, 1 a violation, 2 bad usage or a bad scenario file,
-3 a target error (and no violation).
+3 a target error (and no violation), 5 nothing ran (every scenario unsupported or excluded;
+a hunt's every property untested or stopped). sentinel/verdicts.py decides them.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from typing import Optional
 import typer
 import typer.core
 from rich.console import Console
-from rich.markup import escape
+from ..inert import markup
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from .. import __version__, render
@@ -40,7 +40,8 @@ app = typer.Typer(
         "Start: [cyan]sentinel gate[/] (the catalog on the bundled reference), "
         "[cyan]sentinel run scenarios/seeds/opsm-mixed-advantage.yaml --target slime --repo ~/src/slime[/], "
         "[cyan]sentinel report reports/latest.json --format markdown[/].\n\n"
-        "Exit codes: 0 all hold · 1 a violation · 2 bad usage or scenario · 3 target error."),
+        "Exit codes: 0 all hold · 1 a violation · 2 bad usage or scenario · 3 target error · "
+        "5 nothing ran (every scenario unsupported or excluded)."),
 )
 out = Console() if sys.stdout.isatty() else Console(width=140)  # CI logs: wide enough for the tables
 err = Console(stderr=True)
@@ -78,7 +79,7 @@ def main(version: bool = typer.Option(False, "--version", callback=_version, is_
 
 
 def usage_error(msg: str) -> "typer.Exit":
-    err.print(f"[bold red]error:[/] {escape(msg)}", soft_wrap=True)
+    err.print(f"[bold red]error:[/] {markup(msg, lines=True)}", soft_wrap=True)
     return typer.Exit(2)
 
 
@@ -87,7 +88,7 @@ def _load(paths: list[Path]):
         return load_paths(paths)
     except SpecError as e:
         for line in e.lines():
-            err.print(f"[bold red]error:[/] {escape(line)}", highlight=False, soft_wrap=True)  # FILE:LINE: stays on one line
+            err.print(f"[bold red]error:[/] {markup(line)}", highlight=False, soft_wrap=True)  # FILE:LINE: stays on one line
         raise typer.Exit(2) from None
 
 
@@ -113,7 +114,7 @@ def _progress(as_json: bool, total: int):
         task = progress.add_task("starting worker", total=total)
 
         def tick(description: str) -> None:
-            description = escape(description)  # names a target: user text, never markup
+            description = markup(description)  # names a target and a scenario: their text, never markup
             progress.update(task, advance=1, description=description)
             if not show and not as_json:
                 err.print(f"  {description}", highlight=False)
@@ -161,9 +162,9 @@ def _emit(report: Report, output: Path | None, junit: Path | None, as_json: bool
         render.console_report(report, out, verbose)
         for t in report.targets.values():
             if t.load_error:
-                err.print(f"[bold magenta]target {escape(t.name)} could not be loaded:[/] {escape(t.load_error.message)}")
+                err.print(f"[bold magenta]target {markup(t.name)} could not be loaded:[/] {markup(t.load_error.message, lines=True)}")
         if output:
-            err.print(f"report written to {escape(str(output))}", highlight=False)
+            err.print(f"report written to {markup(str(output))}", highlight=False)
 
 
 OUTPUT_HELP = "Write the JSON report here (atomically). Default: reports/latest.json; '-' for none."

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Iterator, List, Optional
 
 import typer
-from rich.markup import escape
+from ..inert import markup
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from .. import targets as target_registry
@@ -150,7 +150,7 @@ def history(
     except (GitError, UsageError) as e:
         raise usage_error(str(e)) from None
     except SentinelError as e:
-        err.print(f"[bold magenta]history failed:[/] {escape(str(e))}")
+        err.print(f"[bold magenta]history failed:[/] {markup(str(e))}")
         raise typer.Exit(3) from None
     dest = None if output == "-" else Path(output or Path("reports") / "history.json")
     if dest:
@@ -165,5 +165,5 @@ def history(
         history_render.timeline(rep, out)
     for note, path in (("report", dest), ("plot", plot)):
         if path:
-            err.print(f"{note} written to {escape(str(path))}", highlight=False)
+            err.print(f"{note} written to {markup(str(path))}", highlight=False)
     raise typer.Exit(hist.exit_code(rep))

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
-from rich.markup import escape
+from ..inert import markup, terminal
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -70,7 +70,7 @@ def hunt(
     classified fixed / regressed / changed (or bug against the reference):\n
     [cyan]sentinel hunt --target slime --repo ~/src/slime --base 045310b2b^ --head 045310b2b[/]\n
     [cyan]sentinel hunt --target verl --against reference --known scenarios/findings/[/]\n
-    Exit: 0 nothing found, 1 a finding, 2 bad usage, 3 the target could not be loaded or run.
+    Exit: 0 nothing found, 1 a finding, 2 bad usage, 3 the target (or a differential hunt's side) could not be loaded or run, 5 nothing decided (every property untested, stopped or unsupported).
     """
     from .. import hunt as H
     from ..runner import TargetSpec
@@ -130,7 +130,7 @@ def hunt(
                 lanes = f"{e['jobs']} workers" if e.get("jobs", 1) > 1 else "worker"
                 msg = f"{e['target']}: hunting {e['properties']} properties ({lanes} up in {e['startup_s']:.1f} s)"
                 if not show and not as_json:
-                    err.print(escape(msg), highlight=False)
+                    err.print(markup(msg), highlight=False)
                 return
             name = e.get("property", "")
             if kind == "round":
@@ -142,7 +142,7 @@ def hunt(
             if kind == "round" and e.get("found"):
                 found.append(name)
                 if not as_json:
-                    (progress.console if show else err).print(f"[bold red]violated[/] {escape(name)} ({el:.1f} s)",
+                    (progress.console if show else err).print(f"[bold red]violated[/] {markup(name)} ({el:.1f} s)",
                                                               highlight=False)
             elif not show and not as_json and kind == "round" and el - last_line[0] >= 5.0:
                 last_line[0] = el
@@ -170,7 +170,7 @@ def hunt(
     else:
         _hunt_console(rep, verbose)
         if report_path:
-            err.print(f"hunt report written to {escape(str(report_path))}", highlight=False)
+            err.print(f"hunt report written to {markup(str(report_path))}", highlight=False)
     raise typer.Exit(rep.exit_code())
 
 
@@ -268,8 +268,8 @@ def _hunt_console(rep: Report, verbose: bool) -> None:
             why += " · excluded by precondition: " + ", ".join(f"{k.split(':')[0]} x{n}" for k, n in p.preconditions.items())
         if p.excluded_known:
             why += f" · {sum(p.excluded_known.values())} known-bug example(s) passed over"
-        t.add_row(p.property, render.Text(p.status, render.STYLE.get(p.status, "yellow")), str(p.examples),
-                  str(p.rejected), str(p.errors), f"{p.duration_s:.2f}", render.Text(why))
+        t.add_row(render.Text(terminal(p.property)), render.Text(terminal(p.status), render.STYLE.get(p.status, "yellow")),
+                  str(p.examples), str(p.rejected), str(p.errors), f"{p.duration_s:.2f}", render.Text(terminal(why)))
     if t.row_count:
         out.print(t)
     for f in h.findings:
@@ -277,44 +277,54 @@ def _hunt_console(rep: Report, verbose: bool) -> None:
             _diff_panel(f, Panel)
             continue
         r = results.get(f.property)
-        body = [render.invariant_detail(i) for i in (r.invariants if r else []) if i.message == f.message][:1]
+        body = [render.invariant_detail(i, r) for i in (r.invariants if r else []) if i.message == f.message][:1]
         shape = f"{f.rows} row(s) x {f.tokens} token(s)" if f.tokens else f"{f.rows} row(s)"
         title = (f"{f.property}: minimal trigger {shape}, found after {f.examples_to_first} examples / "
                  f"{f.time_to_first_s:.2f} s of its search")
         if f.reproduced is False:
             title += " · [bold magenta]the written scenario did NOT reproduce it[/]"
-        sig = render.Text(f"signature: {_sig_text(f.signature)}", style="dim") if f.signature else render.Text("")
-        out.print(Panel(render.Group(*body, sig, render.Text(f"scenario: {f.file or f.scenario_id}", style="dim")),
-                        title=escape(title), title_align="left", border_style="red"))
+        sig = render.Text(terminal(f"signature: {_sig_text(f.signature)}"), style="dim") if f.signature else render.Text("")
+        out.print(Panel(render.Group(*body, sig, render.Text(terminal(f"scenario: {f.file or f.scenario_id}"), style="dim")),
+                        title=markup(title), title_align="left", border_style="red"))
     for k in h.known:
         if k.excluded:
-            out.print(f"[dim]known, passed over {k.excluded}x: {escape(_sig_text(k.signature))} ({escape(k.source)})[/]",
+            out.print(f"[dim]known, passed over {k.excluded}x: {markup(_sig_text(k.signature))} ({markup(k.source)})[/]",
                       highlight=False)
     for dev in h.deviations:
         if dev.met:
-            out.print(f"[yellow]deviation[/] {escape(dev.name)} ({escape(dev.boundary)}): {dev.met} example(s) "
-                      f"explained: {escape(dev.reason)} ({escape(dev.link)})", highlight=False)
+            out.print(f"[yellow]deviation[/] {markup(dev.name)} ({markup(dev.boundary)}): {dev.met} example(s) "
+                      f"explained: {markup(dev.reason)} ({markup(dev.link)})", highlight=False)
     if h.differential is not None:
         d = h.differential
         lines = _excluded_lines(d.excluded_config)
         if lines:
             out.print("[dim]config not drawn (a side does not support it):[/]", highlight=False)
             for line in lines:
-                out.print(f"[dim]  {escape(line)}[/]", highlight=False)
-        out.print(f"[dim]{d.base} (base) vs {d.head} (head): {d.compared} examples compared, {d.differing} differed[/]",
-                  highlight=False)
+                out.print(f"[dim]  {markup(line)}[/]", highlight=False)
+        out.print(f"[dim]{markup(d.base)} (base) vs {markup(d.head)} (head): {d.compared} examples compared, "
+                  f"{d.differing} differed[/]", highlight=False)
+    for key, t in rep.targets.items():  # which side (or target) did not load: the reason for exit 3
+        if t.load_error is not None:
+            side = "" if h.differential is None else "base " if key == h.differential.base else "head "
+            out.print(f"[bold magenta]{side}{markup(key)} could not be loaded:[/] {markup(t.load_error.message)}",
+                      highlight=False)
     v = h.verdicts
-    style = "bold red" if h.findings else "bold magenta" if v.get("error") else "bold green"
+    code = rep.exit_code()
+    word = "FOUND" if h.findings else {3: "TARGET ERROR", 5: "NOTHING RAN"}.get(code, "NOTHING FOUND")
+    style = "bold red" if h.findings else "bold magenta" if code == 3 else "bold yellow" if code == 5 else "bold green"
     counts = [f"{v[w]} {w}" for w in ("holds", "untested", "stopped", "unsupported", "error") if v.get(w)]
-    out.print(f"[{style}]{'FOUND' if h.findings else 'NOTHING FOUND'}[/]  "
+    out.print(f"[{style}]{word}[/]  "
               + " · ".join([f"{len(h.findings)} finding(s)", *counts])
               + f"  ({h.examples} examples in {h.search_s:.1f} s, {h.examples_per_s:.0f}/s; "
               f"worker start {h.startup_s:.1f} s)", highlight=False)
     if not h.examples and not h.findings:
         reasons = sorted({p.reason for p in h.properties if p.reason})[:3]
         out.print("[bold yellow]nothing was tested:[/] no property ran an example"
-                  + (": " + escape("; ".join(reasons)) if reasons else "") + " (-v lists every property)",
+                  + (": " + markup("; ".join(reasons)) if reasons else "") + " (-v lists every property)",
                   highlight=False)
+    elif code == 5:
+        out.print("[bold yellow]nothing was decided:[/] every property is untested, stopped or unsupported "
+                  "(exit 5; a longer --time or a lower --min-examples lets them finish)", highlight=False)
     if verbose:
         for b, fams in h.invariants_per_boundary.items():
             out.print(f"  {b}: {', '.join(fams)}", highlight=False)
@@ -323,17 +333,17 @@ def _hunt_console(rep: Report, verbose: bool) -> None:
 def _diff_panel(f, Panel) -> None:
     shape = f"{f.rows} row(s) x {f.tokens} token(s)" if f.tokens else f"{f.rows} row(s)"
     style = {"fixed": "green", "regressed": "red", "bug": "red"}.get(f.classification, "yellow")
-    lines = [render.Text(f.message),
-             render.Text(f"base {f.base.target}: violates {', '.join(f.base.violates) or 'nothing checked'}"),
-             render.Text(f"head {f.head.target}: violates {', '.join(f.head.violates) or 'nothing checked'}"),
-             render.Text(f"config: {f.config}", style="dim"),
-             render.Text(f"signature: {_sig_text(f.signature)}", style="dim") if f.signature else render.Text(""),
-             render.Text(f"scenario: {f.file or f.scenario_id}", style="dim")]
+    lines = [render.Text(terminal(f.message, lines=True)),
+             render.Text(terminal(f"base {f.base.target}: violates {', '.join(f.base.violates) or 'nothing checked'}")),
+             render.Text(terminal(f"head {f.head.target}: violates {', '.join(f.head.violates) or 'nothing checked'}")),
+             render.Text(terminal(f"config: {f.config}"), style="dim"),
+             render.Text(terminal(f"signature: {_sig_text(f.signature)}"), style="dim") if f.signature else render.Text(""),
+             render.Text(terminal(f"scenario: {f.file or f.scenario_id}"), style="dim")]
     if f.reproduced is False:
         lines.append(render.Text("the written scenario did NOT replay the difference", style="bold magenta"))
     title = (f"{f.classification}: {f.property}: minimal trigger {shape}, after {f.examples_to_first} examples / "
              f"{f.time_to_first_s:.2f} s of its search")
-    out.print(Panel(render.Group(*lines), title=escape(title), title_align="left", border_style=style))
+    out.print(Panel(render.Group(*lines), title=markup(title), title_align="left", border_style=style))
 
 
 def _sig_text(sig) -> str:

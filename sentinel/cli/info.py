@@ -10,10 +10,10 @@ from typing import List, Optional
 
 import typer
 from rich.console import Console
-from rich.markup import escape
+from ..inert import markup
 from rich.table import Table
 
-from .. import boundaries, render, verdicts
+from .. import boundaries, render
 from ..catalog import catalog_path
 from ..invariants import REGISTRY
 from ..report import dump, load, schema_text, write_atomic
@@ -63,10 +63,12 @@ def report(
         else:
             sys.stdout.write(text)
     # the report's own exit code, so `sentinel report X` can gate a CI step too
-    code = rep.exit_code() if rep.kind != "compare" else int(verdicts.compare_exit_code(c.verdict for c in rep.comparisons))
+    code = rep.exit_code()
     if code:
         s = rep.statistics
-        err.print(f"{escape(str(file))}: {s.violated} violated, {s.errors} error(s) (exit {code})", highlight=False)
+        what = ("nothing ran: every scenario unsupported or excluded" if rep.nothing_ran() else
+                f"{s.violated} violated, {s.errors} error(s)")
+        err.print(f"{markup(str(file))}: {what} (exit {code})", highlight=False)
     raise typer.Exit(code)
 
 
@@ -124,9 +126,9 @@ def new_adapter(
     except UsageError as e:
         raise usage_error(str(e)) from None
     for p in written:
-        err.print(f"wrote {escape(str(p))}", highlight=False)
+        err.print(f"wrote {markup(str(p))}", highlight=False)
     module = written[0].stem
-    err.print(f"next: python -m pytest {escape(str(written[1]))}   and   "
+    err.print(f"next: python -m pytest {markup(str(written[1]))}   and   "
               f"sentinel list boundaries --target {module}:{module.title().replace('_', '')}", highlight=False)
 
 
@@ -167,7 +169,7 @@ def list_(
             opts = "\n".join(f"{o.name} = {json.dumps(o.default)}: {o.allowed()}" + (f" ({o.doc})" if o.doc else "")
                              for o in b.options)
             t.add_row(b.name, ", ".join(p.name + ("" if p.required else "?") for p in b.inputs),
-                      ", ".join(p.name + ("" if p.required else "?") for p in b.outputs), escape(opts))
+                      ", ".join(p.name + ("" if p.required else "?") for p in b.outputs), markup(opts))
     elif what == What.targets:
         t.title = "targets"
         for c in ("target", "located by", "install", "loss-path files (history)", "what"):
@@ -179,8 +181,8 @@ def list_(
                 files = getattr(target_registry.adapter_class(info.name), "loss_path_files", ())
             except Exception:  # noqa: BLE001 - an adapter that cannot be imported here still gets its row
                 files = ()
-            t.add_row(info.name, escape(info.located_by), escape(install), escape("\n".join(files) or "-"),
-                      escape(f"{info.description} ({info.adapter})"))
+            t.add_row(info.name, markup(info.located_by), markup(install), markup("\n".join(files) or "-"),
+                      markup(f"{info.description} ({info.adapter})"))
     elif what == What.invariants:
         t.title = "invariant families"
         t.add_column("family")
@@ -208,7 +210,7 @@ def _mapping_table(t: Table, target: str) -> None:
         t.add_column(c, overflow="fold")
     for b, m in adapter.mapping().items():
         calls = "\n".join(m["calls"]) if m["calls"] else f"declined: {m['declined']}"
-        t.add_row(b, escape(calls), m["method"] or "")
+        t.add_row(b, markup(calls), m["method"] or "")
 
 
 def _rel(f: str) -> str:

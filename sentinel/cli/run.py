@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
-from rich.markup import escape
+from ..inert import markup, terminal
 from rich.table import Table
 
 from .. import render, verdicts
@@ -65,7 +65,7 @@ def gate(
     load_timeout: float = typer.Option(LOAD_TIMEOUT, "--load-timeout", min=0.1, help=LOAD_TIMEOUT_HELP),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Show every scenario's invariants, and tracebacks."),
 ) -> None:
-    """Run a whole catalog; exit non-zero on any violation or error.
+    """Run a whole catalog; exit non-zero on any violation or error (or when nothing ran).
 
     The catalog is ./scenarios when the current folder has one (a repository gating its own
     scenarios), else the bundled one; the first line says which. On the reference every
@@ -78,7 +78,7 @@ def gate(
         local = local_catalog()
         paths = [local or catalog_path()]
         if not as_json:
-            err.print(f"catalog: {escape(display_path(paths[0]))} "
+            err.print(f"catalog: {markup(display_path(paths[0]))} "
                       f"({'this folder' + chr(39) + 's scenarios' if local else 'bundled with rl-sentinel'})", highlight=False)
     scenarios = _load(paths)
     spec = TargetSpec(target, str(repo.resolve()) if repo else None, commit, device.value, plant)
@@ -117,7 +117,7 @@ def compare(
     checkout, branch, index and stash are untouched.\n
     [cyan]sentinel compare scenarios/seeds/ppo-kl-metric-aliasing.yaml --target slime --repo ~/src/slime --base 045310b2b^ --head 045310b2b[/]\n
     Then [cyan]sentinel report reports/latest.json --format markdown[/] gives the PR evidence.\n
-    Exit: 0 fixed/holds-both only, 1 something regressed or still violated, 3 inconclusive.
+    Exit: 0 fixed/holds-both only, 1 something regressed or still violated, 3 inconclusive, 5 nothing ran on either side (every scenario unsupported or excluded).
     """
     from .. import compare as cmp
     from .. import git
@@ -137,7 +137,7 @@ def compare(
                           load_timeout=load_timeout,
                           on_result=lambda r: tick(f"{r.target}: {r.id}: {r.verdict}"), command=["sentinel", *sys.argv[1:]])
     _emit(rep, _output(output), junit, as_json)
-    raise typer.Exit(cmp.compare_exit_code(rep))
+    raise typer.Exit(rep.exit_code())
 
 
 @app.command()
@@ -170,7 +170,7 @@ def bisect(
         raise usage_error(f"{path} holds {len(scs)} scenarios: choose one with --scenario")
 
     def on_probe(p) -> None:
-        err.print(f"  tried {p.commit[:10]} {p.verdict:<10} {escape(p.subject[:60])}", highlight=False)
+        err.print(f"  tried {p.commit[:10]} {p.verdict:<10} {markup(p.subject[:60])}", highlight=False)
 
     try:
         res = cmp.bisect(scs[0], target, repo_s, good, bad, device=device.value, timeout=timeout, on_probe=on_probe,
@@ -182,7 +182,7 @@ def bisect(
     if res.first:
         out.print(f"[bold]{res.first.commit}[/] is the first commit where {scs[0].id} is "
                   f"[bold]{res.bad_verdict}[/] (was {res.good_verdict})")
-        out.print(f"  {escape(res.first.subject)}")
+        out.print(f"  {markup(res.first.subject)}")
     else:
         out.print(f"[yellow]skipped commits leave {len(res.candidates)} candidates:[/] " + " ".join(c[:10] for c in res.candidates))
     out.print(f"tried {len(res.probes)} revisions of {res.commits_in_range} in range, {res.duration_s:.1f} s")
@@ -232,11 +232,12 @@ def matrix(
         t.add_column("scenario", overflow="fold")
         t.add_column("invariant")
         for c in table["columns"]:
-            t.add_column(escape(c), overflow="fold")
+            t.add_column(markup(c), overflow="fold")
         for r in table["rows"]:
-            t.add_row(render.Text(r["scenario"]), render.Text(r["invariant"]), *[render.Text(v, render.STYLE.get(v, "dim")) for v in r["cells"].values()])
+            t.add_row(render.Text(terminal(r["scenario"])), render.Text(terminal(r["invariant"])),
+                      *[render.Text(terminal(v), render.STYLE.get(v, "dim")) for v in r["cells"].values()])
         out.print(t)
     if dest:
-        err.print(f"report written to {escape(str(dest))}", highlight=False)
+        err.print(f"report written to {markup(str(dest))}", highlight=False)
 
 

@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from ..inert import md_code, md_text, terminal
 from ..present import github_url
 from ..render import STYLE, fmt, invariant_detail
 from ..report import HistoryCommit, HistoryFlip, InvariantResult, Report, ScenarioResult
@@ -60,13 +61,13 @@ def timeline(report: Report, console: Console, verbose: bool = False) -> None:
     hidden = max(0, len(cols) - room)
     cols = cols[hidden:]
     flip_at = {(f.scenario, f.commit): f.change for f in h.flips if f.commit}
-    console.print(Text.assemble(("history ", "bold"), (h.target, "bold cyan"), f"  {_range(report)}"))
+    console.print(Text.assemble(("history ", "bold"), (terminal(h.target), "bold cyan"), terminal(f"  {_range(report)}")))
     console.print(Text(summary_line(report), style="dim"))
     if hidden:
         console.print(Text(f"(the oldest {hidden} evaluated commits are not shown: widen the terminal, or read "
                            f"the markdown or the JSON)", style="dim"))
     for name in names:
-        line = Text(name[:name_w].ljust(name_w) + "  ", no_wrap=True)
+        line = Text(terminal(name[:name_w]).ljust(name_w) + "  ", no_wrap=True)
         for c in cols:
             change = flip_at.get((name, c.id))
             if change:
@@ -90,21 +91,21 @@ def timeline(report: Report, console: Console, verbose: bool = False) -> None:
             t.add_column(c, overflow="fold")
         for f in h.flips:
             where = f.commit[:10] if f.commit else "one of " + " ".join(x[:10] for x in f.candidates)
-            t.add_row(Text(f.change, STYLE.get(f.change, "")), Text(f.scenario), Text(where),
-                      f"#{f.pr}" if f.pr else "", f.date[:10], Text(f.subject))
+            t.add_row(Text(f.change, STYLE.get(f.change, "")), Text(terminal(f.scenario)), Text(terminal(where)),
+                      f"#{f.pr}" if f.pr else "", Text(terminal(f.date[:10])), Text(terminal(f.subject)))
         console.print(t)
         for f in h.flips:
-            console.print(Text.assemble(("\n" + f.scenario, "bold"), " ", (f.change, STYLE.get(f.change, "")),
-                                        f" at {f.commit[:10] if f.commit else '?'}", (f"  {f.subject}", "dim")))
+            console.print(Text.assemble(("\n" + terminal(f.scenario), "bold"), " ", (f.change, STYLE.get(f.change, "")),
+                                        terminal(f" at {f.commit[:10] if f.commit else '?'}"), (terminal(f"  {f.subject}"), "dim")))
             for label, r in (("before", f.before), ("after", f.after)):
-                console.print(Text.assemble(f"  {label} ", (r.target.split("@")[-1][:10], "cyan"), " ",
+                console.print(Text.assemble(f"  {label} ", (terminal(r.target.split("@")[-1][:10]), "cyan"), " ",
                                             (r.verdict, STYLE.get(r.verdict, ""))))
                 for inv in _focus(r, f):
-                    console.print(invariant_detail(inv), highlight=False)
+                    console.print(invariant_detail(inv, r), highlight=False)
                     if inv.verdict == "held" and inv.observed is not None:
-                        console.print(Text(f"  observed {_short(inv.observed)}"), highlight=False)
+                        console.print(Text(terminal(f"  observed {_short(inv.observed)}")), highlight=False)
     if h.hunt:
-        console.print(Text(f"hunt: {h.hunt}", style="dim"))
+        console.print(Text(terminal(f"hunt: {h.hunt}"), style="dim"))
 
 
 def _focus(r: ScenarioResult, f: HistoryFlip) -> list[InvariantResult]:
@@ -117,14 +118,10 @@ def _focus(r: ScenarioResult, f: HistoryFlip) -> list[InvariantResult]:
 
 # --- markdown -----------------------------------------------------------------------------
 
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
 def _commit_link(sha: str | None, base: str | None) -> str:
     if not sha:
         return "?"
-    return f"[`{sha[:10]}`]({base}/commit/{sha})" if base else f"`{sha[:10]}`"
+    return f"[{md_code(sha[:10])}]({base}/commit/{md_text(sha)})" if base else md_code(sha[:10])
 
 
 def _pr_link(pr: int | None, base: str | None) -> str:
@@ -136,23 +133,23 @@ def _pr_link(pr: int | None, base: str | None) -> str:
 def flips_table(report: Report, base: str | None = None) -> list[str]:
     lines = ["| change | scenario | commit | PR | date | subject |", "|---|---|---|---|---|---|"]
     for f in report.history.flips:
-        where = _commit_link(f.commit, base) if f.commit else "one of " + ", ".join(f"`{c[:10]}`" for c in f.candidates)
-        lines.append(f"| {f.change} | `{f.scenario}` | {where} | {_pr_link(f.pr, base)} | {f.date[:10]} | "
-                     f"{_cell(f.subject)} |")
+        where = _commit_link(f.commit, base) if f.commit else "one of " + ", ".join(md_code(c[:10]) for c in f.candidates)
+        lines.append(f"| {f.change} | {md_code(f.scenario)} | {where} | {_pr_link(f.pr, base)} | {md_text(f.date[:10])} | "
+                     f"{md_text(f.subject)} |")
     return lines
 
 
 def _md_side(label: str, r: ScenarioResult, f: HistoryFlip) -> list[str]:
-    lines = [f"- **{label}** `{r.target.split('@')[-1][:10]}`: **{r.verdict}**"]
+    lines = [f"- **{label}** {md_code(r.target.split('@')[-1][:10])}: **{r.verdict}**"]
     for inv in _focus(r, f):
         cfg = json.dumps(next(iter(inv.config.values()), {}))
-        text = f"  - {inv.verdict} `{inv.family}` {_cell(cfg)}"
+        text = f"  - {inv.verdict} {md_code(inv.family)} {md_text(cfg)}"
         if inv.message:
-            text += f": {_cell(inv.message)}"
+            text += f": {md_text(inv.message)}"
         if inv.observed is not None:
-            text += f"; observed `{_cell(_short(inv.observed))}`"
+            text += f"; observed {md_code(_short(inv.observed))}"
         if inv.expected is not None:
-            text += f", expected `{_cell(_short(inv.expected))}`"
+            text += f", expected {md_code(_short(inv.expected))}"
         lines.append(text)
     return lines
 
@@ -165,12 +162,13 @@ def _short(x: Any, limit: int = 160) -> str:
 def markdown(report: Report) -> str:
     h = report.history
     base = github_url(h.repo)
-    lines = [f"## RL-Sentinel history: {h.target} `{h.since}`..`{h.until}`", "", summary_line(report), ""]
+    lines = [f"## RL-Sentinel history: {md_text(h.target)} {md_code(h.since)}..{md_code(h.until)}", "",
+             md_text(summary_line(report)), ""]
     if h.flips:
         lines += flips_table(report, base) + [""]
         lines += ["<details><summary>evidence of each flip (both sides)</summary>", ""]
         for f in h.flips:
-            lines += [f"#### `{f.scenario}` {f.change} at {_commit_link(f.commit, base)}", ""]
+            lines += [f"#### {md_code(f.scenario)} {f.change} at {_commit_link(f.commit, base)}", ""]
             lines += _md_side("before", f.before, f) + _md_side("after", f.after, f) + [""]
         lines += ["</details>", ""]
     else:
@@ -180,12 +178,12 @@ def markdown(report: Report) -> str:
               "|---|---|---|---|---:|---:|---:|---:|---|"]
     for c in evaluated(report):
         if c.load_error:
-            counts = f"not loading: {_cell(c.load_error[:120])} | | | |"
+            counts = f"not loading: {md_text(c.load_error[:120])} | | | |"
         else:
             v = list(c.verdicts.values())
             counts = " | ".join(str(v.count(k)) for k in ("holds", "violated", "error", "unsupported"))
-        lines.append(f"| {_commit_link(c.id, base)} | {_pr_link(c.pr, base)} | {c.date[:10]} | {c.role} | {counts} | "
-                     f"{_cell(c.subject)} |")
+        lines.append(f"| {_commit_link(c.id, base)} | {_pr_link(c.pr, base)} | {md_text(c.date[:10])} | {c.role} | {counts} | "
+                     f"{md_text(c.subject)} |")
     lines += ["", "</details>", ""]
     return "\n".join(lines)
 

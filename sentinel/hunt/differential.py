@@ -111,6 +111,7 @@ class DiffHunter:
                 self._begin()
                 if not self.exit_reason:
                     self.search()
+                self._settle()
             finally:
                 for s in (self.sides.base, self.sides.head):
                     s.close()
@@ -162,6 +163,10 @@ class DiffHunter:
                 self.exit_reason = "target_error"
                 break
         self.search_s = time.perf_counter() - self.t_search
+
+    def _settle(self) -> None:
+        """Every boundary's verdict, also when the search never began (a side did not load: error)."""
+        st = self.settings
         for s in self.states:
             s.verdict = verdicts.hunt_property_verdict(s.status, s.examples, len(s.found), min(st.min_examples, st.max_examples))
             if s.verdict == "stopped":
