@@ -50,6 +50,7 @@ def mutate(
     commit: Optional[str] = typer.Option(None, "--commit", help="Revision of --repo to mutate (a temporary worktree)."),
     boundary: Optional[List[str]] = typer.Option(None, "--boundary", "-b", help="Only the functions these boundaries map (repeatable)."),
     operators: Optional[str] = typer.Option(None, "--operators", help="Comma-separated operators (default: all; `sentinel mutate --list-operators`)."),
+    mutant: Optional[List[str]] = typer.Option(None, "--mutant", "-m", help="Judge only this mutant (its key or id, as the report names it; repeatable)."),
     budget: float = typer.Option(5.0, "--budget", min=0, help="Differential hunt seconds for each mutant the catalog leaves alive (0: catalog only)."),
     seed: int = typer.Option(0, "--seed", help="The hunt's seed (the same examples for every mutant)."),
     hunt_examples: int = typer.Option(100_000, "--hunt-examples", min=1, help="A mutant's hunt ends after this many examples per boundary (or at --budget)."),
@@ -96,7 +97,7 @@ def mutate(
     opts = driver.Options(target=target, repo=str(repo.resolve()) if repo else None, commit=commit, device=device.value,
                           boundaries=list(boundary) if boundary else None, operators=ops, budget=budget, seed=seed,
                           timeout=timeout, hunt_examples=hunt_examples, executor=executor.value, jobs=jobs, cache=None if no_cache else cache,
-                          equivalent=equivalent, equivalent_examples=equivalent_examples, fail_under=fail_under,
+                          equivalent=equivalent, equivalent_examples=equivalent_examples, fail_under=fail_under, only=list(mutant) if mutant else None,
                           command=["sentinel", *sys.argv[1:]])
     try:
         with _progress(format != MutateFormat.text) as update:

@@ -51,6 +51,7 @@ class Options:
     seed: int = 0
     timeout: float = 30.0
     hunt_examples: int = 100_000  # per boundary and mutant: the hunt ends there, or at its budget
+    only: list[str] | None = None  # judge only these mutants (ids or keys)
     executor: str = "local"
     jobs: int = 1
     cache: Path | None = mcache.DEFAULT_DIR
@@ -174,7 +175,8 @@ def mutate(scenarios: list[Scenario], opts: Options,
     created = datetime.now(timezone.utc).isoformat(timespec="seconds")
     claims = equiv.load(opts.equivalent) if opts.equivalent else {}
     p = prepare(opts, scenarios)
-    ms = [m for f in p.functions for m in mutants(f, opts.operators)]
+    ms = [m for f in p.functions for m in mutants(f, opts.operators)
+          if not opts.only or m.id in opts.only or m.key in opts.only]
     commit = p.target.commit or p.target.version or "-"
     store = mcache.Cache(opts.cache, opts.target, target_registry.adapter_spec(opts.target), commit,
                          mcache.catalog_hash([sc for sc in scenarios if sc.boundary in p.mapping]), [opts.budget, opts.hunt_examples],
