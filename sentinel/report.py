@@ -283,7 +283,7 @@ class HuntSummary(_Model):
 
 class Report(_Model):
     schema_version: str = REPORT_SCHEMA_VERSION
-    kind: Literal["run", "compare", "hunt", "history"] = "run"
+    kind: Literal["run", "compare", "hunt", "history", "mutate"] = "run"
     success: bool
     created_at: str
     duration_s: float
@@ -296,6 +296,7 @@ class Report(_Model):
     extra: dict[str, Any] = Field(default_factory=dict)
     hunt: HuntSummary | None = Field(None, description="kind hunt: examples, time and findings of `sentinel hunt`")
     history: "HistorySummary | None" = Field(None, description="kind history: verdicts over a commit range and their flips")
+    mutate: "MutateSummary | None" = Field(None, description="kind mutate: the mutation score of the catalog and hunt")
 
     def exit_code(self) -> int:
         """0 all hold, 1 a violation, 3 a target error, 5 nothing ran; a compare report by its
@@ -478,6 +479,68 @@ class HistorySummary(_Model):
     flips: list[HistoryFlip] = Field(default_factory=list)
     hunt: str | None = Field(None, description="what the differential hunt did, or why it did not run")
     cost: HistoryCost
+
+
+# --- kind mutate: `sentinel mutate` ------------------------------------------------------
+
+MutantVerdict = Literal["killed", "survived", "equivalent", "error"]
+
+
+class MutantRecord(_Model):
+    """One mutant: one small change to one function a boundary maps (sentinel/mutate)."""
+
+    id: str = Field(description="function#operator@key")
+    function: str = Field(description="module:qualname")
+    operator: str
+    key: str = Field(description="stable hash of the change (kept when lines move): equivalent.yaml's key")
+    position: str = Field(description="FILE:LINE:COLUMN of the changed node")
+    boundaries: list[str] = Field(default_factory=list)
+    diff: str = Field(description="unified diff of the function (as unparsed)")
+    verdict: MutantVerdict
+    killed_by: str | None = Field(None, description="the scenario (catalog) or the hunt's finding that killed it")
+    stage: Literal["catalog", "hunt"] | None = None
+    reason: str = Field("", description="error: what failed; equivalent: the reason recorded in equivalent.yaml")
+    scenarios: int = Field(0, description="catalog scenarios run on it")
+    examples: dict[str, int] = Field(default_factory=dict, description="hunt examples compared, per boundary")
+    configs: dict[str, dict[str, list[Any]]] = Field(default_factory=dict,
+                                                      description="survivors: the config choices the hunt drew")
+    cached: bool = False
+    duration_s: float = 0.0
+
+
+class MutateCount(_Model):
+    mutants: int = 0
+    killed: int = 0
+    survived: int = 0
+    equivalent: int = 0
+    error: int = 0
+    score: float | None = Field(None, description="killed / (mutants - equivalent - error); None with none left")
+
+
+class MutateSummary(_Model):
+    target: str = Field(description="key into Report.targets")
+    commit: str | None = None
+    operators: list[str] = Field(default_factory=list)
+    boundaries: list[str] = Field(default_factory=list)
+    functions: dict[str, list[str]] = Field(default_factory=dict, description="mutated function -> its boundaries")
+    unreadable: dict[str, str] = Field(default_factory=dict, description="mapped calls whose source was not read")
+    budget_s: float = Field(description="differential hunt seconds per surviving mutant")
+    seed: int
+    equivalent_file: str | None = None
+    equivalent_examples: int = Field(description="examples per boundary an equivalence claim needs")
+    stale_equivalents: list[str] = Field(default_factory=list, description="equivalence claims not honoured, and why")
+    executor: str = "local"
+    jobs: int = 1
+    cache: str | None = None
+    cached: int = 0
+    totals: MutateCount
+    by_boundary: dict[str, MutateCount] = Field(default_factory=dict)
+    by_operator: dict[str, MutateCount] = Field(default_factory=dict)
+    by_function: dict[str, MutateCount] = Field(default_factory=dict)
+    mutants: list[MutantRecord] = Field(default_factory=list, description="survivors first")
+    duration_s: float = 0.0
+    mutants_per_min_per_core: float = Field(0.0, description="mutants evaluated (cache misses) per minute of wall "
+                                            "time per job")
 
 
 Report.model_rebuild()

@@ -168,7 +168,7 @@ class Worker:
     def isolated(self, job: dict[str, Any]) -> dict[str, Any]:
         """Run a job in a forked child; a crash, exit or timeout becomes an error result."""
         timeout = float(self.header.get("timeout", 60))
-        return {"runs": {}, **self._forked(lambda emit: self.execute(job), timeout,
+        return {"runs": {}, **self._forked(self._with_mutant(job, lambda emit: self.execute(job)), timeout,
                                            f"target code ran past the {timeout:g} s timeout",
                                            "before returning a result")}
 
@@ -179,8 +179,30 @@ class Worker:
         warm(job.get("property"), job.get("exclude"), job.get("pin"))
         limit = float(job.get("time_limit", 10.0)) + float(job.get("shrink_time", SHRINK_TIME)) + \
             float(self.header.get("timeout", 60))
-        return self._forked(lambda emit: run_round(self.adapter, self.device, job, emit), limit,
+        return self._forked(self._with_mutant(job, lambda emit: run_round(self.adapter, self.device, job, emit)), limit,
                             f"hunt round ran past {limit:g} s", "during a hunt round")
+
+    # --- sentinel mutate ------------------------------------------------------------------
+    @staticmethod
+    def _with_mutant(job: dict[str, Any], fn: Callable) -> Callable:
+        """fn, run after the job's mutant (sentinel mutate) is put in place: in the forked
+        child only, so the warm worker serves the next mutant unchanged."""
+        if not job.get("mutant"):
+            return fn
+
+        def mutated(emit: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+            from .mutate.apply import apply
+            apply(job["mutant"])
+            return fn(emit)
+        return mutated
+
+    def mutate_sources(self) -> dict[str, Any]:
+        """The functions the adapter's boundaries call, with their source (in a child)."""
+        from .mutate.apply import sources
+        root = Path(self.header["root"]) if self.header.get("root") else None
+        return self._forked(lambda emit: {"status": "ok", **sources(self.adapter, root)},
+                            float(self.header.get("timeout", 60)), "reading the mapped functions timed out",
+                            "while reading the mapped functions")
 
     def _forked(self, fn: Callable[[Callable[[dict[str, Any]], None]], dict[str, Any]], timeout: float,
                 timeout_message: str, crash_when: str) -> dict[str, Any]:
@@ -340,7 +362,9 @@ def main() -> None:
         return
     for line in jobs:
         job = json.loads(line)
-        result = worker.hunt(job) if job.get("type") == "hunt" else worker.isolated(job)
+        kind = job.get("type")
+        result = worker.hunt(job) if kind == "hunt" else worker.mutate_sources() if kind == "mutate-sources" \
+            else worker.isolated(job)
         result.update(event="result", scenario=job["scenario"])
         worker.send(result)
 

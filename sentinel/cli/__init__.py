@@ -15,6 +15,7 @@ from .. import cleanup, git, process
 from . import run  # noqa: F401, I001 - each registers its commands on the app, in --help's order
 from . import hunt  # noqa: F401, E402
 from . import history  # noqa: F401, E402
+from . import mutate  # noqa: F401, E402
 from . import info  # noqa: F401, E402
 from .common import app, err
 

@@ -44,6 +44,15 @@ def report(
         rep = load(file)
     except Exception as e:  # noqa: BLE001 - pydantic or JSON errors alike
         raise usage_error(f"{file} is not an RL-Sentinel report: {str(e).splitlines()[0]}") from None
+    if rep.kind == "mutate":  # its own views (sentinel/mutate/render.py)
+        from ..mutate import render as mrender
+        views = {Format.markdown: mrender.markdown, Format.junit: mrender.junit, Format.json: dump}
+        if format in views:
+            text = views[format](rep)
+            write_atomic(output, text) if output else sys.stdout.write(text)
+        else:
+            mrender.console(rep, Console(file=open(output, "w", encoding="utf-8"), width=120) if output else out)
+        raise typer.Exit(0 if rep.success else 1)
     if format == Format.text:
         if output:
             with open(output, "w", encoding="utf-8") as f:

@@ -15,6 +15,7 @@ import multiprocessing
 import os
 from abc import ABC, abstractmethod
 from concurrent.futures import Future, ProcessPoolExecutor
+from typing import Any, Callable
 
 from ..errors import UsageError
 from .task import Task, evaluate
@@ -31,8 +32,9 @@ class Executor(ABC):
         self.jobs = max(1, jobs)
 
     @abstractmethod
-    def submit(self, task: Task) -> "Future[str]":
-        """Start `task`; the future's result is its JSON answer."""
+    def submit(self, task: Task, fn: Callable[[Any], str] = evaluate) -> "Future[str]":
+        """Start `fn(task)` (a history task by default; `sentinel mutate` sends its shards);
+        the future's result is its JSON answer."""
 
     def close(self) -> None:
         """Release what the executor started (its processes, a Ray instance it began)."""
@@ -52,8 +54,8 @@ class LocalExecutor(Executor):
         # spawn: a fresh interpreter per pool process, nothing inherited from the CLI's threads
         self._pool = ProcessPoolExecutor(self.jobs, mp_context=multiprocessing.get_context("spawn"))
 
-    def submit(self, task: Task) -> "Future[str]":
-        return self._pool.submit(evaluate, task)
+    def submit(self, task: Task, fn: Callable[[Any], str] = evaluate) -> "Future[str]":
+        return self._pool.submit(fn, task)
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
@@ -76,10 +78,12 @@ class RayExecutor(Executor):
                 # a local instance: as many CPUs as -j asks, a small object store (answers are short JSON)
                 kwargs.update(num_cpus=self.jobs, object_store_memory=100 * 1024 * 1024)
             ray.init(**kwargs)
-        self._remote = ray.remote(num_cpus=1, max_retries=1)(evaluate)
+        self._remotes: dict[Callable, Any] = {}
 
-    def submit(self, task: Task) -> "Future[str]":
-        return self._remote.remote(task).future()
+    def submit(self, task: Task, fn: Callable[[Any], str] = evaluate) -> "Future[str]":
+        if fn not in self._remotes:
+            self._remotes[fn] = self._ray.remote(num_cpus=1, max_retries=1)(fn)
+        return self._remotes[fn].remote(task).future()
 
     def close(self) -> None:
         if self._owns and self._ray.is_initialized():

@@ -40,6 +40,7 @@ class Side:
     info: dict[str, Any] = field(default_factory=dict)  # the session's hello: boundaries, deviations
     env: dict[str, Any] = field(default_factory=dict)
     startup_s: float = 0.0
+    job_extra: dict[str, Any] = field(default_factory=dict)  # more for the session's job (sentinel mutate: its mutant)
 
     @property
     def key(self) -> str:
@@ -49,8 +50,9 @@ class Side:
     def ok(self) -> bool:
         return self.conn is not None
 
-    def start(self, stack: ExitStack, session_s: float) -> None:
-        """Check out, start the worker, open the session; on failure target.load_error says why."""
+    def start(self, stack: ExitStack, session_s: float, session: bool = True) -> None:
+        """Check out, start the worker, open the session (unless `session` is False); on
+        failure target.load_error says why."""
         t0 = time.perf_counter()
         self.root = checkout_root(stack, self.spec, self.target)
         if self.target.load_error is not None:
@@ -72,10 +74,15 @@ class Side:
         t = self.target
         t.version, t.stubs, t.import_s = info.get("version"), info.get("stubs", []), info.get("import_s")
         t.device = self.env.get("device", self.spec.device)
+        if session:
+            self.open(session_s)
+        self.startup_s = time.perf_counter() - t0
+
+    def open(self, session_s: float) -> None:
+        """Open a session with the worker (a forked child), and read its hello."""
         self.conn = self._session(session_s)
         if self.conn is not None:
             self.info = self.conn.recv()["hello"]
-        self.startup_s = time.perf_counter() - t0
 
     def _session(self, session_s: float) -> Connection | None:
         """Ask the worker for a session child and wait for it to call back."""
@@ -95,7 +102,7 @@ class Side:
         threading.Thread(target=accept, daemon=True).start()
         self.worker.send({"type": "hunt", "scenario": f"session:{self.name}", "property": None,
                           "session": {"address": address, "authkey": key.hex()},
-                          "time_limit": session_s, "shrink_time": 0})
+                          "time_limit": session_s, "shrink_time": 0, **self.job_extra})
         if not done.wait(CONNECT_TIMEOUT) or not got:
             self.target.load_error = ExceptionInfo(type="WorkerDied", message="the side's session never called back")
             self.worker.kill()

@@ -1,0 +1,74 @@
+"""Benchmark: `sentinel mutate` on each target at HEAD, measured in one run.
+
+    python benchmarks/bench_mutate.py                           # reference, and every target found
+    python benchmarks/bench_mutate.py --targets reference,slime --budget 2 -j 2 -b policy_loss
+
+Targets: the reference always; slime, areal, verl, openrlhf and trl when their checkout is named
+by SENTINEL_<NAME>_REPO or (areal, verl, openrlhf, trl) their package is installed. Prints one row
+per target: mutants, killed, survived, equivalent, error, the score killed / (mutants -
+equivalent - error), and mutants judged per minute per core (wall time of the judging, no
+cache, divided by -j). The reports go to a temporary folder unless --out is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+TARGETS = ("reference", "slime", "areal", "verl", "openrlhf", "trl")
+
+
+def located(target: str) -> list[str] | None:
+    """The --repo arguments for `target`, [] for an installed package, None when absent."""
+    if target == "reference":
+        return []
+    repo = os.environ.get(f"SENTINEL_{target.upper()}_REPO")
+    if repo and Path(repo).exists():
+        return ["--repo", repo]
+    if target != "slime" and importlib.util.find_spec(target) is not None:
+        return []
+    return None
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--targets", default=",".join(TARGETS))
+    ap.add_argument("--budget", type=float, default=2.0, help="hunt seconds per mutant the catalog leaves alive")
+    ap.add_argument("--jobs", "-j", type=int, default=1)
+    ap.add_argument("--boundary", "-b", action="append", default=[])
+    ap.add_argument("--out", type=Path, default=None)
+    a = ap.parse_args()
+    out = a.out or Path(tempfile.mkdtemp(prefix="bench-mutate-"))
+    rows = []
+    for t in a.targets.split(","):
+        where = located(t)
+        if where is None:
+            print(f"{t}: skipped (no checkout in SENTINEL_{t.upper()}_REPO, no installed package)", file=sys.stderr)
+            continue
+        folder = out / t
+        cmd = [sys.executable, "-m", "sentinel", "mutate", "-t", t, *where, "--budget", str(a.budget), "-j",
+               str(a.jobs), "--no-cache", "--out", str(folder), "--format", "json",
+               *(x for b in a.boundary for x in ("-b", b))]
+        p = subprocess.run(cmd, capture_output=True, text=True)
+        if p.returncode not in (0, 1):
+            print(f"{t}: failed ({p.returncode}): {p.stderr[-1000:]}", file=sys.stderr)
+            continue
+        s = json.loads((folder / "mutate.json").read_text())["mutate"]
+        c = s["totals"]
+        rows.append((t, c["mutants"], c["killed"], c["survived"], c["equivalent"], c["error"],
+                     "n/a" if c["score"] is None else f"{100 * c['score']:.1f}%", s["mutants_per_min_per_core"]))
+    head = ("target", "mutants", "killed", "survived", "equivalent", "error", "score", "mutants/min/core")
+    print("| " + " | ".join(head) + " |\n|" + "---|" * len(head))
+    for r in rows:
+        print("| " + " | ".join(map(str, r)) + " |")
+    print(f"(reports in {out})", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,206 @@
+"""One shard of `sentinel mutate`: a batch of mutants of one target, judged by the catalog,
+then (for survivors) a seeded differential hunt, with warm workers serving every mutant.
+
+A shard runs where an executor puts it (a local process, a Ray task), like a history task:
+it starts one head worker (and, at the first survivor, a base worker for the hunt), and
+sends each mutant along with its jobs; the worker's forked child puts it in place
+(`apply.apply`), so no mutant needs a checkout or a new worker.
+
+- Catalog: each scenario of the mutant's boundaries whose verdict on the unmutated target is
+  decided (holds / violated) runs on the mutant, a few at a time, those that killed most
+  mutants of the shard first, until one kills it. A verdict that changes kills it; an error
+  where the target held kills it too (a crash on some input), unless every scenario errs
+  with the same exception type: then the mutant is an `error` (it fails the same way on
+  every input: no test told it apart).
+- Hunt: the unmutated target as base, the mutant as head (`hunt.differential.DiffHunter`,
+  seeded, stopped at its first finding): any difference no declared deviation explains
+  kills it. Survivors keep the examples compared per boundary and the config choices drawn.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ..hunt.differential import DiffHunter, DiffSettings
+from ..hunt.sides import Side, Sides
+from ..process import WorkerDied
+from ..report import Target
+from ..runner import TargetSpec, evaluate, job, plan
+from ..spec import Scenario
+
+SHRINK_S = 0.5  # a kill needs a difference, not its smallest example
+DECIDED = ("holds", "violated")
+CHUNK = 4  # catalog jobs sent to the worker at a time
+
+
+@dataclass
+class Shard:
+    target: str
+    repo: str | None
+    commit: str | None
+    device: str
+    mutants: list[dict[str, Any]]  # Mutant.as_dict()
+    scenarios: list[Scenario] = field(default_factory=list)
+    base: dict[str, str] = field(default_factory=dict)  # scenario id -> verdict on the unmutated target
+    budget: float = 5.0
+    seed: int = 0
+    timeout: float = 30.0
+    examples: int = 100_000  # per boundary: a hunt ends at this many compared examples, or at its budget
+
+
+class _Workers:
+    """The shard's head worker (catalog jobs, and hunt sessions with the mutant) and base
+    worker (hunt sessions of the unmutated target), restarted when one dies."""
+
+    def __init__(self, shard: Shard, stack: ExitStack):
+        self.shard, self.stack = shard, stack
+        self.spec = TargetSpec(shard.target, shard.repo, shard.commit, shard.device)
+        self.head = self._side("head", session=False)
+        self.base: Side | None = None
+        self.kills: Counter[str] = Counter()  # scenario id -> mutants it killed in this shard
+
+    def _side(self, name: str, session: bool) -> Side:
+        s = Side(name, self.spec, Target(name=self.spec.name, repo=self.spec.repo, device=self.spec.device),
+                 self.shard.timeout)
+        s.start(self.stack, 10 ** 6, session=session)
+        if s.target.load_error is not None:
+            raise WorkerDied(f"the target could not be loaded: {s.target.load_error.message}")
+        return s
+
+    def restart(self, which: str) -> None:
+        old = getattr(self, which)
+        if old is not None:
+            old.stop()
+        setattr(self, which, None if which == "base" else self._side("head", session=False))
+
+    def base_side(self) -> Side:
+        if self.base is None or self.base.conn is None:
+            if self.base is not None:
+                self.base.stop()
+            self.base = self._side("base", session=True)
+        return self.base
+
+    def stop(self) -> None:
+        for s in (self.head, self.base):
+            if s is not None:
+                s.stop()
+
+
+def _catalog(w: _Workers, m: dict[str, Any], planned: list) -> tuple[dict[str, Any] | None, int]:
+    """The catalog's judgement of mutant `m`: a record update (killed / error), or None when
+    it survives; and how many scenarios ran."""
+    mine = [(sc, runs) for sc, runs in planned if sc.boundary in m["boundaries"] and w.shard.base.get(sc.id) in DECIDED]
+    if not mine:
+        return None, 0
+    mutant = {"function": m["function"], "source": m["source"], "line": m["line"]}
+    mine.sort(key=lambda x: -w.kills[x[0].id])  # the scenarios that killed most so far first
+    changed, errors, ran = [], [], 0
+    for i in range(0, len(mine), CHUNK):  # a few at a time: the first verdict that changes ends it
+        chunk = mine[i:i + CHUNK]
+        w.head.worker.send_all([{**job(sc, runs), "mutant": mutant} for sc, runs in chunk])
+        for sc, runs in chunk:
+            r = evaluate(sc, runs, w.head.worker.receive(w.shard.timeout + 30), "head")
+            before = w.shard.base[sc.id]
+            if r.verdict == "error":
+                errors.append((sc.id, before, r.reason))
+            elif r.verdict in DECIDED and r.verdict != before:
+                changed.append(f"{sc.id}: {before} -> {r.verdict}")
+                w.kills[sc.id] += 1
+        ran += len(chunk)
+        if changed:
+            break
+    if errors and len(errors) == len(mine) and len({e[2].split(":")[0] for e in errors}) == 1:
+        return {"verdict": "error", "reason": f"fails the same way on every scenario: {errors[0][2][:300]}"}, ran
+    if changed:
+        return {"verdict": "killed", "stage": "catalog", "killed_by": changed[0]}, ran
+    if errors:
+        sid, before, reason = errors[0]
+        w.kills[sid] += 1
+        return {"verdict": "killed", "stage": "catalog", "killed_by": f"{sid}: {before} -> error ({reason[:200]})"}, ran
+    return None, ran
+
+
+def _hunt(w: _Workers, m: dict[str, Any]) -> dict[str, Any]:
+    """The differential hunt of the unmutated target (base) against the mutant (head)."""
+    sh = w.shard
+    base = w.base_side()
+    w.head.job_extra = {"mutant": {"function": m["function"], "source": m["source"], "line": m["line"]}}
+    w.head.open(sh.budget + 60)
+    if w.head.conn is None:
+        w.restart("head")
+        return {"verdict": "killed", "stage": "hunt", "killed_by": "hunt: the mutant's session did not start"}
+    settings = DiffSettings(boundaries=list(m["boundaries"]), time_budget=sh.budget, seed=sh.seed, first=True,
+                            verify=False, shrink_time=SHRINK_S, timeout=sh.timeout,
+                            max_examples=sh.examples, min_examples=min(100, sh.examples))
+    hunter = DiffHunter(w.spec, w.spec, settings)
+    hunter.sides = Sides(base, w.head)
+    hunter._begin()
+    if not hunter.exit_reason:
+        hunter.search()
+    died = [s.reason for s in hunter.states if s.status == "error"]
+    if died:  # a side's session ended mid-hunt: start both afresh for the next mutant
+        w.restart("head")
+        w.restart("base")
+    else:
+        w.head.close()
+    examples = {s.prop.boundary: s.examples for s in hunter.states}
+    found = [(s.prop.boundary, f.finding) for s in hunter.states for f in s.found]
+    if found:
+        b, f = found[0]
+        return {"verdict": "killed", "stage": "hunt", "examples": examples,
+                "killed_by": f"hunt {b}.differential ({f['classification']}): {f['outcome']['message'][:300]}"}
+    if died and any(r.startswith("head") for r in died):
+        # the mutant's child ended (crash, hang past its limit) on a drawn input the base ran
+        return {"verdict": "killed", "stage": "hunt", "examples": examples, "killed_by": f"hunt: {died[0][:300]}"}
+    if died:
+        return {"verdict": "survived", "examples": examples, "transient": True, "reason": f"hunt failed: {died[0][:300]}"}
+    return {"verdict": "survived", "examples": examples,
+            "configs": {b: hunter._choices(b) for b in m["boundaries"] if examples.get(b)}}
+
+
+def _judge(w: _Workers, m: dict[str, Any], planned: list) -> dict[str, Any]:
+    if m.get("compile_error"):
+        return {"verdict": "error", "reason": f"does not compile: {m['compile_error']}"}
+    out, ran = _catalog(w, m, planned)
+    if out is None and w.shard.budget > 0:
+        out = _hunt(w, m)
+    return {"scenarios": ran, **(out or {"verdict": "survived"})}
+
+
+def run_shard(shard: Shard, on_record: Callable[[dict[str, Any]], None] | None = None) -> str:
+    """Judge every mutant of the shard; JSON: {"records": [...]} or {"load_error": ...}.
+    `on_record` hears each record as it is made (progress, when run in this process)."""
+    records: list[dict[str, Any]] = []
+    planned = []
+    for sc in shard.scenarios:
+        try:
+            planned.append((sc, plan(sc)))
+        except Exception:  # noqa: BLE001 - a scenario that cannot be planned judges nothing
+            pass
+    with ExitStack() as stack:
+        try:
+            w = _Workers(shard, stack)
+        except WorkerDied as e:
+            return json.dumps({"load_error": str(e)})
+        try:
+            for m in shard.mutants:
+                t0 = time.perf_counter()
+                try:
+                    rec = _judge(w, m, planned)
+                except WorkerDied as e:  # the worker itself died: this mutant is not judged, the next gets a new one
+                    rec = {"verdict": "survived", "transient": True, "reason": f"worker died: {e}"}
+                    w.restart("head")
+                    w.restart("base")
+                rec.update(id=m["id"], duration_s=round(time.perf_counter() - t0, 3))
+                records.append(rec)
+                if on_record:
+                    on_record(rec)
+        finally:
+            w.stop()
+    return json.dumps({"records": records})
+

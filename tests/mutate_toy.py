@@ -1,0 +1,34 @@
+"""A toy target for `sentinel mutate`'s tests: one function, `kl_k1`, whose nine mutants are
+known (the worker imports `mutate_toy:ToyAdapter`; the tests put this folder on PYTHONPATH).
+
+Of its mutants, five change what the catalog or the hunt observes (killed), one swaps
+`torch.where`'s condition with a float tensor and fails the same way on every input (error),
+and two cannot change anything: `.detach()` removed from a bool mask, and added to a
+tensor of zeros (neither has a gradient) - one is claimed equivalent in the test's
+equivalent.yaml, the other is left a survivor.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from sentinel_adapters.base import Adapter, BoundaryResult, FunctionRef, Unsupported, implements
+
+
+def kl_k1(log_probs, ref_log_probs, loss_mask):
+    """k1 = log pi - log ref at valid tokens, 0 elsewhere (selected, never multiplied)."""
+    valid = loss_mask.bool().detach()
+    diff = (log_probs - ref_log_probs) * 1.0
+    zeros = torch.zeros_like(diff)
+    return torch.where(valid, diff, zeros)
+
+
+class ToyAdapter(Adapter):
+    name = "mutate-toy"
+
+    @implements("kl", calls=("mutate_toy:kl_k1",))
+    def b_kl(self, inputs, config):
+        if config.get("kl_type", "k1") not in ("k1", "kl"):
+            raise Unsupported("the toy has k1 only")
+        kl = kl_k1(inputs["log_probs"], inputs["ref_log_probs"], inputs["loss_mask"])
+        return BoundaryResult({"kl": kl}, function=FunctionRef.of(kl_k1))

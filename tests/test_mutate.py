@@ -1,0 +1,102 @@
+"""sentinel mutate end to end: the toy target's nine known mutants give the exact score
+through the real engine (workers, forked children, catalog, differential hunt), a re-run
+resumes from the cache, and the reference plants an operator can express are killed."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sentinel.mutate import render
+from sentinel.mutate.driver import Options, mutate
+from sentinel.report import dump, load
+from sentinel.spec import load_paths
+
+TESTS = Path(__file__).resolve().parent
+REPO = TESTS.parent
+KL = REPO / "scenarios" / "kl" / "kl-estimators.yaml"
+TOY = "mutate_toy:ToyAdapter"
+EQUIVALENT = "e2e7f5006d"  # .detach() removed from loss_mask.bool(): a bool tensor has no gradient
+KILLED_CLAIM = "b08aee41aa"  # log_probs - ref -> log_probs + ref: killed, so its claim is stale
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")])))
+    monkeypatch.setenv("HYPOTHESIS_STORAGE_DIRECTORY", str(tmp_path / "hypothesis"))
+    monkeypatch.syspath_prepend(str(TESTS))
+    claims = tmp_path / "equivalent.yaml"
+    claims.write_text(f"- function: {TOY.split(':')[0]}:kl_k1\n  operator: detach\n  key: {EQUIVALENT}\n"
+                      f"  reason: 'loss_mask.bool() is a bool tensor, it has no gradient to stop'\n"
+                      f"- function: {TOY.split(':')[0]}:kl_k1\n  operator: sign\n  key: {KILLED_CLAIM}\n"
+                      f"  reason: wrongly claimed\n")
+    return tmp_path, claims
+
+
+@pytest.mark.slow  # three workers and five hunts: about 30 s on a free core
+def test_toy_target_gives_the_exact_score_and_resumes_from_the_cache(env):
+    tmp, claims = env
+    opts = Options(TOY, budget=120, hunt_examples=48, equivalent=claims, equivalent_examples=48, cache=tmp / "cache",
+                   seed=1)
+    rep = mutate(load_paths([KL]), opts)
+    s = rep.mutate
+    by = {m.key: m for m in s.mutants}
+    assert (s.totals.mutants, s.totals.killed, s.totals.survived, s.totals.equivalent, s.totals.error) == (9, 6, 1, 1, 1)
+    assert s.totals.score == round(6 / 7, 4)
+    assert by[EQUIVALENT].verdict == "equivalent" and "no gradient" in by[EQUIVALENT].reason
+    survivor = s.mutants[0]  # survivors first
+    assert survivor.verdict == "survived" and survivor.operator == "detach" and "zeros_like(diff).detach()" in survivor.diff
+    assert survivor.examples["kl"] >= 48  # the evidence the claim on its twin needed
+    error = next(m for m in s.mutants if m.verdict == "error")
+    assert error.operator == "swap-args" and "boolean" in error.reason
+    killers = {m.stage for m in s.mutants if m.verdict == "killed"}
+    assert killers == {"catalog", "hunt"}  # the gradient-only mutants need the hunt
+    assert any(KILLED_CLAIM in x and "killed" in x for x in s.stale_equivalents)
+    assert s.by_operator["detach"].mutants == 4 and s.by_boundary["kl"].score == s.totals.score
+    # the report round-trips through the strict loader, and renders survivors first
+    path = tmp / "mutate.json"
+    path.write_text(dump(rep))
+    assert load(path).mutate.totals == s.totals
+    md = render.markdown(rep)
+    assert md.index("### Survivors") < md.index("### Equivalent") and "```diff" in md
+    assert 'failures="1"' in render.junit(rep) and 'skipped="1"' in render.junit(rep)
+    again = mutate(load_paths([KL]), opts)
+    assert again.mutate.cached == 9 and again.mutate.totals == s.totals
+
+
+def test_bad_operator_is_a_usage_error():
+    r = subprocess.run([sys.executable, "-m", "sentinel", "mutate", "-t", "reference", "--operators", "nope"],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "unknown operator" in r.stderr
+
+
+# plant -> (boundary, function, operator, replacement): the plant's bug as one operator's change
+PLANT_MUTANTS = {
+    "is-weight-attached": ("is_correction", "off_policy_is", "detach",
+                           "torch.exp(log_probs - rollout_log_probs).clamp(1.0 - cfg['eps_clip'], "
+                           "1.0 + cfg['eps_clip_high'])"),
+    "input-mutation": ("kl", "kl_estimator", "inplace", "log_probs.sub_(ref_log_probs)"),
+    "kl-inplace-shaping": ("advantages", "shape_token_rewards", "inplace", "kl.mul_(-kl_coef)"),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("plant", sorted(PLANT_MUTANTS))
+def test_reference_plant_expressed_by_an_operator_is_killed(plant, tmp_path, monkeypatch):
+    from sentinel.catalog import catalog_path
+    from sentinel.mutate.mutants import Function, mutants
+    from sentinel_adapters import reference as R
+    import inspect
+    monkeypatch.setenv("HYPOTHESIS_STORAGE_DIRECTORY", str(tmp_path / "hypothesis"))
+    boundary, name, op, replacement = PLANT_MUTANTS[plant]
+    lines, line = inspect.getsourcelines(getattr(R, name))
+    key = next(m.key for m in mutants(Function(f"sentinel_adapters.reference:{name}", "".join(lines), line), [op])
+               if m.replacement == replacement)
+    rep = mutate(load_paths([catalog_path()]), Options("reference", boundaries=[boundary], operators=[op], only=[key],
+                                                        budget=20, cache=None))
+    m, = rep.mutate.mutants
+    assert m.verdict == "killed", (plant, m)
