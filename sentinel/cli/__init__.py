@@ -15,6 +15,7 @@ from . import run  # noqa: F401, I001 - each registers its commands on the app, 
 from . import hunt  # noqa: F401, E402
 from . import history  # noqa: F401, E402
 from . import info  # noqa: F401, E402
+from . import export  # noqa: F401, E402
 from .common import app, err
 
 __all__ = ["app", "entry"]

@@ -60,7 +60,7 @@ def find_scenario(name: str) -> Path:
 def record(req: Request, path: Path, root: Path | None, options: dict[str, Any]) -> dict[str, Any]:
     body = {"target": req.target, "root": str(root) if root else None, "options": options,
             "scenario": str(path), "id": _scenario(path).id, "package": targets.get(req.target).package}
-    proc = subprocess.run([sys.executable, "-m", "sentinel.export.record"], input=json.dumps(body), text=True,
+    proc = subprocess.run([sys.executable, "-m", "sentinel.export.select"], input=json.dumps(body), text=True,
                           capture_output=True, timeout=600)
     try:
         ans = json.loads(proc.stdout)

@@ -1,10 +1,8 @@
-"""The recording run (a subprocess, `python -m sentinel.export.record`): the scenario through
+"""The recording instruments of the recording run (a subprocess, `python -m sentinel.export.select`): the scenario through
 its target's adapter exactly as `sentinel run` calls it, with every call the adapter makes
 into the trainer's code recorded as data (function, arguments as Python source, what came
 back), and every import the trainer's modules made logged, so the bundle can stub only the
 modules the recorded functions' import path reaches.
-
-Reads one JSON request on stdin, writes one JSON answer on stdout (see `main`).
 """
 
 from __future__ import annotations
@@ -13,11 +11,7 @@ import builtins
 import importlib
 import importlib.util
 import inspect
-import json
-import os
 import sys
-import time
-import traceback
 from pathlib import Path
 from typing import Any, Callable
 
@@ -164,21 +158,3 @@ def candidates(result: Any, args: dict[str, Any]) -> list[tuple[str, Any]]:
     for name, v in args.items():
         walk(f"ARGS[{name!r}]", v, 1)
     return out
-
-
-def main() -> None:
-    req = json.load(sys.stdin)
-    os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")
-    from . import select
-    answer: dict[str, Any]
-    try:
-        answer = select.record(req)
-    except Exception as e:  # noqa: BLE001 - the parent turns it into a clear error
-        answer = {"status": "error", "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()}
-    sys.stdout.write(json.dumps(answer, allow_nan=True))
-    sys.stdout.flush()
-
-
-if __name__ == "__main__":
-    t0 = time.perf_counter()
-    main()

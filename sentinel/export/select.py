@@ -7,7 +7,10 @@ the bundle's code generation."""
 from __future__ import annotations
 
 import inspect
+import json
+import os
 import sys
+import traceback
 import types
 from pathlib import Path
 from typing import Any
@@ -249,3 +252,20 @@ def _shim_source(mod: types.ModuleType) -> dict[str, str]:
                 except (OSError, TypeError):
                     raise NotSource(f"shim {mod.__name__}.{k}") from None
     return out
+
+
+def main() -> None:
+    """One JSON request on stdin ({target, root, options, scenario, id, package}), one JSON
+    answer on stdout (`record`'s, or {"status": "error", ...})."""
+    req = json.load(sys.stdin)
+    os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")  # slime's torch.compile: ~20 s per function on CPU
+    try:
+        answer = record(req)
+    except Exception as e:  # noqa: BLE001 - the parent turns it into a clear error
+        answer = {"status": "error", "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()}
+    sys.stdout.write(json.dumps(answer, allow_nan=True))
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
