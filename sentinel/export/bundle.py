@@ -92,6 +92,7 @@ def export(req: Request) -> dict[str, Any]:
             if not Path(repo, ".git").exists():
                 rename = refrepo.build(Path(repo), req.plant)
         rename = rename or _refrename(req.plant)
+        rename.setdefault("function_file", f"{refrepo.PACKAGE}/planted.py")
     if req.fix == "inverse":
         patch = refrepo.inverse_patch(Path(repo)) if req.target == "reference" else None
         if patch is None:

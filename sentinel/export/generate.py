@@ -67,10 +67,12 @@ def validate_source(rec: dict[str, Any], checks: list[dict[str, Any]], sc_meta: 
         for which in ("call", "base_call"):
             if which in ch:
                 c = ch[which]
-                expr, _, _ = function_expr(c, rename)
-                calls.append({**c, "function_expr": expr, "run": ch["run"] if which == "call" else ch.get("base_run"),
+                expr, module, qualname = function_expr(c, rename)
+                renamed = rename.get("function_file") if module != c["module"] else None
+                calls.append({**c, "function_expr": expr, "module": module, "qualname": qualname,
+                              "line": None if renamed else c.get("line"), "run": ch["run"] if which == "call" else ch.get("base_run"),
                               "args": {k: _rewrite_imports(v, rename) for k, v in c["args"].items()},
-                              "file": _rel(c.get("file"), rec.get("root"))})
+                              "file": renamed or _rel(c.get("file"), rec.get("root"))})
                 entry[which] = len(calls) - 1
         table.append(entry)
     fn = checks[0]["call"]
