@@ -17,6 +17,7 @@ from . import hunt  # noqa: F401, E402
 from . import history  # noqa: F401, E402
 from . import mutate  # noqa: F401, E402
 from . import info  # noqa: F401, E402
+from . import export  # noqa: F401, E402
 from .common import app, err
 
 __all__ = ["app", "entry"]

@@ -1,0 +1,65 @@
+"""The Duplicate Checks and Related fixes of a bundle: the local findings catalog by
+signature, the trainer's own git log, and the flips `sentinel history` already reported."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from ..catalog import catalog_path
+from ..spec import load_file
+
+
+def signature(boundary: str, checks: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
+    return {(boundary, c["family"], c.get("observable") or "") for c in checks}
+
+
+def catalog_matches(boundary: str, checks: list[dict[str, Any]], own_id: str) -> list[dict[str, Any]]:
+    """Scenarios of the bundled catalog that check the same boundary with the same family on
+    the same observable (their signature overlaps this finding's)."""
+    sig = signature(boundary, checks)
+    families = {s[1] for s in sig}
+    found = []
+    for f in sorted(Path(catalog_path()).rglob("*.yaml")):
+        for sc in load_file(f):
+            if sc.id == own_id or sc.boundary != boundary:
+                continue
+            shared = sorted({inv.family for inv in sc.invariants if inv.family in families})
+            if shared:
+                found.append({"id": sc.id, "file": str(f.relative_to(catalog_path())), "families": shared,
+                              "provenance": [str(p) for p in sc.provenance]})
+    return found
+
+
+def git_log(repo: str | None, file: str | None, function: str, words: list[str], limit: int = 400) -> dict[str, Any]:
+    """Commits touching `file` whose messages name the function or one of `words`."""
+    if not repo or not file:
+        return {"command": None, "matches": [], "scanned": 0}
+    cmd = ["git", "-C", repo, "log", f"-n{limit}", "--format=%h%x09%s", "--", file]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    lines = [ln.split("\t", 1) for ln in proc.stdout.splitlines() if "\t" in ln]
+    pat = re.compile("|".join(re.escape(w) for w in [function, *words] if w), re.I)
+    return {"command": f"git log -n{limit} --format='%h %s' -- {file}", "scanned": len(lines),
+            "pattern": pat.pattern, "matches": [{"commit": h, "subject": s} for h, s in lines if pat.search(s)][:20]}
+
+
+def related_flips(scenario_id: str, target: str, folders: tuple[str, ...] = ("reports",)) -> list[dict[str, Any]]:
+    """Flips of this scenario in history reports already written (reports/**/history*.json)."""
+    flips = []
+    for folder in folders:
+        for f in sorted(Path(folder).rglob("history*.json")) if Path(folder).is_dir() else []:
+            try:
+                data = json.loads(f.read_text())
+            except (OSError, ValueError):
+                continue
+            hist = data.get("history") or {}
+            if data.get("kind") != "history" and not hist:
+                continue
+            for flip in hist.get("flips", []):
+                if flip.get("scenario") == scenario_id:
+                    flips.append({"report": str(f), "commit": flip.get("commit"), "change": flip.get("change"),
+                                  "pr": flip.get("pr"), "subject": flip.get("subject")})
+    return flips

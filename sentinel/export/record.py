@@ -1,0 +1,160 @@
+"""The recording instruments of the recording run (a subprocess, `python -m sentinel.export.select`): the scenario through
+its target's adapter exactly as `sentinel run` calls it, with every call the adapter makes
+into the trainer's code recorded as data (function, arguments as Python source, what came
+back), and every import the trainer's modules made logged, so the bundle can stub only the
+modules the recorded functions' import path reaches.
+"""
+
+from __future__ import annotations
+
+import builtins
+import importlib
+import importlib.util
+import inspect
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+CO_VARARGS, CO_VARKEYWORDS = 0x04, 0x08
+HARNESS = (str(Path(__file__).resolve().parents[1]),)  # the sentinel package: never the trainer
+
+
+class ImportLog:
+    """Every `import` statement run while active: importer module -> absolute names asked for."""
+
+    def __init__(self) -> None:
+        self.edges: dict[str, set[str]] = {}
+        self._orig = builtins.__import__
+
+    def __enter__(self) -> "ImportLog":
+        orig = self._orig
+
+        def hooked(name, globals=None, locals=None, fromlist=(), level=0):  # noqa: A002 - builtins' names
+            importer = (globals or {}).get("__name__", "?")
+            try:
+                full = importlib.util.resolve_name("." * level + name, (globals or {}).get("__package__")) \
+                    if level else name
+            except (ImportError, ValueError):
+                full = name
+            names = {full, *(f"{full}.{f}" for f in (fromlist or ()) if f != "*")}
+            self.edges.setdefault(importer, set()).update(names)
+            return orig(name, globals, locals, fromlist, level)
+
+        builtins.__import__ = hooked
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        builtins.__import__ = self._orig
+
+    def closure(self, start: str) -> set[str]:
+        """The module names `start`'s import reaches (its parent packages' imports included)."""
+        parts = start.split(".")
+        todo = [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
+        seen: set[str] = set()
+        while todo:
+            m = todo.pop()
+            if m in seen:
+                continue
+            seen.add(m)
+            todo.extend(self.edges.get(m, ()))
+            p = m.split(".")
+            todo.extend(".".join(p[:i]) for i in range(1, len(p)))
+        return seen
+
+
+class Calls:
+    """sys.setprofile hook: each call from adapter code into trainer code (outermost only:
+    what the trainer function calls itself is its own business), its arguments written as
+    source at entry, its live arguments and return value kept for matching."""
+
+    def __init__(self, is_trainer: Callable[[str], bool], is_adapter: Callable[[str], bool], writer) -> None:
+        self.is_trainer, self.is_adapter, self.writer = is_trainer, is_adapter, writer
+        self.calls: list[dict[str, Any]] = []
+        self.live: list[tuple[dict[str, Any], Any]] = []
+        self._active = None
+
+    def __enter__(self) -> "Calls":
+        sys.setprofile(self._hook)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        sys.setprofile(None)
+
+    def _hook(self, frame, event, arg) -> None:
+        if event == "call" and self._active is None:
+            code = frame.f_code
+            caller = frame.f_back
+            if caller is None or not self.is_trainer(code.co_filename) or not self.is_adapter(caller.f_code.co_filename):
+                return
+            if code.co_name.startswith("<"):  # a lambda or comprehension of the trainer's module
+                return
+            self._active = frame
+            self.calls.append(self._describe(frame))
+        elif event == "return" and frame is self._active:
+            self._active = None
+            self.live[-1] = (self.live[-1][0], arg)
+
+    def _describe(self, frame) -> dict[str, Any]:
+        code = frame.f_code
+        names = list(code.co_varnames[:code.co_argcount + code.co_kwonlyargcount])
+        loc = frame.f_locals
+        star = code.co_varnames[len(names)] if code.co_flags & CO_VARARGS else None
+        extra = len(names) + (1 if star else 0)
+        starstar = code.co_varnames[extra] if code.co_flags & CO_VARKEYWORDS else None
+        fn = _function_of(frame)
+        entry: dict[str, Any] = {"module": frame.f_globals.get("__name__"), "qualname": getattr(fn, "__qualname__", code.co_name),
+                                 "file": code.co_filename, "line": code.co_firstlineno}
+        args = {n: loc[n] for n in names if n in loc}
+        self.live.append((dict(args), None))
+        try:
+            # every named argument by name; those that must go by position (positional-only, or
+            # before a non-empty *args) are listed in `positional`
+            entry["args"] = {n: self.writer.source(v) for n, v in args.items()}
+            cut = code.co_argcount if star and loc.get(star) else code.co_posonlyargcount
+            entry["positional"] = names[:cut]
+            entry["star"] = [self.writer.source(v) for v in loc.get(star) or ()] if star else []
+            entry["kwextra"] = {k: self.writer.source(v) for k, v in (loc.get(starstar) or {}).items()} if starstar else {}
+        except Exception as e:  # noqa: BLE001 - codegen.NotSource and anything a repr raises
+            entry["error"] = f"{type(e).__name__}: {e}"
+        return entry
+
+
+def _function_of(frame):
+    """The function object a frame runs (for its qualified name), where findable."""
+    code = frame.f_code
+    for value in frame.f_globals.values():
+        target = inspect.unwrap(value) if callable(value) else None
+        if getattr(target, "__code__", None) is code:
+            return target
+        if isinstance(value, type):
+            for attr in vars(value).values():
+                f = getattr(attr, "__func__", attr)
+                if getattr(f, "__code__", None) is code:
+                    return f
+    return None
+
+
+def candidates(result: Any, args: dict[str, Any]) -> list[tuple[str, Any]]:
+    """(source path, value) for every tensor, list of tensors or list of numbers in what a call
+    returned (`result...`) and in its arguments after the call (`ARGS[...]`), depth <= 3."""
+    import torch
+    out: list[tuple[str, Any]] = []
+
+    def walk(path: str, v: Any, depth: int) -> None:
+        if isinstance(v, torch.Tensor) or (isinstance(v, (int, float)) and not isinstance(v, bool)):
+            out.append((path, v))
+        elif isinstance(v, (list, tuple)) and v:
+            if all(isinstance(t, torch.Tensor) for t in v) or all(isinstance(t, (int, float)) for t in v):
+                out.append((path, list(v)))
+            if depth < 3:
+                for i, t in enumerate(v[:8]):
+                    walk(f"{path}[{i}]", t, depth + 1)
+        elif isinstance(v, dict) and depth < 3:
+            for k, t in v.items():
+                if isinstance(k, str):
+                    walk(f"{path}[{k!r}]", t, depth + 1)
+
+    walk("result", result, 0)
+    for name, v in args.items():
+        walk(f"ARGS[{name!r}]", v, 1)
+    return out

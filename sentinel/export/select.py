@@ -1,0 +1,271 @@
+"""Inside the recording subprocess: run the scenario through the adapter with the trainer's
+calls recorded, evaluate it as `sentinel run` does, and for each violated invariant find the
+recorded call (and the place in what it returned or in its arguments after the call) whose
+value is the violated observable, in one of `runtime.LAYOUTS`. The answer is plain data for
+the bundle's code generation."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import sys
+import traceback
+import types
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import runtime
+from .codegen import NotSource, Writer
+from .record import HARNESS, Calls, ImportLog, candidates
+
+RELATIONAL = ("masked_invariance", "agree", "unchanged_under", "group_isolation")
+
+
+def _predicates(adapter, req: dict[str, Any]):
+    import sentinel_adapters
+    adapters_dir = str(Path(sentinel_adapters.__file__).resolve().parent)
+    if req["target"] == "reference":
+        own = {str(Path(adapters_dir, f)) for f in ("reference.py", "planted.py")}
+        def is_trainer(f: str) -> bool:
+            return str(Path(f).resolve()) in own if f.endswith(".py") else False
+    else:
+        roots = [str(Path(adapter.root).resolve())] if adapter.root else []
+        pkg = req.get("package") or req["target"]
+        if not roots:
+            import importlib.util
+            spec = importlib.util.find_spec(pkg)
+            roots = [str(Path(p).resolve()) for p in (spec.submodule_search_locations or [])] if spec else []
+        def is_trainer(f: str) -> bool:
+            return any(f.startswith(r + "/") for r in roots) and not f.startswith(adapters_dir + "/")
+
+    def is_adapter(f: str) -> bool:
+        return (f.startswith(adapters_dir + "/") or f.startswith(HARNESS[0] + "/")) and not is_trainer(f)
+    return is_trainer, is_adapter
+
+
+def _module_is_trainer(is_trainer) -> Any:
+    def allowed(mod: str) -> bool:
+        m = sys.modules.get(mod)
+        f = getattr(m, "__file__", None)
+        return bool(f) and is_trainer(str(Path(f).resolve()))
+    return allowed
+
+
+def record(req: dict[str, Any]) -> dict[str, Any]:
+    import torch
+
+    from sentinel import targets
+    from sentinel.observe import observe
+    from sentinel.runner import evaluate, plan
+    from sentinel.spec import load_file
+    from sentinel.tensors import encode
+    from sentinel_adapters.base import PreconditionUnmet, Unsupported
+
+    torch.set_num_threads(1)
+    sc = next(s for s in load_file(req["scenario"]) if s.id == req["id"])
+    cls = targets.adapter_class(req["target"])
+    adapter = cls(Path(req["root"]) if req.get("root") else None, torch.device("cpu"), req.get("options") or {})
+    with ImportLog() as imports:
+        facts = adapter.load() or {}
+    is_trainer, is_adapter = _predicates(adapter, req)
+    writer = Writer(_module_is_trainer(is_trainer))
+    runs = plan(sc)
+    calls: dict[str, list[dict[str, Any]]] = {}
+    live: dict[str, list[tuple[dict[str, Any], Any]]] = {}
+    observed: dict[str, dict[str, Any]] = {}
+    res: dict[str, Any] = {"status": "ok", "runs": {}, "function": None, "duration_s": 0.0}
+    try:
+        for r in runs:
+            with Calls(is_trainer, is_adapter, writer) as rec:
+                obs, fn = observe(adapter, torch.device("cpu"), sc.boundary, r.inputs, r.config, r.grads)
+            calls[r.name], live[r.name], observed[r.name] = rec.calls, rec.live, obs
+            res["function"] = res["function"] or fn
+            res["runs"][r.name] = {"outputs": {n: encode(a) for n, a in obs["outputs"].items()},
+                                   "requires_grad": obs["requires_grad"],
+                                   "grads": {k: None if g is None else encode(g) for k, g in obs["grads"].items()},
+                                   "inputs_after": {n: encode(a) for n, a in obs["inputs_after"].items()}}
+    except PreconditionUnmet as e:
+        res = {"status": "excluded", "precondition": e.name, "reason": str(e), "function": res["function"]}
+    except Unsupported as e:
+        res = {"status": "unsupported", "reason": str(e), "function": res["function"]}
+    except Exception as e:  # noqa: BLE001 - an error verdict, as the worker gives it
+        res = {"status": "error", "error": {"type": type(e).__name__, "message": str(e)}, "function": res["function"]}
+    result = evaluate(sc, runs, res, req["target"])
+    checks = []
+    if res["status"] == "ok":
+        inputs = {r.name: r.inputs for r in runs}
+        for i, inv in enumerate(result.invariants):
+            if inv.verdict == "violated":
+                checks.append(_check(i, inv, sc, inputs, observed, calls, live))
+    used = {ch["call"]["module"] for ch in checks if ch.get("call")}
+    prelude = _prelude(imports, used, is_trainer, adapter)
+    return {"status": "ok", "result": result.model_dump(mode="json"), "facts": _plain_facts(facts),
+            "calls": {k: [{x: y for x, y in c.items()} for c in v] for k, v in calls.items()},
+            "checks": checks, "prelude": prelude, "root": str(adapter.root) if adapter.root else None}
+
+
+def _plain_facts(facts: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in facts.items() if isinstance(v, (str, int, float, bool, list, type(None)))}
+
+
+def _observation(obs: dict[str, Any], name: str, inputs: dict[str, np.ndarray]) -> np.ndarray | None:
+    if name.startswith("input:"):
+        return obs["inputs_after"].get(name[6:])
+    return obs["outputs"].get(name)
+
+
+def _where(sc, name: str, arr: np.ndarray, inputs: dict[str, np.ndarray], mask: str | None = "loss_mask"):
+    port = sc.spec.output(name)
+    if mask and port is not None and port.kind == "token" and mask in inputs and inputs[mask].shape == arr.shape:
+        return inputs[mask].astype(bool)
+    return None
+
+
+def _check(index: int, inv, sc, inputs, observed, calls, live) -> dict[str, Any]:
+    """How validate.py decides this violated invariant, and which recorded call shows it."""
+    fam, body = inv.family, inv.config.get(inv.family, {}) or {}
+    details = inv.details or {}
+    ch: dict[str, Any] = {"invariant": index, "family": fam, "message": inv.message, "positions": inv.positions}
+    if fam in ("equals", "close"):
+        ch.update(kind="values", observable=body.get("output"), run="base", expected=inv.expected,
+                  atol=body.get("atol", 0.0 if fam == "equals" else 1e-6),
+                  rtol=body.get("rtol", 0.0 if fam == "equals" else 1e-5))
+        mask = body.get("where")
+        ch["where"] = inputs["base"][mask].astype(bool).tolist() if isinstance(mask, str) and mask in inputs["base"] else None
+    elif fam == "finite":
+        run = f"~poison:{details.get('poison')}"
+        ch.update(kind="finite", observable=details.get("observable"), run=run)
+        arr = _observation(observed[run], ch["observable"], inputs[run])
+        w = _where(sc, ch["observable"], arr, inputs[run]) if arr is not None else None
+        ch["where"] = None if w is None else w.tolist()
+    elif fam == "sequence_uniform":
+        name = body.get("output")
+        arr = _observation(observed["base"], name, inputs["base"])
+        w = _where(sc, name, arr, inputs["base"]) if arr is not None else None
+        ch.update(kind="uniform", observable=name, run="base", where=None if w is None else w.tolist(),
+                  atol=1e-6, rtol=1e-5)
+    elif fam == "unmutated":
+        run = details.get("run", "base")
+        ch.update(kind="values", observable=f"input:{details.get('input')}", run=run,
+                  expected=np.asarray(inputs[run][details.get("input")], np.float64).tolist(), atol=0.0, rtol=0.0,
+                  where=None)
+    elif fam in RELATIONAL and details.get("observable"):
+        name = details["observable"]
+        run = next((r for r in observed if r != "base" and (a := _observation(observed[r], name, inputs[r])) is not None
+                    and runtime.same_values(a, inv.observed)), None)
+        if run is None:
+            return {**ch, "unsupported": f"{fam}: the run that differs could not be told apart"}
+        arr = _observation(observed[run], name, inputs[run])
+        w = _where(sc, name, arr, inputs[run])
+        ch.update(kind="relation", observable=name, run=run, base_run="base", where=None if w is None else w.tolist(),
+                  atol=1e-5, rtol=1e-4)
+    else:
+        return {**ch, "unsupported": f"the {fam} family is not exported yet (gradients and row remappings need "
+                                     "the adapter's own composition)"}
+    if not ch.get("observable") or ch["observable"].startswith("grad:"):
+        return {**ch, "unsupported": f"observable {ch.get('observable')!r}: gradients are not exported yet"}
+    target = _observation(observed[ch["run"]], ch["observable"], inputs[ch["run"]])
+    found = _match(target, calls[ch["run"]], live[ch["run"]])
+    if found is None:
+        return {**ch, "unsupported": f"no recorded trainer call returns {ch['observable']} as it is observed "
+                                     "(the adapter composes it from several calls)"}
+    idx, path, layout = found
+    if ch["kind"] == "relation":
+        base = _observation(observed["base"], ch["observable"], inputs["base"])
+        again = _match(base, calls["base"], live["base"], only=(idx, path, layout))
+        if again is None:
+            return {**ch, "unsupported": "the base run's value is not at the same place of the same call"}
+        ch["base_call"] = calls["base"][idx]
+    ch.update(call=calls[ch["run"]][idx], path=path, layout=layout, shape=list(np.shape(target)))
+    return ch
+
+
+def _match(target, calls, live, only=None):
+    if target is None:
+        return None
+    shape = np.shape(target)
+    for idx, (call, (args, result)) in enumerate(zip(calls, live)):
+        if "error" in call or (only and only[0] != idx):
+            continue
+        for path, value in candidates(result, args):
+            if only and only[1] != path:
+                continue
+            for layout in runtime.LAYOUTS:
+                if only and only[2] != layout:
+                    continue
+                try:
+                    got = runtime.canonical(value, layout, shape)
+                except (ValueError, TypeError, IndexError):
+                    continue
+                if runtime.same_values(got, target):
+                    return idx, path, layout
+    return None
+
+
+def _prelude(imports: ImportLog, modules: set[str], is_trainer, adapter) -> dict[str, Any]:
+    """What validate.py sets up before importing the recorded functions' modules: permissive
+    stubs for the stubbed modules their import path reached, the functional shims it reached
+    (written out), and the trainer packages entered without their __init__."""
+    from sentinel_adapters import shims
+    reached: set[str] = set()
+    for m in modules:
+        reached |= imports.closure(m)
+    stub_roots, shim_modules, bare = set(), {}, []
+    roots = set(shims.stubbed_names())
+    root = Path(adapter.root).resolve() if adapter.root else None
+    for name in sorted(reached):
+        mod = sys.modules.get(name)
+        if mod is None:
+            continue
+        top = next((r for r in roots if name == r or name.startswith(r + ".")), None)
+        if shims.is_stub(mod) and type(mod).__name__ == "_StubModule" and top:
+            stub_roots.add(top)
+        elif getattr(mod, "__sentinel_stub__", False):
+            shim_modules[name] = _shim_source(mod)
+        elif root and getattr(mod, "__file__", "x") is None and getattr(mod, "__path__", None):
+            path = Path(list(mod.__path__)[0]).resolve()
+            if path.is_relative_to(root):
+                bare.append([name, str(path.relative_to(root))])
+    return {"stubs": sorted(stub_roots), "shims": shim_modules, "bare": bare}
+
+
+def _shim_source(mod: types.ModuleType) -> dict[str, str]:
+    """A functional shim module's public attributes as source: a function that returns a
+    constant (the one-rank Megatron's world sizes), a function of ours (its source), a
+    submodule (by name)."""
+    out = {}
+    for k, v in vars(mod).items():
+        if k.startswith("_"):
+            continue
+        if isinstance(v, types.ModuleType):
+            out[k] = f"sys.modules[{v.__name__!r}]"
+        elif isinstance(v, types.FunctionType):
+            cells = [c.cell_contents for c in (v.__closure__ or ())]
+            if v.__name__ == "<lambda>" and len(cells) == 1 and isinstance(cells[0], (int, float, bool, type(None))):
+                out[k] = f"lambda *a, **k: {cells[0]!r}"
+            else:
+                try:
+                    out[k] = inspect.getsource(v)
+                except (OSError, TypeError):
+                    raise NotSource(f"shim {mod.__name__}.{k}") from None
+    return out
+
+
+def main() -> None:
+    """One JSON request on stdin ({target, root, options, scenario, id, package}), one JSON
+    answer on stdout (`record`'s, or {"status": "error", ...})."""
+    req = json.load(sys.stdin)
+    os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")  # slime's torch.compile: ~20 s per function on CPU
+    try:
+        answer = record(req)
+    except Exception as e:  # noqa: BLE001 - the parent turns it into a clear error
+        answer = {"status": "error", "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()}
+    sys.stdout.write(json.dumps(answer, allow_nan=True))
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

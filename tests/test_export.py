@@ -1,0 +1,92 @@
+"""`sentinel export`: a planted reference bug exported with its inverse patch (every PR.md
+section checked against the real results), the pieces that need no trainer, and slime's KL
+aliasing fix (045310b2b) when a slime checkout is given."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sentinel.export import runtime
+from sentinel.export.bundle import Request, _md, export
+from sentinel.export.generate import chosen
+
+SLIME = os.environ.get("SENTINEL_SLIME_REPO")
+
+
+def test_runtime_offending_positions_fail_on_the_bug_and_pass_on_the_fix():
+    assert runtime.offending("uniform", [[0.0, 1.0, 0.0]], where=[[1, 1, 1]]) == [[0, 1]]
+    assert runtime.offending("uniform", [[0.0, 0.0, 0.0]], where=[[1, 1, 1]]) == []
+    assert runtime.offending("finite", [[1.0, np.nan]], where=[[1, 0]]) == []
+    assert runtime.offending("finite", [[np.nan, 1.0]], where=[[1, 0]]) == [[0, 0]]
+    assert runtime.offending("values", [[1.0, 2.0]], [[1.0, 3.0]]) == [[0, 1]]
+    # slime's per-sample lists and packed rows read back in the scenario's layout
+    import torch
+    rows = [torch.tensor([1.0, 2.0]), torch.tensor([3.0, 4.0])]
+    assert runtime.canonical(rows, "rows", (2, 2)).tolist() == [[1, 2], [3, 4]]
+    assert runtime.canonical(torch.cat(rows), "flat", (2, 2)).tolist() == [[1, 2], [3, 4]]
+
+
+def test_chosen_keeps_only_checks_on_the_first_exported_call():
+    call = {"module": "m", "qualname": "f", "line": 1}
+    other = {"module": "m", "qualname": "g", "line": 9}
+    checks = [{"run": "base", "unsupported": "x"}, {"run": "base", "call": call, "observable": "a"},
+              {"run": "base", "call": other, "observable": "b"}, {"run": "base", "call": call, "observable": "c"}]
+    assert [c["observable"] for c in chosen(checks)] == ["a", "c"]
+
+
+def test_markdown_escapes_scenario_text():
+    assert _md("<script>x</script> & y") == "&lt;script&gt;x&lt;/script&gt; &amp; y"
+
+
+@pytest.mark.slow
+def test_export_planted_reference_bug_with_its_inverse_patch(tmp_path):
+    out = tmp_path / "bundle"
+    s = export(Request("opsm-mixed-advantage", "reference", out, plant="opsm-token-level", fix="inverse"))
+    before, after = json.loads((out / "before.json").read_text()), json.loads((out / "after.json").read_text())
+    assert before["status"] == "reproduced" and before["validate_exit"] == 1
+    assert before["observed"]["opsm_mask"] == [[0.0, 1.0, 0.0]]
+    assert before["training_signal_effect"]["offending_positions"]["opsm_mask"] == [[0, 1]]
+    assert before["test"]["exit"] == 1
+    assert after["status"] == "fixed" and after["validate_exit"] == 0 and after["test"]["exit"] == 0
+    assert after["observed"]["opsm_mask"] == [[0.0, 0.0, 0.0]]
+    # validate.py stands alone: no RL-Sentinel import, and it runs on the generated repository
+    src = (out / "validate.py").read_text()
+    assert "sentinel" not in src.replace("RL-Sentinel", "")
+    proc = subprocess.run([sys.executable, "-I", str(out / "validate.py"), str(out / "reference-repo")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 1 and json.loads(proc.stdout)["status"] == "reproduced"
+    pr = (out / "PR.md").read_text()
+    assert len(pr.encode()) < 60_000 and not (out / "ISSUE.md").exists()
+    sections = ["Summary", "Concrete Triggering Example", "Reproduction Recipe", "Validation Runner",
+                "Observed Output", "Root Cause", "Fix", "Tests And Checks", "Duplicate Checks", "Related fixes"]
+    assert [ln[3:] for ln in pr.splitlines() if ln.startswith("## ")] == sections
+    body = {name: pr.split(f"## {name}\n", 1)[1].split("\n## ", 1)[0] for name in sections}
+    assert "`log_probs` = `[[0.0, 0.0, 0.0]]`" in body["Concrete Triggering Example"]
+    assert '"status": "reproduced"' in body["Observed Output"] and '"status": "fixed"' in body["Observed Output"]
+    assert "def opsm_token_level(" in body["Root Cause"] and "refimpl/planted.py" in body["Root Cause"]
+    patch = (out / "reference-repo").joinpath("refimpl", "ops.py").read_text()
+    assert "OPS['opsm_mask'] = opsm_token_level" in patch  # HEAD is planted; the fix removes these lines
+    assert "-OPS['opsm_mask'] = opsm_token_level" in body["Fix"]
+    assert "exit 1, `reproduced` | failed (exit 1)" in body["Tests And Checks"]
+    assert "exit 0, `fixed` | passed (exit 0)" in body["Tests And Checks"]
+    assert "1 failed" in body["Tests And Checks"] and "1 passed" in body["Tests And Checks"]
+    assert "git log" in body["Duplicate Checks"]
+    assert s["document"] == "PR.md"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not SLIME, reason="SENTINEL_SLIME_REPO (a slime checkout) is not set")
+def test_export_slime_kl_aliasing_fixed_at_045310b2b(tmp_path):
+    out = tmp_path / "bundle"
+    export(Request("ppo-kl-metric-aliasing", "slime", out, repo=SLIME, commit="045310b2b^", fixed_at="045310b2b"))
+    before, after = json.loads((out / "before.json").read_text()), json.loads((out / "after.json").read_text())
+    assert before["status"] == "reproduced" and before["test"]["exit"] == 1
+    assert after["status"] == "fixed" and after["validate_exit"] == 0 and after["test"]["exit"] == 0
+    assert Path(out / "PR.md").exists()
