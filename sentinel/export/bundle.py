@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import html
 import json
 import re
 import subprocess
@@ -19,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import targets
+from .. import inert, targets
 from ..catalog import catalog_path
 from ..errors import SentinelError
 from ..present import github_url
@@ -161,15 +160,15 @@ def _refrename(plant: str) -> dict[str, Any]:
 # --- the document ---------------------------------------------------------------------
 
 def _md(text: Any) -> str:
-    """Scenario text for markdown: no raw HTML renders (< > & escaped), no stray newlines."""
-    return html.escape(" ".join(str(text).split()), quote=False)
+    """Scenario text for markdown: one line that renders no HTML, link or image (sentinel/inert.py)."""
+    return inert.md_text(" ".join(str(text).split()))
 
 
 def _tensor(value: Any, name: str) -> str:
     text = json.dumps(value)
     if len(text) <= 160:
-        return f"- `{name}` = `{text}`"
-    return f"<details><summary><code>{html.escape(name)}</code> ({len(text)} characters)</summary>\n\n```json\n{text}\n```\n\n</details>"
+        return f"- {inert.md_code(name)} = {inert.md_code(text)}"
+    return f"<details><summary><code>{inert.html(name)}</code> ({len(text)} characters)</summary>\n\n```json\n{text}\n```\n\n</details>"
 
 
 def _jsonblock(value: Any) -> str:

@@ -6,10 +6,10 @@ from __future__ import annotations
 from xml.etree import ElementTree as ET
 
 from rich.console import Console
-from rich.markup import escape
 from rich.syntax import Syntax
 from rich.table import Table
 
+from ..inert import markup as escape, md_code, md_fence, md_text, plain, xml
 from ..report import MutateCount, MutateSummary, Report
 
 
@@ -39,7 +39,7 @@ def console(report: Report, out: Console, limit: int = 40) -> None:
     for i, m in enumerate(survivors[:limit]):
         out.print(f"\n[bold yellow]survived[/] {escape(m.id)}  {escape(m.position)}  "
                   f"(scenarios {m.scenarios}, hunt examples {m.examples})")
-        out.print(Syntax(m.diff, "diff", theme="ansi_dark", background_color="default"))
+        out.print(Syntax(plain(m.diff), "diff", theme="ansi_dark", background_color="default"))
     if len(survivors) > limit:
         out.print(f"... and {len(survivors) - limit} more survivors (the JSON report lists all)")
     for m in (m for m in s.mutants if m.verdict == "error"):
@@ -58,12 +58,12 @@ def console(report: Report, out: Console, limit: int = 40) -> None:
 
 def _md_table(title: str, rows: list[list[str]]) -> list[str]:
     return [f"| {title} | " + " | ".join(HEAD[1:]) + " |", "|" + "---|" * len(HEAD),
-            *("| " + " | ".join(f"`{r[0]}`" if i == 0 else r[i] for i in range(len(r))) + " |" for r in rows), ""]
+            *("| " + " | ".join(md_code(r[0]) if i == 0 else r[i] for i in range(len(r))) + " |" for r in rows), ""]
 
 
 def markdown(report: Report, limit: int = 60) -> str:
     s = report.mutate
-    lines = [f"## Mutation score: {s.target} — {pct(s.totals)}", "",
+    lines = [f"## Mutation score: {md_text(s.target)} — {pct(s.totals)}", "",
              f"{s.totals.mutants} mutants of {len(s.functions)} mapped functions at `{s.commit}`; killed "
              f"{s.totals.killed}, survived {s.totals.survived}, equivalent {s.totals.equivalent}, error "
              f"{s.totals.error}. Score = killed / (mutants − equivalent − error). Hunt {s.budget_s:g} s per mutant "
@@ -74,15 +74,15 @@ def markdown(report: Report, limit: int = 60) -> str:
     if survivors:
         lines += [f"### Survivors ({len(survivors)})", ""]
         for m in survivors[:limit]:
-            lines += [f"**{m.function}** · `{m.operator}` · `{m.key}` · {m.position} — scenarios {m.scenarios}, "
-                      f"hunt examples {dict(m.examples)}", "", "```diff", m.diff, "```", ""]
+            lines += [f"**{md_text(m.function)}** · {md_code(m.operator)} · {md_code(m.key)} · {md_text(m.position)} — "
+                      f"scenarios {m.scenarios}, hunt examples {md_text(dict(m.examples))}", "", *md_fence(m.diff, "diff"), ""]
         if len(survivors) > limit:
             lines += [f"... and {len(survivors) - limit} more (see the JSON report).", ""]
     eq = [m for m in s.mutants if m.verdict == "equivalent"]
     if eq:
-        lines += ["### Equivalent", "", *(f"- `{m.id}`: {m.reason}" for m in eq), ""]
+        lines += ["### Equivalent", "", *(f"- {md_code(m.id)}: {md_text(m.reason)}" for m in eq), ""]
     if s.stale_equivalents:
-        lines += ["### Equivalence claims not honoured", "", *(f"- {x}" for x in s.stale_equivalents), ""]
+        lines += ["### Equivalence claims not honoured", "", *(f"- {md_text(x)}" for x in s.stale_equivalents), ""]
     return "\n".join(lines) + "\n"
 
 
@@ -96,13 +96,13 @@ def junit(report: Report) -> str:
         case = ET.SubElement(suite, "testcase", classname=m.function, name=f"{m.operator}@{m.key} {m.position}",
                              time=f"{m.duration_s:.3f}")
         if m.verdict == "survived":
-            ET.SubElement(case, "failure", message=f"survived (hunt examples {m.examples})").text = m.diff
+            ET.SubElement(case, "failure", message=f"survived (hunt examples {m.examples})").text = xml(m.diff)
         elif m.verdict == "error":
-            ET.SubElement(case, "error", message=m.reason[:500])
+            ET.SubElement(case, "error", message=xml(m.reason[:500]))
         elif m.verdict == "equivalent":
-            ET.SubElement(case, "skipped", message=f"equivalent: {m.reason}")
+            ET.SubElement(case, "skipped", message=xml(f"equivalent: {m.reason}"))
         else:
-            ET.SubElement(case, "system-out").text = f"killed by {m.killed_by}"
+            ET.SubElement(case, "system-out").text = xml(f"killed by {m.killed_by}")
     root = ET.Element("testsuites")
     root.append(suite)
     return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
