@@ -68,6 +68,33 @@ def test_reference_against_itself_differs_nowhere(tmp_path):
     assert set(rep.targets) == {"base:reference", "head:reference"}  # one key each, though both are the same
 
 
+# A difference a differential hunt found on GSPO, shrunk: one partially masked row whose valid
+# tokens carry different advantages (the hunt draws per-token advantages). The classifier asks
+# each side which properties it violates there; the reference's GSPO-token loss follows the
+# per-token advantage (arXiv 2507.18071 eq. 13), so policy_loss.sequence_uniform, whose claim
+# is for one advantage per sequence, called it a "reference-bug".
+GSPO_PARTIAL_ROW = dict(
+    config={"eps_clip": 0.2, "eps_clip_high": None, "eps_clip_c": None, "loss_agg": "token-mean",
+            "importance_sampling_level": "sequence"},
+    inputs={"log_probs": [[-1.0, -0.5, -0.25]], "old_log_probs": [[-1.0, -0.5, -0.25]],
+            "advantages": [[0.0, 0.5, -0.5]], "loss_mask": [[0.0, 1.0, 1.0]]})
+
+
+def test_the_reference_violates_no_property_where_a_differential_hunt_asks():
+    import torch
+    from sentinel.hunt.properties import select
+    from sentinel.hunt.session import _properties
+    from sentinel.strategies import Example
+    from sentinel_adapters.reference_adapter import ReferenceAdapter
+    ex = Example("policy_loss", GSPO_PARTIAL_ROW["config"],
+                 {n: np.asarray(v, np.float32) for n, v in GSPO_PARTIAL_ROW["inputs"].items()})
+    names = [p.name for p in select(["policy_loss"]) if p.admits(ex.config)]  # what _classify asks
+    assert "policy_loss.sequence_uniform" in names
+    verdicts = _properties(ReferenceAdapter(device=torch.device("cpu")), torch.device("cpu"), ex, names)
+    assert {n: v for n, v in verdicts.items() if v["verdict"] != "held"} == {}
+    assert "policy_loss.sequence_uniform" not in verdicts  # outside its claim: not checked at all
+
+
 def test_a_config_one_side_lacks_is_excluded_and_counted(tmp_path):
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))
     rep = H.differential(REFERENCE, TargetSpec("hunt_crash_adapter:CrashAdapter"), ["kl"], 8.0, 0, out_dir=tmp_path)
