@@ -26,12 +26,12 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-import untimed
 from sentinel import hunt as H
 from sentinel.hunt.state import Found
 from sentinel.runner import TargetSpec, run
 from sentinel.spec import load_file, load_text
 from sentinel_adapters.plants import PLANTS
+import untimed
 
 HERE = Path(__file__).parent
 SEED = 0
