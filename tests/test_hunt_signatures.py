@@ -141,13 +141,14 @@ SLIME = os.environ.get("SENTINEL_SLIME_REPO")
 @pytest.mark.skipif(not SLIME, reason="set SENTINEL_SLIME_REPO to a clone of THUDM/slime")
 def test_slime_known_findings_are_not_reported_again(tmp_path):
     known = H.load_known([CATALOG])
-    rep = H.hunt(TargetSpec("slime", SLIME), boundaries=["policy_loss", "opsm_mask"], max_examples=300, seed=0,
-                 db=None, out_dir=tmp_path, known=known, **HUNT)
+    token_level_props = ["policy_loss.gradient", "policy_loss.mode.token-mean", "policy_loss.finite.nan"]
+    rep = H.hunt(TargetSpec("slime", SLIME), names=["opsm_mask.sequence_uniform", *token_level_props],
+                 max_examples=100, seed=0, db=None, out_dir=tmp_path, known=known, **HUNT)
     found = {f.property for f in rep.hunt.findings}
     assert "opsm_mask.sequence_uniform" in found
     # slime HEAD's token-level loss keeps both known bugs; neither is reported again
     token_level = [f.signature for f in rep.hunt.findings
-                   if f.property in ("policy_loss.gradient", "policy_loss.mode.token-mean", "policy_loss.finite.nan")
+                   if f.property in token_level_props
                    and f.signature.config.get("importance_sampling_level") != ["sequence"]]
     assert token_level == []
     passed = {k.source.rsplit(": ", 1)[-1] for k in rep.hunt.known if k.excluded}
