@@ -19,6 +19,7 @@ import torch
 
 from sentinel import hunt as H
 from sentinel.runner import TargetSpec
+from untimed import HUNT
 
 from sentinel_adapters.openrlhf import OpenRLHFAdapter
 from sentinel_adapters.openrlhf.conventions import LOSS
@@ -81,7 +82,7 @@ def hunt_both(planted: str, real: str, prop: str, out: Path):
     once and with the same seed: (planted report, real report)."""
     here = str(Path(__file__).parent)  # the hunt's worker imports this module by name
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))
-    kw = dict(names=[prop], seed=0, db=None, max_examples=40, time_budget=30.0)
+    kw = dict(names=[prop], seed=0, db=None, max_examples=40, **HUNT)
     with ThreadPoolExecutor(2) as pool:  # two worker processes at once
         a = pool.submit(H.hunt, TargetSpec(planted), out_dir=out / "planted", first=True, **kw)
         b = pool.submit(H.hunt, TargetSpec(real), out_dir=out / "real", **kw)

@@ -19,6 +19,7 @@ from sentinel import hunt as H
 from sentinel.runner import TargetSpec
 from sentinel_adapters.base import Adapter, Precondition, PreconditionUnmet
 from sentinel_adapters.reference_adapter import ReferenceAdapter
+from untimed import HUNT
 
 HERE = Path(__file__).resolve().parent
 TARGET = "test_adapter_preconditions:NoEmptyRowReference"
@@ -88,8 +89,8 @@ def test_run_reports_excluded_with_the_precondition(tmp_path):
 
 def test_hunt_counts_examples_per_precondition(tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", _env()["PYTHONPATH"])
-    rep = H.hunt(TargetSpec(TARGET), names=["kl.finite.nan"], max_examples=60, time_budget=20.0, seed=3, db=None,
-                 out_dir=tmp_path)
+    rep = H.hunt(TargetSpec(TARGET), names=["kl.finite.nan"], max_examples=60, seed=3, db=None, out_dir=tmp_path,
+                 **HUNT)
     prop, = rep.hunt.properties
     assert prop.status == "holds" and prop.examples > 0
     (reason, n), = prop.preconditions.items()

@@ -12,6 +12,7 @@ Hunts run concurrently (one worker process each), so the file stays fast on two 
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import json
 import os
 import subprocess
@@ -19,16 +20,18 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 
 from sentinel import hunt as H
 from sentinel.hunt.state import Found
 from sentinel.runner import TargetSpec, run
 from sentinel.spec import load_file, load_text
 from sentinel_adapters.plants import PLANTS
+import untimed
 
 HERE = Path(__file__).parent
 SEED = 0
@@ -54,9 +57,10 @@ PLANT_BOUNDARY = {
 
 
 def hunt(spec: TargetSpec, out: Path, **kw):
+    """A seeded hunt bounded by its example count (tests/untimed.py): the same outcome on a
+    loaded machine as on an idle one."""
     kw.setdefault("max_examples", 40)
-    kw.setdefault("time_budget", 20.0)
-    return H.hunt(spec, seed=SEED, db=None, out_dir=out, **kw)
+    return H.hunt(spec, seed=SEED, db=None, out_dir=out, **{**untimed.HUNT, **kw})
 
 
 def concurrently(jobs: dict[str, tuple]) -> dict:
@@ -73,9 +77,8 @@ def reference_hunts(tmp_path_factory):
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))
     jobs = {plant: (TargetSpec("reference", plant=plant), root / plant, {"boundaries": [b], "first": True})
             for plant, b in PLANT_BOUNDARY.items()}
-    # a budget that never binds: every property must finish its 10 examples (speed is for benchmarks/)
-    jobs["reference"] = (TargetSpec("reference"), root / "reference",
-                         {"max_examples": 10, "min_examples": 10, "time_budget": 600.0})
+    # every property must finish its 10 examples (the hunt's time budget never binds)
+    jobs["reference"] = (TargetSpec("reference"), root / "reference", {"max_examples": 10, "min_examples": 10})
     jobs["crash"] = (TargetSpec("hunt_crash_adapter:CrashAdapter"), root / "crash",
                      {"boundaries": ["loss_agg", "kl", "policy_loss"], "max_examples": 10})
     return concurrently(jobs)
@@ -165,7 +168,7 @@ def test_cli_hunt_writes_reproducible_yaml(tmp_path):
 
     def cmd(*seed: str) -> list[str]:
         return [sys.executable, "-m", "sentinel.cli", "hunt", "--plant", "opsm-token-level", "--property",
-                "opsm_mask.sequence_uniform", "--max-examples", "50", *seed, "--db", str(tmp_path / "db"),
+                "opsm_mask.sequence_uniform", "--max-examples", "50", *untimed.CLI, *seed, "--db", str(tmp_path / "db"),
                 "--out", str(tmp_path / "found"), "-o", str(tmp_path / "hunt.json")]
     # unseeded: the database is read and written (Hypothesis never writes it from a seeded search)
     p = subprocess.run(cmd(), capture_output=True, text=True, cwd=tmp_path)
@@ -188,7 +191,7 @@ def test_cli_hunt_writes_reproducible_yaml(tmp_path):
 
 # --- strategies and the YAML writer (no worker) --------------------------------------------
 
-@settings(max_examples=60, deadline=None, database=None)
+@settings(max_examples=60, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 @given(H.PROPERTIES["advantages.no_eos_isolation"].strategy())
 def test_no_eos_examples_mix_rows_with_and_without_eos(ex):
     attn, loss = ex.inputs["attention_mask"], ex.inputs["loss_mask"]
@@ -200,7 +203,7 @@ def test_no_eos_examples_mix_rows_with_and_without_eos(ex):
     assert (changed == no_eos).all()
 
 
-@settings(max_examples=40, deadline=None, database=None)
+@settings(max_examples=40, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 @given(H.PROPERTIES["advantages.group_isolation"].strategy())
 def test_yaml_round_trip_is_bit_exact(ex):
     prop = H.PROPERTIES["advantages.group_isolation"]
@@ -223,6 +226,25 @@ def test_policy_gradient_property_can_fail(tmp_path):
                first=True)
     f, = rep.hunt.findings
     assert f.property == "policy_loss.gradient" and f.reproduced is True
+
+
+@pytest.mark.parametrize("seed", ["0", "1"])
+def test_a_round_on_a_loaded_machine_replays_its_failure(monkeypatch, seed):
+    """On a loaded machine a round's shrinking budget is spent sooner. The batch Hypothesis
+    shrank to is replayed at the end; had the round's condition answered it otherwise then
+    (the budget spent, its best violation another batch's), Hypothesis raised FlakyFailure and
+    the round lost its shrunk example. A clock that advances 0.5 s per reading is the load."""
+    import torch
+    from sentinel.hunt import round as R
+    from sentinel_adapters.reference_adapter import ReferenceAdapter
+    ticks = itertools.count()
+    monkeypatch.setattr(R, "time", SimpleNamespace(monotonic=lambda: next(ticks) * 0.5, process_time=time.process_time))
+    cpu = torch.device("cpu")
+    job = {"property": "loss_agg.mode.token-mean", "max_examples": 200, "time_limit": 1e9, "shrink_time": 20.0,
+           "seed": seed, "db_key": "test"}
+    out = R.run_round(ReferenceAdapter(device=cpu, options={"plant": "loss-agg-counts-padding"}), cpu, job,
+                      lambda event: None)
+    assert out["note"] == "" and out["finding"]["observable"] == "loss", out["note"]
 
 
 def test_exit_reasons(tmp_path):
@@ -275,7 +297,7 @@ def _has_commit(repo: str, rev: str) -> bool:
 def test_slime_head_opsm_leak_rediscovered(tmp_path):
     rep = hunt(TargetSpec("slime", SLIME), tmp_path, names=["opsm_mask.sequence_uniform"], max_examples=100)
     f, = rep.hunt.findings
-    assert f.rows == 1 and f.tokens <= 3 and f.time_to_first_s < 10 and f.reproduced is True
+    assert f.rows == 1 and f.tokens <= 3 and f.reproduced is True
 
 
 @needs_slime
@@ -285,8 +307,7 @@ def test_slime_kl_aliasing_before_fix_and_not_after(tmp_path):
     names = ["advantages.logged_kl", "advantages.unmutated"]
     reps = concurrently({
         "before": (TargetSpec("slime", SLIME, "045310b2b^"), tmp_path / "before", {"names": names}),
-        "after": (TargetSpec("slime", SLIME, "045310b2b"), tmp_path / "after",
-                  {"names": names, "max_examples": 150, "time_budget": 20.0}),
+        "after": (TargetSpec("slime", SLIME, "045310b2b"), tmp_path / "after", {"names": names, "max_examples": 150}),
     })
     f, = reps["before"].hunt.findings
     assert f.property == "advantages.logged_kl" and f.rows == 1 and f.tokens <= 3 and f.reproduced is True
@@ -297,7 +318,7 @@ def test_slime_kl_aliasing_before_fix_and_not_after(tmp_path):
 def _areal_no_eos(spec: TargetSpec, out: Path):
     rep = hunt(spec, out, names=["advantages.no_eos_isolation"], max_examples=100)
     f, = rep.hunt.findings
-    assert f.rows <= 2 and f.tokens <= 3 and f.time_to_first_s < 10  # the seed: 2 x 3
+    assert f.rows <= 2 and f.tokens <= 3  # the seed: 2 x 3
     assert f.reproduced is True  # the written scenario is violated on AReaL, as `sentinel run` runs it
     return f
 

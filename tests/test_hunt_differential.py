@@ -21,6 +21,7 @@ from sentinel import hunt as H
 from sentinel.runner import TargetSpec
 from sentinel.spec import load_file
 from sentinel_adapters.plants import PLANTS
+from untimed import DIFFERENTIAL, DIFFERENTIAL_SECONDS
 
 HERE = Path(__file__).parent
 REFERENCE = TargetSpec("reference")
@@ -39,9 +40,10 @@ def plant_hunts(tmp_path_factory):
     root = tmp_path_factory.mktemp("diff")
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))
 
-    def one(plant):
-        return H.differential(REFERENCE, TargetSpec("reference", plant=plant), [PLANT_BOUNDARY[plant]], 60.0, 0,
-                              against=True, out_dir=root / plant, first=True)
+    def one(plant):  # bounded by its example count (tests/untimed.py): the same outcome under load
+        return H.differential(REFERENCE, TargetSpec("reference", plant=plant), [PLANT_BOUNDARY[plant]],
+                              DIFFERENTIAL_SECONDS, 0, against=True, out_dir=root / plant, first=True,
+                              max_examples=400, **DIFFERENTIAL)
     with ThreadPoolExecutor(3) as pool:
         return dict(zip(PLANT_BOUNDARY, pool.map(one, PLANT_BOUNDARY)))
 
@@ -62,15 +64,44 @@ def test_against_reference_finds_each_plant(plant_hunts, plant):
 
 
 def test_reference_against_itself_differs_nowhere(tmp_path):
-    rep = H.differential(REFERENCE, REFERENCE, ["kl", "policy_loss", "advantages"], 10.0, 0, out_dir=tmp_path)
+    rep = H.differential(REFERENCE, REFERENCE, ["kl", "policy_loss", "advantages"], DIFFERENTIAL_SECONDS, 0,
+                         out_dir=tmp_path, max_examples=100, **DIFFERENTIAL)
     assert rep.hunt.findings == [] and rep.exit_code() == 0
     assert rep.hunt.differential.compared > 0 and rep.hunt.differential.differing == 0
     assert set(rep.targets) == {"base:reference", "head:reference"}  # one key each, though both are the same
 
 
+# A difference a differential hunt found on GSPO, shrunk: one partially masked row whose valid
+# tokens carry different advantages (the hunt draws per-token advantages). The classifier asks
+# each side which properties it violates there; the reference's GSPO-token loss follows the
+# per-token advantage (arXiv 2507.18071 eq. 13), so policy_loss.sequence_uniform, whose claim
+# is for one advantage per sequence, called it a "reference-bug".
+GSPO_PARTIAL_ROW = dict(
+    config={"eps_clip": 0.2, "eps_clip_high": None, "eps_clip_c": None, "loss_agg": "token-mean",
+            "importance_sampling_level": "sequence"},
+    inputs={"log_probs": [[-1.0, -0.5, -0.25]], "old_log_probs": [[-1.0, -0.5, -0.25]],
+            "advantages": [[0.0, 0.5, -0.5]], "loss_mask": [[0.0, 1.0, 1.0]]})
+
+
+def test_the_reference_violates_no_property_where_a_differential_hunt_asks():
+    import torch
+    from sentinel.hunt.properties import select
+    from sentinel.hunt.session import _properties
+    from sentinel.strategies import Example
+    from sentinel_adapters.reference_adapter import ReferenceAdapter
+    ex = Example("policy_loss", GSPO_PARTIAL_ROW["config"],
+                 {n: np.asarray(v, np.float32) for n, v in GSPO_PARTIAL_ROW["inputs"].items()})
+    names = [p.name for p in select(["policy_loss"]) if p.admits(ex.config)]  # what _classify asks
+    assert "policy_loss.sequence_uniform" in names
+    verdicts = _properties(ReferenceAdapter(device=torch.device("cpu")), torch.device("cpu"), ex, names)
+    assert {n: v for n, v in verdicts.items() if v["verdict"] != "held"} == {}
+    assert "policy_loss.sequence_uniform" not in verdicts  # outside its claim: not checked at all
+
+
 def test_a_config_one_side_lacks_is_excluded_and_counted(tmp_path):
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))
-    rep = H.differential(REFERENCE, TargetSpec("hunt_crash_adapter:CrashAdapter"), ["kl"], 8.0, 0, out_dir=tmp_path)
+    rep = H.differential(REFERENCE, TargetSpec("hunt_crash_adapter:CrashAdapter"), ["kl"], DIFFERENTIAL_SECONDS, 0,
+                         out_dir=tmp_path, max_examples=100, **DIFFERENTIAL)
     d = rep.hunt.differential
     assert d.excluded_config == {"base": {}, "head": {"kl": {"kl_type": ["k2", "k3", "low_var_kl"]}}}
     assert rep.hunt.findings == [] and d.compared > 0
@@ -110,11 +141,11 @@ def _has(rev: str) -> bool:
 def test_slime_fix_is_a_fixed_finding(tmp_path, fix, boundary, prop):
     if not _has(fix):
         pytest.skip(f"SENTINEL_SLIME_REPO has no commit {fix}")
-    rep = H.differential(TargetSpec("slime", SLIME, f"{fix}^"), TargetSpec("slime", SLIME, fix), [boundary], 60.0, 0,
-                         out_dir=tmp_path, first=True)
+    rep = H.differential(TargetSpec("slime", SLIME, f"{fix}^"), TargetSpec("slime", SLIME, fix), [boundary],
+                         DIFFERENTIAL_SECONDS, 0, out_dir=tmp_path, first=True, max_examples=400, **DIFFERENTIAL)
     f, = rep.hunt.findings
     assert f.classification == "fixed" and prop in f.base.violates and prop not in f.head.violates
-    assert f.time_to_first_s < 60 and f.reproduced is True  # `sentinel compare FILE --base B --head H`: fixed
+    assert f.reproduced is True  # `sentinel compare FILE --base B --head H`: fixed
     base, head = rep.hunt.differential.base, rep.hunt.differential.head
     assert base.endswith(rep.targets[base].commit[:12]) and rep.targets[base].commit != rep.targets[head].commit
 
@@ -126,7 +157,8 @@ def test_slime_commit_off_the_loss_path_differs_nowhere(tmp_path):
     if not _has("624b824a8"):
         pytest.skip("SENTINEL_SLIME_REPO has no commit 624b824a8")
     rep = H.differential(TargetSpec("slime", SLIME, "624b824a8^"), TargetSpec("slime", SLIME, "624b824a8"),
-                         ["policy_loss", "advantages", "opsm_mask"], 30.0, 0, out_dir=tmp_path)
+                         ["policy_loss", "advantages", "opsm_mask"], DIFFERENTIAL_SECONDS, 0, out_dir=tmp_path,
+                         max_examples=150, **DIFFERENTIAL)
     assert rep.hunt.findings == [] and rep.hunt.differential.compared > 100
 
 

@@ -19,6 +19,7 @@ from sentinel.hunt.signature import Signature, config_that_matters, is_known, la
 from sentinel.report import dump
 from sentinel.runner import TargetSpec
 from sentinel.strategies import Example
+from untimed import HUNT
 
 HERE = Path(__file__).parent
 CATALOG = HERE.parent / "scenarios" / "findings"
@@ -31,9 +32,8 @@ def _tests_on_path(monkeypatch):
 
 
 def two_bug_hunt(out: Path, **kw):
-    kw.setdefault("time_budget", 60.0)
     return H.hunt(TargetSpec("two_bug_adapter:TwoBugAdapter"), names=[PROP], seed=0, db=None, out_dir=out,
-                  max_examples=400, **kw)
+                  max_examples=400, **{**HUNT, **kw})
 
 
 def _bug(f) -> str:
@@ -57,7 +57,7 @@ def test_a_second_bug_on_a_property_that_fails_for_a_known_reason_is_found(tmp_p
 
 
 def test_one_hunt_lists_every_distinct_finding(tmp_path):
-    rep = two_bug_hunt(tmp_path, time_budget=90.0)
+    rep = two_bug_hunt(tmp_path)
     assert sorted(_bug(f) for f in rep.hunt.findings) == ["hole", "masked-row"], \
         [f.signature for f in rep.hunt.findings]
     assert len({f.file for f in rep.hunt.findings}) == 2 and rep.hunt.properties[0].findings == 2
@@ -65,8 +65,8 @@ def test_one_hunt_lists_every_distinct_finding(tmp_path):
 
 def test_pinned_config_is_the_only_one_drawn(tmp_path):
     spec = TargetSpec("reference", plant="loss-agg-counts-padding")
-    kw = dict(names=["loss_agg.padding_invariant"], seed=0, db=None, out_dir=tmp_path, max_examples=200,
-              time_budget=30.0, first=True)
+    kw = dict(names=["loss_agg.padding_invariant"], seed=0, db=None, out_dir=tmp_path, max_examples=200, first=True,
+              **HUNT)
     assert H.hunt(spec, config={"mode": "seq-mean-token-mean"}, **kw).hunt.findings == []  # the bug is token-mean's
     f, = H.hunt(spec, config={"mode": "token-mean"}, **kw).hunt.findings
     assert f.config["mode"] == "token-mean" and "mode" not in f.signature.config  # one choice: it cannot matter
@@ -141,13 +141,14 @@ SLIME = os.environ.get("SENTINEL_SLIME_REPO")
 @pytest.mark.skipif(not SLIME, reason="set SENTINEL_SLIME_REPO to a clone of THUDM/slime")
 def test_slime_known_findings_are_not_reported_again(tmp_path):
     known = H.load_known([CATALOG])
-    rep = H.hunt(TargetSpec("slime", SLIME), boundaries=["policy_loss", "opsm_mask"], time_budget=45.0,
-                 max_examples=2000, seed=0, db=None, out_dir=tmp_path, known=known)
+    token_level_props = ["policy_loss.gradient", "policy_loss.mode.token-mean", "policy_loss.finite.nan"]
+    rep = H.hunt(TargetSpec("slime", SLIME), names=["opsm_mask.sequence_uniform", *token_level_props],
+                 max_examples=100, seed=0, db=None, out_dir=tmp_path, known=known, **HUNT)
     found = {f.property for f in rep.hunt.findings}
     assert "opsm_mask.sequence_uniform" in found
     # slime HEAD's token-level loss keeps both known bugs; neither is reported again
     token_level = [f.signature for f in rep.hunt.findings
-                   if f.property in ("policy_loss.gradient", "policy_loss.mode.token-mean", "policy_loss.finite.nan")
+                   if f.property in token_level_props
                    and f.signature.config.get("importance_sampling_level") != ["sequence"]]
     assert token_level == []
     passed = {k.source.rsplit(": ", 1)[-1] for k in rep.hunt.known if k.excluded}

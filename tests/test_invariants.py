@@ -202,6 +202,19 @@ def test_sequence_uniform_held_and_ignores_masked_tokens():
     assert out.positions == [[1, 0]]  # a tie: the sequence's decision is the smaller value, 0
 
 
+def test_sequence_uniform_claims_nothing_where_a_per_sequence_input_varies():
+    """GSPO's loss is one value per sequence only where the advantage is: with per_sequence
+    [advantages], a row whose valid tokens carry different advantages is outside the claim
+    (a load error), while masked positions may hold anything."""
+    inputs = ("  log_probs: [[-1.0, -0.5, -0.25]]\n  old_log_probs: [[-1.0, -0.5, -0.25]]\n"
+              "  loss_mask: [[0, 1, 1]]\n  advantages: [[{a}]]\n")
+    body = "sequence_uniform: {output: pg_loss, per_sequence: [advantages]}"
+    sc, inv = scenario("policy_loss", inputs.format(a="3.0, 0.5, 0.5"), body)  # one advantage over valid tokens
+    assert inv.evaluate({"base": obs(sc, pg_loss=f32([[0.0, -0.5, -0.5]]))}, sc).verdict == "held"
+    with pytest.raises(Exception, match=r"per_sequence.*advantages varies within the valid tokens of row\(s\) \[0\]"):
+        scenario("policy_loss", inputs.format(a="0.0, 0.5, -0.5"), body)
+
+
 def test_sequence_uniform_skipped_without_the_output():
     sc, inv = scenario("opsm_mask", OPSM_INPUTS, "sequence_uniform: {output: opsm_mask}")
     assert inv.evaluate({"base": obs(sc)}, sc).verdict == "skipped"

@@ -32,7 +32,7 @@ from hypothesis.errors import HypothesisException, NoSuchExample, Unsatisfiable
 from sentinel_adapters.base import PreconditionUnmet, Unsupported
 
 from .. import strategies as S
-from .check import Checker, NotApplicable, fingerprint, observable_of, plain, unsupported_reason
+from .check import Checker, NotApplicable, fingerprint, observable_of, plain, replayable, unsupported_reason
 from .properties import PROPERTIES, SHRINK_TIME, Property
 from .signature import Signature, nonfinite
 
@@ -226,12 +226,13 @@ def run_round(adapter, device, job: dict[str, Any], emit: Callable[[dict[str, An
     db = DirectoryBasedExampleDatabase(job["db"]) if job.get("db") else None
     strategy = S.batches(prop.strategy(checker.exclude, job.get("pin")), BATCH)
     note, found = "", None
+    condition = replayable(search.condition, search.best)
     for phases, rnd in _attempts(job.get("seed"), db is not None):
         # a test case is a batch of ~5 examples: drawn past the quota, they would be thrown away
         s = settings(max_examples=max(1, math.ceil(search.quota / BATCH_MEAN)), database=db, deadline=None, phases=phases,
                      suppress_health_check=list(HealthCheck), report_multiple_bugs=False)
         try:
-            found = find(strategy, search.condition, settings=s, random=rnd, database_key=job["db_key"].encode())
+            found = find(strategy, condition, settings=s, random=rnd, database_key=job["db_key"].encode())
         except NoSuchExample:
             pass
         except Unsatisfiable as e:

@@ -16,13 +16,17 @@ def _perm_body(ex) -> dict:
 class SequenceUniform(Invariant):
     """`output` takes one value over the valid tokens of each sequence: a sequence-level
     decision (OPSM rejection, GSPO KL) must not be made token by token
-    (https://github.com/THUDM/slime/pull/1917)."""
+    (https://github.com/THUDM/slime/pull/1917). `per_sequence` names inputs the claim
+    assumes are one value per sequence: GSPO's clipped loss is uniform only where the
+    advantage is (arXiv 2507.18071 eq. 5-7: one A_i per response); with per-token advantages
+    it varies token by token, correctly, so such an input is outside the claim."""
 
     family = "sequence_uniform"
     hunt = (hunted("opsm_mask", doc="the OPSM decision is one per sequence, never token by token",
                    body={"output": "opsm_mask"}),
             hunted("policy_loss", doc="GSPO (importance_sampling_level sequence): with one advantage per sequence, "
-                   "every token of it gets the same clipped loss", body={"output": "pg_loss", "atol": 1e-6},
+                   "every token of it gets the same clipped loss",
+                   body={"output": "pg_loss", "atol": 1e-6, "per_sequence": ["advantages"]},
                    config={"importance_sampling_level": ["sequence"]}, seq_advantages=True),
             hunted("gspo_kl", doc="the GSPO sequence KL is one value per sequence",
                    body={"output": "seq_kl", "atol": 1e-6}))
@@ -30,9 +34,21 @@ class SequenceUniform(Invariant):
     mask: str = "loss_mask"
     run: str = "base"
     atol: Tolerance = 0.0
+    per_sequence: list[str] = []
 
     def check(self, sc):
-        return self._known_outputs(sc, [self.output], "output") + self._known_input(sc, self.mask, "mask")
+        out = self._known_outputs(sc, [self.output], "output") + self._known_input(sc, self.mask, "mask")
+        inputs = sc.variants[self.run][0] if self.run in sc.variants else sc.inputs
+        for name in self.per_sequence:
+            out += self._known_input(sc, name, "per_sequence")
+            a, m = inputs.get(name), inputs.get(self.mask)
+            if a is None or m is None or a.shape != m.shape:
+                continue
+            varying = [b for b in range(a.shape[0]) if np.unique(a[b][m[b].astype(bool)], equal_nan=True).size > 1]
+            if varying:
+                out.append(("per_sequence", f"{name} varies within the valid tokens of row(s) {varying[:8]}: the "
+                                            f"claim is for one {name} value per sequence"))
+        return out
 
     def evaluate(self, obs, sc):
         run = obs[self.run]
