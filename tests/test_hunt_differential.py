@@ -52,6 +52,7 @@ def test_every_plant_is_listed():
     assert set(PLANT_BOUNDARY) == set(PLANTS)
 
 
+@pytest.mark.slow  # one differential hunt per plant (~40 s on a quiet machine)
 @pytest.mark.parametrize("plant", sorted(PLANT_BOUNDARY))
 def test_against_reference_finds_each_plant(plant_hunts, plant):
     rep = plant_hunts[plant]
@@ -135,6 +136,7 @@ def _has(rev: str) -> bool:
                           capture_output=True).returncode == 0
 
 
+@pytest.mark.slow
 @needs_slime
 @pytest.mark.parametrize("fix, boundary, prop", [("045310b2b", "advantages", "advantages.logged_kl"),
                                                  ("763f18d5b", "policy_loss", "policy_loss.gradient")])
@@ -150,6 +152,7 @@ def test_slime_fix_is_a_fixed_finding(tmp_path, fix, boundary, prop):
     assert base.endswith(rep.targets[base].commit[:12]) and rep.targets[base].commit != rep.targets[head].commit
 
 
+@pytest.mark.slow
 @needs_slime
 def test_slime_commit_off_the_loss_path_differs_nowhere(tmp_path):
     # 624b824a8 "[NFC] Add observability subfolder": moves code out of cp_utils.py and rollout.py

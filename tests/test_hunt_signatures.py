@@ -138,6 +138,7 @@ def test_position_and_config_are_what_the_failure_needs():
 SLIME = os.environ.get("SENTINEL_SLIME_REPO")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not SLIME, reason="set SENTINEL_SLIME_REPO to a clone of THUDM/slime")
 def test_slime_known_findings_are_not_reported_again(tmp_path):
     known = H.load_known([CATALOG])

@@ -146,6 +146,7 @@ def test_slime_kl_aliasing_compare_fixed():
     assert flat(head["observations"]["logged_kl"]) == pytest.approx(flat(kl), abs=1e-6)
 
 
+@pytest.mark.slow
 @needs_slime
 def test_slime_bisect_lands_on_the_fix(tmp_path):
     log = tmp_path / "bisect.json"
@@ -172,6 +173,7 @@ def test_slime_findings():
     assert inv(nan, "finite")["verdict"] == "violated"
 
 
+@pytest.mark.slow
 @needs_slime
 def test_slime_per_token_loss_scale_fixed_by_pr_987(tmp_path):
     """Rediscovered through loss_function: before slime PR #987 (763f18d5b) the per-token loss
