@@ -231,7 +231,9 @@ def test_hunt_findings_join_the_scan_and_are_bisected(trainer, tmp_path):
     assert [(f.change, f.commit) for f in hunted] == [("fixed", shas[13])], h.flips
     assert {f.scenario for f in h.flips if f.source == "catalog"} == {"tiny-opsm"}
     written = list((tmp_path / "history-hunt").rglob("*.yaml"))
-    assert {f.scenario for f in hunted} < {sc.id for sc in load_paths(written)}  # `changed` ones are left to read
+    # every hunted flip's scenario is written; whether a `changed` one is found beside it in a
+    # 10 s search depends on the machine's load, so the subset is not required to be strict
+    assert {f.scenario for f in hunted} <= {sc.id for sc in load_paths(written)}
 
 
 def test_list_targets_shows_loss_path_files():
