@@ -38,7 +38,7 @@ from ..boundaries import BOUNDARIES
 from ..report import Report, Target
 from ..runner import TargetSpec
 from ..spec import load_text
-from .check import replayable
+from .replay import replayable
 from .diff import ATOL, RTOL, Difference, deviation_for, differences, grads_for, not_run
 from .diffreport import diff_document, diff_report
 from .driver import resolved

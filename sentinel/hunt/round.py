@@ -32,7 +32,8 @@ from hypothesis.errors import HypothesisException, NoSuchExample, Unsatisfiable
 from sentinel_adapters.base import PreconditionUnmet, Unsupported
 
 from .. import strategies as S
-from .check import Checker, NotApplicable, fingerprint, observable_of, plain, replayable, unsupported_reason
+from .check import Checker, NotApplicable, observable_of, plain, unsupported_reason
+from .replay import fingerprint, replayable
 from .properties import PROPERTIES, SHRINK_TIME, Property
 from .signature import Signature, nonfinite
 
