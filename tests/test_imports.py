@@ -181,3 +181,16 @@ def test_a_new_family_is_one_class_with_its_hunt_properties():
     """)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+
+
+def test_every_package_folder_is_installed():
+    """A package folder missing from pyproject's list works from a checkout and is absent from
+    the wheel (sentinel.mutate was, once): every folder with an __init__.py is listed."""
+    import tomllib
+    root = Path(__file__).resolve().parents[1]
+    tool = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]
+    folders = {str(Path(v)) for v in tool["package-dir"].values()}
+    on_disk = {str(p.parent.relative_to(root)) for top in ("sentinel", "adapters")
+               for p in (root / top).rglob("__init__.py")}
+    assert on_disk <= folders, on_disk - folders
+    assert set(tool["package-dir"]) == set(tool["packages"])
