@@ -38,7 +38,7 @@ _API = {
     "implements": "sentinel_adapters.base:implements",
     "Precondition": "sentinel_adapters.base:Precondition",
     "deviation": "sentinel_adapters.base:deviation",
-    "differential": "sentinel.hunt.differential:differential",
+    "differential": "sentinel.hunt.driver.differential:differential",
 }
 __all__ = ["__version__", *_API]
 

@@ -190,9 +190,3 @@ def install_signal_handlers() -> None:
         if sig is not None:
             signal.signal(sig, _raise_interrupt)
 
-
-def wait_gone(pids: list[int], seconds: float = 5.0) -> None:
-    deadline = time.monotonic() + seconds
-    while pids and time.monotonic() < deadline:
-        pids = [p for p in pids if alive({"pid": p})]
-        time.sleep(0.05)

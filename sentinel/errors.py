@@ -17,12 +17,25 @@ class UsageError(SentinelError):
     """A bad command line: an unknown target, a missing --repo, conflicting options."""
 
 
+class KnownError(UsageError):
+    """A `sentinel hunt --known` path that is neither a hunt report nor scenario files."""
+
+
+class RegistryError(SentinelError):
+    """A registry declared twice: a hunt property name two families (or one family twice) declare."""
+
+
 class GitError(SentinelError):
     """A revision that cannot be resolved or checked out."""
 
 
 class WorkerDied(SentinelError):
     """The worker process ended or went silent before answering."""
+
+
+class SideDied(WorkerDied):
+    """A differential hunt's side ended its session mid-hunt (its target crashed, or its
+    worker was killed): the search cannot go on with one side."""
 
 
 class ChannelError(WorkerDied):

@@ -9,9 +9,13 @@ a file descriptor it inherited is never taken for an answer. On CPU each job run
 so a crash, `sys.exit` or hang costs one scenario, and module-level state a target mutates
 dies with the child instead of leaking into the next scenario.
 
-A job with {"type": "hunt"} (see sentinel/hunt/round.py) is one round of `sentinel hunt`: the
-forked child runs Hypothesis on one property with the adapter in-process (many examples
-per round trip), streaming {"event": "progress"} lines before its one result.
+Job types (`JOBS`, the one dispatch): a scenario (no type, or "scenario") runs its boundary
+calls; {"type": "hunt"} is one round of `sentinel hunt` (sentinel/hunt/worker/round.py): the
+forked child runs Hypothesis on one property with the adapter in-process (many examples per
+round trip), streaming {"event": "progress"} lines before its one result; {"type": "session"}
+is a differential hunt's side (sentinel/hunt/worker/session.py): the child answers the
+driver's batches over a connection of its own until told to stop; {"type": "mutate-sources"}
+reads the functions the boundaries call (`sentinel mutate`).
 
 CUDA is isolated the same way: the warm worker imports torch and the target but never
 initialises CUDA (`torch.cuda.is_available` asks NVML), so each forked child initialises
@@ -175,11 +179,18 @@ class Worker:
     # --- one hunt round (sentinel hunt) ------------------------------------------------
     def hunt(self, job: dict[str, Any]) -> dict[str, Any]:
         """A hunt round in a forked child; its progress lines are forwarded as they come."""
-        from .hunt.round import SHRINK_TIME, run_round, warm  # hypothesis, strategies: once, before fork
-        warm(job.get("property"), job.get("exclude"), job.get("pin"))
+        from .hunt.worker.round import SHRINK_TIME, run_round, warm  # hypothesis, strategies: once, before fork
+        warm(job.get("property"), job.get("exclude"), job.get("pin"), job.get("origin"))
         limit = float(job.get("time_limit", 10.0)) + float(job.get("shrink_time", SHRINK_TIME)) + \
             float(self.header.get("timeout", 60))
         return self._forked(self._with_mutant(job, lambda emit: run_round(self.adapter, self.device, job, emit)), limit,
+                            f"hunt round ran past {limit:g} s", "during a hunt round")
+
+    def session(self, job: dict[str, Any]) -> dict[str, Any]:
+        """A differential hunt's side: a forked child serving the driver until it says stop."""
+        from .hunt.worker.session import serve
+        limit = float(job.get("time_limit", 10.0)) + float(self.header.get("timeout", 60))
+        return self._forked(self._with_mutant(job, lambda emit: serve(self.adapter, self.device, job, emit)), limit,
                             f"hunt round ran past {limit:g} s", "during a hunt round")
 
     # --- sentinel mutate ------------------------------------------------------------------
@@ -196,7 +207,7 @@ class Worker:
             return fn(emit)
         return mutated
 
-    def mutate_sources(self) -> dict[str, Any]:
+    def mutate_sources(self, job: dict[str, Any]) -> dict[str, Any]:
         """The functions the adapter's boundaries call, with their source (in a child)."""
         from .mutate.apply import sources
         root = Path(self.header["root"]) if self.header.get("root") else None
@@ -312,6 +323,11 @@ class Worker:
                 os.close(pidfd)
 
 
+# every job type the worker serves (see the module docstring)
+JOBS: dict[str, Callable[[Worker, dict[str, Any]], dict[str, Any]]] = {
+    "scenario": Worker.isolated, "hunt": Worker.hunt, "session": Worker.session, "mutate-sources": Worker.mutate_sources}
+
+
 def _pidfd(pid: int) -> int | None:
     """A descriptor that becomes readable when `pid` exits (Linux 5.3+), else None (polled)."""
     try:
@@ -362,9 +378,7 @@ def main() -> None:
         return
     for line in jobs:
         job = json.loads(line)
-        kind = job.get("type")
-        result = worker.hunt(job) if kind == "hunt" else worker.mutate_sources() if kind == "mutate-sources" \
-            else worker.isolated(job)
+        result = JOBS[job.get("type") or "scenario"](worker, job)
         result.update(event="result", scenario=job["scenario"])
         worker.send(result)
 

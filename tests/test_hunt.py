@@ -27,7 +27,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from sentinel import hunt as H
-from sentinel.hunt.state import Found
+from sentinel.errors import UsageError
+from sentinel.hunt.driver.state import Found
 from sentinel.runner import TargetSpec, run
 from sentinel.spec import load_file, load_text
 from sentinel_adapters.plants import PLANTS
@@ -235,10 +236,13 @@ def test_a_round_on_a_loaded_machine_replays_its_failure(monkeypatch, seed):
     (the budget spent, its best violation another batch's), Hypothesis raised FlakyFailure and
     the round lost its shrunk example. A clock that advances 0.5 s per reading is the load."""
     import torch
-    from sentinel.hunt import round as R
+    from sentinel.hunt import search as S
+    from sentinel.hunt.worker import round as R
     from sentinel_adapters.reference_adapter import ReferenceAdapter
     ticks = itertools.count()
-    monkeypatch.setattr(R, "time", SimpleNamespace(monotonic=lambda: next(ticks) * 0.5, process_time=time.process_time))
+    clock = SimpleNamespace(monotonic=lambda: next(ticks) * 0.5, process_time=time.process_time)
+    monkeypatch.setattr(R, "time", clock)
+    monkeypatch.setattr(S, "time", clock)  # the round's search reads the same clock
     cpu = torch.device("cpu")
     job = {"property": "loss_agg.mode.token-mean", "max_examples": 200, "time_limit": 1e9, "shrink_time": 20.0,
            "seed": seed, "db_key": "test"}
@@ -255,18 +259,18 @@ def test_exit_reasons(tmp_path):
     assert h.run().exit_code() == 3 and h.exit_reason is ExitReason.target_error
     h = Hunter(TargetSpec("reference"), HuntSettings(boundaries=["kl"], first=True, until=["kl.finite.nan"]))
     h.t_search = time.perf_counter()
-    assert h._stop() is None
+    assert h.over() is None
     by_name = {s.prop.name: s for s in h.states}
     by_name["kl.finite.nan"].status = "finished"
-    assert h._stop() is ExitReason.until
+    assert h.over() is ExitReason.until
     by_name["kl.unmutated"].found.append(Found({}, 1, 0.1, 0.1))
-    assert h._stop() is ExitReason.first_finding
+    assert h.over() is ExitReason.first_finding
     h.t_search -= h.settings.time_budget
-    assert h._stop() is ExitReason.time_budget
+    assert h.over() is ExitReason.time_budget
     h = Hunter(TargetSpec("reference"), HuntSettings(names=["kl.finite.nan"]))
     h.t_search, h.states[0].status = time.perf_counter(), "finished"
-    assert h._stop() is ExitReason.finished
-    with pytest.raises(ValueError, match="kl.finite"):  # a name that is no property waits forever: refused
+    assert h.over() is ExitReason.finished
+    with pytest.raises(UsageError, match="kl.finite"):  # a name that is no property waits forever: refused
         Hunter(TargetSpec("reference"), HuntSettings(boundaries=["kl"], until=["kl.finite"]))
 
 

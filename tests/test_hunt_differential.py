@@ -87,7 +87,7 @@ GSPO_PARTIAL_ROW = dict(
 def test_the_reference_violates_no_property_where_a_differential_hunt_asks():
     import torch
     from sentinel.hunt.properties import select
-    from sentinel.hunt.session import _properties
+    from sentinel.hunt.worker.session import _properties
     from sentinel.strategies import Example
     from sentinel_adapters.reference_adapter import ReferenceAdapter
     ex = Example("policy_loss", GSPO_PARTIAL_ROW["config"],
@@ -111,7 +111,7 @@ def test_a_config_one_side_lacks_is_excluded_and_counted(tmp_path):
 def test_a_vocab_gradient_is_compared_at_valid_positions_only():
     """grad:log_probs/logits is [B, T, V]: a masked position's V values are not compared (the
     reference zeroes a masked log-prob, a trainer may not; neither trains on it)."""
-    from sentinel.hunt import diff as D
+    from sentinel.hunt import differences as D
     from sentinel.strategies import Example
     mask = np.array([[1, 0]], np.float32)
     ex = Example("logprobs", {"temperature": 1.0}, {"logits": np.zeros((1, 2, 3), np.float32),
@@ -201,7 +201,7 @@ def test_a_worktree_head_replays_as_worktree():
     """The replay command of a `--head WORKTREE` finding names WORKTREE, not the HEAD commit
     under it (which would compare a commit with itself)."""
     from types import SimpleNamespace as NS
-    from sentinel.hunt.diffreport import _replay_command
+    from sentinel.hunt.driver.findings import _replay_command
     base = NS(spec=TargetSpec("slime", "/r", "abc"), target=NS(commit="a" * 40))
     head = NS(spec=TargetSpec("slime", "/r", None), target=NS(commit="a" * 40))
     cmd = _replay_command("f.yaml", base, head, against=False)

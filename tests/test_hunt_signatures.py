@@ -170,7 +170,7 @@ def test_labels_carry_the_commit_that_ran(tmp_path):
     """`--commit X^` is labelled with the parent's hash, never X's (findings of a parent and its
     fix would otherwise be written under one name)."""
     import subprocess
-    from sentinel.hunt.driver import resolved
+    from sentinel.hunt.driver.engine import resolved
     git = lambda *a: subprocess.run(["git", "-C", str(tmp_path), *a], capture_output=True, text=True,  # noqa: E731
                                     check=True).stdout.strip()
     git("init", "-q")

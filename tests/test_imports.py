@@ -150,6 +150,20 @@ def test_the_parent_side_imports_no_torch():
     assert "torch" not in reach(g, "sentinel.hunt")
 
 
+def test_the_hunt_modules_say_the_process_they_run_in():
+    """The hunt's driver (the CLI's process) never reaches its worker side (the worker's forked
+    child, which imports torch through the adapter); the modules both use reach neither."""
+    g = graph(deep=True)
+    driver = [m for m in g if m.startswith("sentinel.hunt.driver")]
+    worker = [m for m in g if m.startswith("sentinel.hunt.worker")]
+    assert driver and worker
+    for m in driver:
+        assert not {w for w in worker if w in reach(g, m)} and "torch" not in reach(g, m), m
+    for m in ("sentinel.hunt.properties", "sentinel.hunt.search", "sentinel.hunt.signature", "sentinel.hunt.known",
+              "sentinel.hunt.differences"):
+        assert not (reach(g, m) - {m}) & set(driver + worker), m
+
+
 def test_no_source_file_over_600_lines():
     long = {str(p.relative_to(ROOT)): n for p in [*ROOT.joinpath("sentinel").rglob("*.py"), *ROOT.joinpath("adapters").rglob("*.py")]
             if (n := len(p.read_text().splitlines())) > 600}

@@ -16,6 +16,7 @@ from rich.table import Table
 from .. import boundaries, process, render
 from ..invariants import REGISTRY
 from ..report import Report, dump, write_atomic
+from ..errors import UsageError
 from ..spec import SpecError
 
 from .common import TARGETS, app, out, err, Device, usage_error, _check_location
@@ -104,7 +105,7 @@ def hunt(
     try:
         pinned = parse_config(config or [], boundary or sorted({p.boundary for p in H.select(boundary, invariant, prop)}))
         known_findings = H.load_known(known or [])
-    except (ValueError, SpecError) as e:
+    except (ValueError, UsageError, SpecError) as e:  # a bad --config pair; a bad --known path
         raise usage_error(str(e)) from None
     spec = TargetSpec(target, str(repo.resolve()) if repo else None, commit, device.value, plant, compile_)
     if differential:
@@ -161,7 +162,7 @@ def hunt(
                              out_dir=out_dir, timeout=timeout, shrink_time=shrink_time, first=first, jobs=jobs,
                              config=pinned, known=known_findings, command=["sentinel", *sys.argv[1:]],
                              on_event=on_event)
-        except ValueError as e:
+        except UsageError as e:
             raise usage_error(str(e)) from None
     if report_path:
         write_atomic(report_path, dump(rep))

@@ -22,7 +22,7 @@ def hunt_pairs(pairs: list[tuple[str, str]], *, target: str, repo: str, seconds:
                ) -> tuple[list[Path], list[Path]]:
     """Hunt each (base, head) pair: the scenario files (under `out_dir`) of the findings a
     family explains, and of the `changed` ones."""
-    from ..hunt.differential import differential  # Hypothesis and the hunt only when --hunt is given
+    from ..hunt.driver.differential import differential  # Hypothesis and the hunt only when --hunt is given
     from ..runner import TargetSpec
 
     explained: list[Path] = []

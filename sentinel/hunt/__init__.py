@@ -6,22 +6,22 @@ row permutation, a variant that changes only the no-EOS rows' rewards, ...). No 
 knows a trigger; each says what must hold for every input.
 
 How a hunt runs
-- The parent (`driver.Hunter`, in the CLI's process) checks the target out, starts one
+- The parent (`driver.single.Hunter`, in the CLI's process) checks the target out, starts one
   worker (`sentinel.worker`, the only process that imports torch and the target) and
   schedules *rounds*: one property, up to N examples or S seconds. Properties take turns
   (round robin, each round twice as long as that property's last), so a cheap bug anywhere
   is found early and a long hunt spreads evenly.
-- A round is one `{"type": "hunt"}` job (`round.run_round`): the worker forks (on CPU), and
+- A round is one `{"type": "hunt"}` job (`worker.round.run_round`): the worker forks (on CPU), and
   the child runs Hypothesis itself (`hypothesis.find`) with the adapter in-process, so each
   round trip carries many examples; a crash, exit or hang costs that round, not the hunt.
   The child streams `{"event": "progress"}` lines and returns one result.
-- Hypothesis draws examples, evaluates the property (`round.check`: the same plan, boundary
+- Hypothesis draws examples, evaluates the property (`worker.check`: the same plan, boundary
   calls and pure invariant code `sentinel run` uses) and, on a violation, shrinks it to a
   minimal counterexample. Its example database (default `.sentinel/hunt-db`) is keyed by
   (target, commit, plant, property): a known failure is replayed first.
-- Each finding becomes a ready-to-run scenario YAML (`findings`; `--out`, default
+- Each finding becomes a ready-to-run scenario YAML (`driver.findings`; `--out`, default
   `reports/hunt/`); `sentinel run` on it reproduces the violation. The report (kind "hunt",
-  `summary`) has one result per property and a `hunt` section: examples, time, invariants
+  `driver.report`) has one result per property and a `hunt` section: examples, time, invariants
   per boundary, findings.
 
 Not applicable is not a finding: a config the target raises `Unsupported` for, an output it
@@ -33,11 +33,11 @@ it excluded, and `--known` (`known`) excludes signatures from the start. A prope
 is decided once, by `sentinel.verdicts.hunt_property_verdict` (holds / violated / untested /
 stopped / unsupported / error).
 
-Differential hunts (`differential`): the same drawn inputs through two sides (two revisions, or
-the reference and a target), each in its own worker serving a session (`session`, `sides`);
-a finding is where their observations differ (`diff`), classified fixed / regressed / changed,
-written as a two-revision scenario (`diffreport`). The function API, for callers such as
-`sentinel history`:
+Differential hunts (`driver.differential`): the same drawn inputs through two sides (two
+revisions, or the reference and a target), each in its own worker serving a session
+(`worker.session`, `driver.sides`); a finding is where their observations differ
+(`differences`), classified fixed / regressed / changed, written as a two-revision scenario.
+The function API, for callers such as `sentinel history`:
 
     from sentinel.hunt import differential
     from sentinel.runner import TargetSpec
@@ -49,19 +49,22 @@ written as a two-revision scenario (`diffreport`). The function API, for callers
 Keyword options: against (the base is the reference: deviations apply), out_dir (write the
 finding scenarios), known (`load_known(paths)`), config (pinned choices), first, atol, rtol.
 
-Modules: `properties` (the property table), `state` (settings, per-property standing),
-`driver` (the parent's phases), `round` / `check` / `session` (the worker child's side: they
-import torch through the adapter base, so only the worker imports them), `signature`,
-`known`, `findings` (scenario YAML), `summary` (report); `differential`, `sides`, `diff`,
-`diffreport` (differential hunts).
+Both hunts run the phases of one engine (`driver.engine.Hunt`: start, search, document,
+write) and one search (`search.Search`, with a judge per hunt). Modules, by the process they
+run in:
+- `driver/` (the CLI's process; never torch): `engine`, `single`, `differential`, `sides`,
+  `state` (settings, per-property standing), `findings` (scenario YAML), `report`;
+- `worker/` (the worker's forked child; torch through the adapter): `round`, `check`, `session`;
+- both: `properties` (the property table), `search`, `signature`, `known`, `differences`.
 """
 
-from .differential import DiffHunter, DiffSettings, differential
-from .driver import ExitReason, Hunter, hunt
-from .findings import finding_document
+from .driver.differential import DiffHunter, DiffSettings, differential
+from .driver.engine import ExitReason, Hunt
+from .driver.findings import finding_document
+from .driver.single import Hunter, hunt
+from .driver.state import HuntSettings
 from .known import Known, load as load_known
 from .properties import PROPERTIES, Property, select
-from .state import HuntSettings
 
-__all__ = ["DiffHunter", "DiffSettings", "ExitReason", "HuntSettings", "Hunter", "Known", "PROPERTIES", "Property",
+__all__ = ["DiffHunter", "DiffSettings", "ExitReason", "Hunt", "HuntSettings", "Hunter", "Known", "PROPERTIES", "Property",
            "differential", "finding_document", "hunt", "load_known", "select"]

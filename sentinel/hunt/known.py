@@ -22,12 +22,9 @@ import numpy as np
 
 from .. import strategies as S
 from ..boundaries import get as get_boundary
+from ..errors import KnownError
 from ..runner import plan
 from ..spec import load_paths
-
-
-class KnownError(ValueError):
-    """A --known path that is neither a hunt report nor scenario files."""
 
 
 @dataclass

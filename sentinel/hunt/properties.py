@@ -11,11 +11,14 @@ round in the worker's child) read.
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from .. import strategies as S
 from ..boundaries import get as get_boundary
+from ..errors import RegistryError
 from ..invariants import REGISTRY, Invariant
 
 # seconds of shrinking per finding before the best so far is kept (the driver's default for
@@ -32,6 +35,7 @@ class Property:
     doc: str
     draw: dict[str, Any]  # keyword arguments of strategies.examples
     body: Callable[[S.Example], dict[str, Any]]  # the invariant's YAML body for one example
+    origin: str = __name__  # the module that declares its family: the worker imports it to find the property
 
     def config_choices(self) -> dict[str, list[Any]]:
         return {**S.CONFIG_CHOICES[self.boundary], **self.draw.get("config", {})}
@@ -70,25 +74,50 @@ class Property:
         return all(k not in config or config[k] in vs for k, vs in self.draw.get("config", {}).items())
 
 
-PROPERTIES: dict[str, Property] = {}
+class Properties(Mapping[str, Property]):
+    """Every family's declared hunts (sentinel/invariants: `hunt = (hunted(...), ...)` beside the
+    family), one property per boundary: a new family brings its properties with it, also one
+    registered after this module was imported (a plugin, a test)."""
+
+    def __init__(self) -> None:
+        self._table: dict[str, Property] = {}
+        self._seen: set[type] = set()
+
+    def _collect(self) -> None:
+        for cls in [c for c in REGISTRY.values() if c not in self._seen]:
+            self._seen.add(cls)
+            for h in cls.hunt:
+                fixed = h.body or {}
+                body = h.body if callable(h.body) else (lambda ex, _b=fixed: dict(_b))
+                for boundary in h.boundaries:
+                    name = f"{boundary}.{h.name or cls.family}"
+                    if name in self._table:
+                        raise RegistryError(f"hunt property {name!r} is declared twice")
+                    self._table[name] = Property(name, boundary, cls.family, h.doc, dict(h.draw), body, cls.__module__)
+
+    def __getitem__(self, name: str) -> Property:
+        self._collect()
+        return self._table[name]
+
+    def __iter__(self) -> Iterator[str]:
+        self._collect()
+        return iter(dict(self._table))
+
+    def __len__(self) -> int:
+        self._collect()
+        return len(self._table)
+
+
+PROPERTIES = Properties()
 _STRATEGIES: dict[Any, Any] = {}
 
 
-def _collect() -> None:
-    """Every family's declared hunts (sentinel/invariants: `hunt = (hunted(...), ...)` beside the
-    family), one property per boundary: a new family brings its properties with it."""
-    for cls in REGISTRY.values():
-        for h in cls.hunt:
-            fixed = h.body or {}
-            body = h.body if callable(h.body) else (lambda ex, _b=fixed: dict(_b))
-            for boundary in h.boundaries:
-                name = f"{boundary}.{h.name or cls.family}"
-                if name in PROPERTIES:
-                    raise ValueError(f"hunt property {name!r} is declared twice")
-                PROPERTIES[name] = Property(name, boundary, cls.family, h.doc, dict(h.draw), body)
-
-
-_collect()
+def get(name: str, origin: str | None = None) -> Property:
+    """The property `name`; where this process has not met its family yet, the family's
+    module `origin` is imported first (a family declared outside sentinel, in the worker)."""
+    if name not in PROPERTIES and origin:
+        importlib.import_module(origin)
+    return PROPERTIES[name]
 
 
 def select(boundaries: list[str] | None = None, families: list[str] | None = None,

@@ -15,7 +15,7 @@ cannot hide a second one on the same property.
   tokens, `masked-tail` after the last, `masked-row` a row with no valid token), plus
   `group-boundary` (the failure needs two groups) and `non-finite` (the failing value is
   NaN / Inf). "Needs" is tested: for a family that perturbs masked positions
-  (masked_invariance, finite) by perturbing only one class; otherwise by setting that
+  (`perturbs_masked`: masked_invariance, finite) by perturbing only one class; otherwise by setting that
   class's values to 0 or making its positions valid (head / interior / tail: the failure
   needs the values there, or the masked layout itself), or putting a valid row in place of
   each fully masked row (the batch keeps its size: "needs a masked row" is not "needs two rows").
@@ -31,12 +31,11 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
+from ..invariants import REGISTRY
 from ..invariants.masking import mask_layout
 
 LAYOUT = ("masked-head", "masked-interior", "masked-tail", "masked-row")
 GROUP_BOUNDARY, NON_FINITE = "group-boundary", "non-finite"
-# families whose check perturbs masked positions itself: restrict where (their `at` field)
-PERTURBING = ("masked_invariance", "finite")
 # the `at` value of a masking family for each layout class
 AT = {f"masked-{k}": k for k in ("head", "interior", "tail", "row")}
 DIFFERENTIAL = "differential"  # a differential hunt's family: two sides differ
@@ -44,6 +43,13 @@ DIFFERENTIAL = "differential"  # a differential hunt's family: two sides differ
 # probe(example, invariant-body overrides) -> (verdict, what failed): "violated" | "held" | "n/a";
 # what failed is an observable, or a tuple of them (a differential probe: every one that differs)
 Probe = Callable[[Any, dict[str, Any]], tuple[str, Any]]
+
+
+def perturbs(family: str) -> bool:
+    """The family perturbs masked positions itself (`Invariant.perturbs_masked`): its `at`
+    field restricts where."""
+    cls = REGISTRY.get(family)
+    return bool(cls is not None and cls.perturbs_masked)
 
 
 def _key(value: Any) -> str:
@@ -188,12 +194,12 @@ def sufficient(family: str, bad_value: bool) -> bool:
     masking family's own perturbation, or a NaN / Inf drawn there), rather than a layout it
     needs? Then a shared label is one bug: a reducer that multiplies by the mask fails at a
     hole and in a masked row alike."""
-    return family in PERTURBING or (family == DIFFERENTIAL and bad_value)
+    return perturbs(family) or (family == DIFFERENTIAL and bad_value)
 
 
 def _alone(probe: Probe, ex, family: str, c: str, observable: str) -> bool:
     """Does the failure persist with only class `c`'s masked values left (perturbed, or drawn)?"""
-    if family in PERTURBING:
+    if perturbs(family):
         return bool(_fails(probe, ex, observable, {"at": AT[c]}))
     return bool(_fails(probe, reduced(ex, (c, GROUP_BOUNDARY)), observable))
 

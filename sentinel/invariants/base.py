@@ -174,6 +174,9 @@ class Invariant(BaseModel):
     family: ClassVar[str] = "?"
     doc: ClassVar[str] = ""
     hunt: ClassVar[tuple[Hunted, ...]] = ()  # its `sentinel hunt` properties
+    # it perturbs masked positions itself, and its `at` field restricts which kind: a hunt
+    # finding's signature probes each kind through `at` (sentinel/hunt/signature.py)
+    perturbs_masked: ClassVar[bool] = False
 
     @classmethod
     def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
@@ -199,10 +202,6 @@ class Invariant(BaseModel):
         raise NotImplementedError
 
     # helpers for subclasses -----------------------------------------------------------
-    @staticmethod
-    def _output_names(sc: "Scenario", names: list[str] | None, kinds=("token", "row", "scalar")) -> list[str]:
-        return names if names is not None else [p.name for p in sc.spec.outputs if p.kind in kinds]
-
     @staticmethod
     def _known_outputs(sc: "Scenario", names: list[str] | None, fld: str = "outputs") -> list[tuple[str, str]]:
         out = []

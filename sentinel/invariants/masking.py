@@ -70,6 +70,7 @@ class MaskedInvariance(_MaskFamily):
     positions where it is 1 (scalar outputs: unchanged)."""
 
     family = "masked_invariance"
+    perturbs_masked = True
     hunt = (hunted(*LOSS_MASKED, doc="values at masked positions do not change outputs at valid positions",
                    need_masked=True),
             hunted("advantages", doc="log-probs and values at masked positions do not change valid advantages, "
@@ -113,6 +114,7 @@ class Finite(_MaskFamily):
     position has nothing to check."""
 
     family = "finite"
+    perturbs_masked = True
     hunt = (*_finite_hunts(LOSS_MASKED, "valid outputs"),
             *_finite_hunts(("advantages",), "valid advantages", min_prompt=1),
             *_finite_hunts(SURFACES, "valid log-probs, values, metrics and reductions, a fully masked row's included",

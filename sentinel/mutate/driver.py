@@ -25,7 +25,7 @@ from typing import Any, Callable
 from .. import targets as target_registry, verdicts
 from ..errors import TargetError, WorkerDied
 from ..history import executors
-from ..hunt.driver import resolved
+from ..hunt.driver.engine import resolved
 from ..process import WorkerHandle
 from ..report import (Environment, MutantRecord, MutateCount, MutateSummary, Report, ScenarioResult, Target,
                       statistics)

@@ -12,7 +12,7 @@ sends each mutant along with its jobs; the worker's forked child puts it in plac
   where the target held kills it too (a crash on some input), unless every scenario errs
   with the same exception type: then the mutant is an `error` (it fails the same way on
   every input: no test told it apart).
-- Hunt: the unmutated target as base, the mutant as head (`hunt.differential.DiffHunter`,
+- Hunt: the unmutated target as base, the mutant as head (`hunt.driver.differential.DiffHunter`,
   seeded, stopped at its first finding): any difference no declared deviation explains
   kills it. Survivors keep the examples compared per boundary and the config choices drawn.
 """
@@ -26,8 +26,8 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ..hunt.differential import DiffHunter, DiffSettings
-from ..hunt.sides import Side, Sides
+from ..hunt.driver.differential import DiffHunter, DiffSettings
+from ..hunt.driver.sides import Side, Sides
 from ..process import WorkerDied
 from ..report import Target
 from ..runner import TargetSpec, evaluate, job, plan
@@ -137,11 +137,9 @@ def _hunt(w: _Workers, m: dict[str, Any]) -> dict[str, Any]:
     settings = DiffSettings(boundaries=list(m["boundaries"]), time_budget=sh.budget, seed=sh.seed, first=True,
                             verify=False, shrink_time=SHRINK_S, timeout=sh.timeout,
                             max_examples=sh.examples, min_examples=min(100, sh.examples))
-    hunter = DiffHunter(w.spec, w.spec, settings)
-    hunter.sides = Sides(base, w.head)
-    hunter._begin()
-    if not hunter.exit_reason:
-        hunter.search()
+    hunter = DiffHunter(w.spec, w.spec, settings, sides=Sides(base, w.head))
+    hunter.start()
+    hunter.search()
     died = [s.reason for s in hunter.states if s.status == "error"]
     if died:  # a side's session ended mid-hunt: start both afresh for the next mutant
         w.restart("head")
@@ -160,7 +158,7 @@ def _hunt(w: _Workers, m: dict[str, Any]) -> dict[str, Any]:
     if died:
         return {"verdict": "survived", "examples": examples, "transient": True, "reason": f"hunt failed: {died[0][:300]}"}
     return {"verdict": "survived", "examples": examples,
-            "configs": {b: hunter._choices(b) for b in m["boundaries"] if examples.get(b)}}
+            "configs": {b: hunter.choices(b) for b in m["boundaries"] if examples.get(b)}}
 
 
 def _judge(w: _Workers, m: dict[str, Any], planned: list) -> dict[str, Any]:

@@ -1,5 +1,6 @@
-"""The two sides of a differential hunt, seen from the parent: a target checked out, its
-worker, and a session with the worker's forked child (`session.serve`).
+"""The two sides of a differential hunt, seen from the driver: a target checked out, its
+worker, and a session with the worker's forked child (a `{"type": "session"}` job,
+`hunt/worker/session.serve`).
 
 A side is started in its own thread (checkout, worker start, session); both sides answer
 each request concurrently: `Sides.ask` sends the same request to both, then reads both.
@@ -18,10 +19,11 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, Listener
 from typing import Any
 
-from ..process import WorkerDied, WorkerHandle
-from ..report import ExceptionInfo, Target
-from ..runner import LOAD_TIMEOUT, TargetSpec, checkout_root, evaluate, job, plan
-from ..spec import Scenario
+from ...errors import SideDied
+from ...process import WorkerDied, WorkerHandle
+from ...report import ExceptionInfo, Target
+from ...runner import LOAD_TIMEOUT, TargetSpec, checkout_root, evaluate, job, plan
+from ...spec import Scenario
 
 CONNECT_TIMEOUT = 120.0  # seconds for a side's forked child to call back
 
@@ -100,9 +102,9 @@ class Side:
                 pass
             done.set()
         threading.Thread(target=accept, daemon=True).start()
-        self.worker.send({"type": "hunt", "scenario": f"session:{self.name}", "property": None,
+        self.worker.send({"type": "session", "scenario": f"session:{self.name}",
                           "session": {"address": address, "authkey": key.hex()},
-                          "time_limit": session_s, "shrink_time": 0, **self.job_extra})
+                          "time_limit": session_s, **self.job_extra})
         if not done.wait(CONNECT_TIMEOUT) or not got:
             self.target.load_error = ExceptionInfo(type="WorkerDied", message="the side's session never called back")
             self.worker.kill()
@@ -146,10 +148,6 @@ class Side:
         if self.worker is not None:
             self.worker.close()
             self.worker = None
-
-
-class SideDied(RuntimeError):
-    """A side's session ended mid-hunt (its target crashed, or its worker was killed)."""
 
 
 class Sides:

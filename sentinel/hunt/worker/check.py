@@ -9,25 +9,24 @@ same property on a changed example) and the replay of known findings.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
 
 from sentinel_adapters.base import Unsupported
 
-from .. import strategies as S
-from ..errors import SentinelError
-from ..invariants import RunObservation
-from ..invariants.base import Outcome
-from ..observe import observe
-from ..runner import plan
-from ..spec import Scenario
-from .diff import deviation_for
-from .known import fitted
-from .replay import fingerprint
-from .properties import Property
-from .signature import Signature, known_match, nonfinite, signature
+from ... import strategies as S
+from ...errors import SentinelError
+from ...invariants import RunObservation
+from ...invariants.base import Outcome
+from ...observe import observe
+from ...runner import plan
+from ...spec import Scenario
+from ..differences import deviation_for
+from ..known import fitted
+from ..properties import Property
+from ..signature import Signature, known_match, nonfinite, signature
 
 
 FORMULA_FAMILIES = ("close", "equals", "gradient")  # families whose hunts state the reference's formula
@@ -157,23 +156,6 @@ class Checker:
                     self.known.append(sig)
                 out.append((sig, k.get("source", "")))
         return out
-
-
-def with_config(ex: S.Example, **config: Any) -> S.Example:
-    return replace(ex, config={**ex.config, **config})
-
-
-def plain(x: Any) -> Any:
-    """JSON-safe python values (numpy scalars and arrays to lists)."""
-    if isinstance(x, np.ndarray):
-        return x.tolist()
-    if isinstance(x, (np.floating, np.integer, np.bool_)):
-        return x.item()
-    if isinstance(x, dict):
-        return {k: plain(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [plain(v) for v in x]
-    return x
 
 
 def unsupported_reason(e: BaseException) -> str:

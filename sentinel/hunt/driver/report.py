@@ -4,22 +4,28 @@ One `ScenarioResult` per property that decided something (its first finding's in
 verdict, or how many examples held; an error or unsupported property with its reason) and a
 `hunt` section: every property with its verdict (untested and stopped ones included, which
 have no result), each distinct finding with its signature and minimal trigger's size, the
-known signatures passed over, and the search totals.
+known signatures passed over, and the search totals. A differential hunt's report
+(`diff_report`) has one result per boundary and, for each finding, what each side violates.
 """
 
 from __future__ import annotations
 
+import time
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .. import verdicts
-from ..boundaries import get as get_boundary
-from ..report import (Environment, ExceptionInfo, FunctionInfo, HuntDeviation, HuntFinding, HuntKnown, HuntProperty, HuntSignature,
+from ... import verdicts
+from ...boundaries import get as get_boundary
+from ...report import (Environment, ExceptionInfo, FunctionInfo, HuntDeviation, HuntDifferential, HuntFinding, HuntKnown,
+                       HuntProperty, HuntSide, HuntSignature,
                       HuntSummary, InvariantResult, Report, ScenarioResult, Target, statistics)
-from ..runner import TargetSpec
+from ...runner import TargetSpec
+from ..signature import Signature
 from .findings import provenance_of
-from .signature import Signature
 from .state import Found, HuntSettings, PropertyState
+
+if TYPE_CHECKING:
+    from .differential import DiffHunter
 
 
 def hunt_report(states: list[PropertyState], settings: HuntSettings, *, spec: TargetSpec, target: Target,
@@ -154,3 +160,55 @@ def size(ins: dict[str, Any]) -> tuple[int, int, int]:
         return len(lm), len(lm[0]) if lm else 0, int(sum(sum(r) for r in lm))
     first = next(iter(ins.values()))
     return len(first), 0, 0
+
+
+def diff_report(h: "DiffHunter") -> Report:
+    """The report of a differential hunt: one result per boundary, each finding with both sides."""
+    base, head = h.sides.base, h.sides.head
+    results, properties, findings = [], [], []
+    for s in h.states:
+        properties.append(_property(s))
+        for f in s.found:
+            x = f.finding
+            # replayed with `sentinel compare`, base -> head: a fix reads `fixed`; any other
+            # difference `regressed` (head leaves base's pinned or satisfied behaviour)
+            want = "fixed" if x["classification"] in ("fixed", "reference-bug") else "regressed"
+            findings.append(finding(s.prop, f, classification=x["classification"],
+                                    reproduced=None if f.verdict is None else f.verdict == want,
+                                    base=HuntSide(target=base.key, values=x["base"], violates=x["violates"]["base"],
+                                                  holds=x["holds"]["base"]),
+                                    head=HuntSide(target=head.key, values=x["head"], violates=x["violates"]["head"],
+                                                  holds=x["holds"]["head"])))
+        verdict = verdicts.hunt_scenario_verdict(s.verdict or "")
+        if verdict is None:
+            continue
+        invs = [InvariantResult(family="differential", config={"differential": f.finding["signature"]},
+                                verdict="violated", message=f.finding["outcome"]["message"],
+                                observed=f.finding["head"], expected=f.finding["base"],
+                                positions=f.finding["positions"][:64]) for f in s.found]
+        if verdict == "holds":
+            invs = [InvariantResult(family="differential", config={"differential": {}}, verdict="held",
+                                    message=f"both sides agreed on {s.examples} generated examples")]
+        results.append(ScenarioResult(id=s.prop.name, title=s.prop.doc, boundary=s.prop.boundary, file="",
+                                      target=head.key, verdict=verdict, reason=s.reason, invariants=invs,
+                                      config={**get_boundary(s.prop.boundary).config},
+                                      duration_s=round(s.duration_s, 4)))
+    stats = statistics(results)
+    total = sum(s.examples for s in h.states)
+    summary = HuntSummary(
+        seed=h.settings.seed, max_examples=h.settings.max_examples,
+        min_examples=min(h.settings.min_examples, h.settings.max_examples), time_budget_s=h.settings.time_budget,
+        out_dir=str(h.settings.out_dir) if h.settings.out_dir else None, exit_reason=h.exit_reason.name if h.exit_reason else "", examples=total,
+        rejected=sum(s.rejected for s in h.states), shrink_calls=sum(s.shrink_calls for s in h.states),
+        search_s=round(h.search_s, 3), startup_s=round(max(base.startup_s, head.startup_s), 3),
+        examples_per_s=round(total / h.search_s, 1) if h.search_s > 0 else 0.0,
+        verdicts=dict(Counter(p.status for p in properties)), properties=properties, findings=findings,
+        known=known_entries(h.states), deviations=deviation_entries(h.deviations),
+        differential=HuntDifferential(
+            base=base.key, head=head.key, against_reference=h.against, atol=h.settings.atol, rtol=h.settings.rtol,
+            excluded_config=h.excluded, compared=h.compared, differing=h.differing))
+    env = base.env or head.env
+    return Report(kind="hunt", success=not findings and stats.errors == 0, created_at=h.created,
+                  duration_s=round(time.perf_counter() - h.t_start, 3), command=h.command or [],
+                  environment=Environment(**env), targets={base.key: base.target, head.key: head.target},
+                  results=results, statistics=stats, hunt=summary)

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..report import write_atomic
-from .properties import SHRINK_TIME, Property
+from ...report import write_atomic
+from ..properties import SHRINK_TIME, Property
 
 
 @dataclass(frozen=True)

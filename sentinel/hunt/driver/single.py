@@ -1,85 +1,59 @@
-"""The hunt's driver, in the CLI's process: workers, the schedule of rounds, the findings.
+"""The single-target hunt, in the CLI's process: workers, the schedule of rounds, the findings.
 
-`Hunter.run` checks the target out, starts the workers (one per lane, `--jobs`), runs the
-search, writes each finding as a scenario (verified on the target), and returns the report.
-The search is a round robin over the properties: each lane takes the next property that no
-other lane holds and sends its worker one round of it (up to N examples or S seconds, each
-round twice as long as that property's last), so a cheap bug anywhere is found early and a
-long hunt spreads evenly. The hunt stops for one of the `ExitReason`s.
+`Hunter` runs the phases of `engine.Hunt`: start checks the target out and starts the workers
+(one per lane, `--jobs`); search is a round robin over the properties: each lane takes the
+next property that no other lane holds and sends its worker one round of it (a `{"type":
+"hunt"}` job, `worker.round.run_round`: up to N examples or S seconds, each round twice as long
+as that property's last), so a cheap bug anywhere is found early and a long hunt spreads
+evenly; document writes each finding as a scenario, verified on the target.
 """
 
 from __future__ import annotations
 
 import collections
-import dataclasses
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
-from datetime import datetime, timezone
-from enum import Enum
 from pathlib import Path
 from typing import Any, Callable
 
-from .. import git, verdicts
-from ..process import WorkerDied, WorkerHandle
-from ..report import ExceptionInfo, Report, Target
-from ..runner import LOAD_TIMEOUT, TargetSpec, checkout_root, evaluate, job, plan
-from ..spec import Scenario, load_text
+from ...errors import UsageError
+from ...process import WorkerDied, WorkerHandle
+from ...report import ExceptionInfo, Report, Target
+from ...runner import LOAD_TIMEOUT, TargetSpec, checkout_root, evaluate, job, plan
+from ...spec import Scenario, load_text
+from ..known import Known
+from ..properties import PROPERTIES, SHRINK_TIME, Property, select
+from .engine import ExitReason, Hunt, resolved
 from .findings import finding_document, provenance_of
-from .properties import PROPERTIES, SHRINK_TIME, Property, select
-from .known import Known
-from .state import HuntSettings, PropertyState, write_found
-from .summary import hunt_report
+from .report import hunt_report
+from .state import HuntSettings, PropertyState
 
 DEFAULT_DB = Path(".sentinel") / "hunt-db"
 DEFAULT_OUT = Path("reports") / "hunt"
 FIRST_ROUND = 100  # examples in a property's first round; each later round doubles
 
 
-class ExitReason(Enum):
-    """Why the search stopped."""
-
-    finished = "every property has a verdict"
-    time_budget = "the search time budget is spent"
-    first_finding = "a finding, and the hunt stops at the first"
-    until = "every property it was told to wait for has a verdict"
-    target_error = "the target could not be loaded or run"
-
-
-def resolved(spec: TargetSpec) -> TargetSpec:
-    """`spec` with its commit resolved to the full hash that runs: labels, file names and
-    headers name that commit (`--commit X^` must not be labelled with X's hash)."""
-    if spec.repo and spec.commit and spec.commit != git.WORKTREE:
-        try:
-            sha, _ = git.resolve(Path(spec.repo), spec.commit)
-        except git.GitError:
-            return spec  # the checkout reports it as the target's load error
-        return dataclasses.replace(spec, commit=sha)
-    return spec
-
-
 def db_key(target_key: str, commit: str | None, prop: Property) -> str:
     return f"rl-sentinel-hunt/{target_key}/{commit or '-'}/{prop.boundary}/{prop.name}"
 
 
-class Hunter:
+class Hunter(Hunt):
     """One hunt of one target (a runner.TargetSpec) over the properties `settings` selects."""
 
     def __init__(self, spec: TargetSpec, settings: HuntSettings, *, command: list[str] | None = None,
                  on_event: Callable[[dict[str, Any]], None] | None = None):
         props = select(settings.boundaries, settings.families, settings.names)
         if not props:
-            raise ValueError("no hunt property matches the given --boundary / --invariant filters "
+            raise UsageError("no hunt property matches the given --boundary / --invariant filters "
                              f"(known: {', '.join(sorted(PROPERTIES))})")
         unknown = sorted(set(settings.until or []) - {p.name for p in props})
         if unknown:
-            raise ValueError(f"--until names no hunted property: {', '.join(unknown)}")
-        spec = resolved(spec)
-        self.spec, self.settings, self.command = spec, settings, command
-        self.emit = on_event or (lambda e: None)
-        self.t_start = time.perf_counter()
-        self.created = datetime.now(timezone.utc).isoformat(timespec="seconds")
+            raise UsageError(f"--until names no hunted property: {', '.join(unknown)}")
+        super().__init__(settings, command=command, on_event=on_event)
+        self.spec = spec = resolved(spec)
+        self.until = settings.until
         self.target = Target(name=spec.name, repo=spec.repo, device=spec.device, plant=spec.plant)
         self.states = [PropertyState(p, known=[dict(k) for k in settings.known if k["property"] == p.name])
                        for p in props]
@@ -88,42 +62,25 @@ class Hunter:
             if why:
                 s.status, s.reason = "unsupported", why
         self.env: dict[str, Any] = {}
-        self.search_s = self.startup_s = 0.0
-        self.exit_reason: ExitReason | None = None
+        self.startup_s = 0.0
         self.lock = threading.RLock()
         # One lane per worker process (--jobs). Lanes take rounds from one round robin over the
         # properties; a property is in at most one lane at a time.
         self.lanes = max(1, int(settings.jobs))
         self.workers: list[WorkerHandle | None] = [None] * self.lanes
         self.header: dict[str, Any] = {}
-        self.t_search = 0.0
         self.queue: collections.deque[PropertyState] = collections.deque()
         self.running: set[int] = set()
-        self.deviations: dict[str, dict[str, Any]] = {}  # declared deviations met: name -> declaration, met, example
-
-    def run(self) -> Report:
-        """Hunt; the report of kind "hunt" (findings written as scenario YAML under out_dir)."""
-        with ExitStack() as stack:  # the checkout lives until every finding is verified on it
-            self._run(stack)
-        self.write_findings()
-        return hunt_report(self.states, self.settings, spec=self.spec, target=self.target, env=self.env,
-                           search_s=self.search_s, startup_s=self.startup_s, created=self.created,
-                           duration_s=round(time.perf_counter() - self.t_start, 3), command=self.command,
-                           exit_reason=self.exit_reason.name if self.exit_reason else "", deviations=self.deviations)
-
-    def _run(self, stack: ExitStack) -> None:
-        self.header = {"target": self.spec.name, "root": checkout_root(stack, self.spec, self.target),
-                       "device": self.spec.device, "timeout": self.settings.timeout,
-                       "options": {"plant": self.spec.plant, "compile": self.spec.compile}}
-        self.start_workers()
-        self.search()
-        self.document_findings()
 
     # --- phases --------------------------------------------------------------------------
 
-    def start_workers(self) -> None:
-        """One worker per lane, started side by side; none at all is an error on every property."""
+    def start(self, stack: ExitStack) -> None:
+        """Check the target out (it lives until every finding is verified on it); one worker
+        per lane, started side by side; none at all is an error on every property."""
         target = self.target
+        self.header = {"target": self.spec.name, "root": checkout_root(stack, self.spec, target),
+                       "device": self.spec.device, "timeout": self.settings.timeout,
+                       "options": {"plant": self.spec.plant, "compile": self.spec.compile}}
         if target.load_error is None:
             t0 = time.perf_counter()
             with ThreadPoolExecutor(self.lanes) as pool:
@@ -135,32 +92,24 @@ class Hunter:
             why = f"target {self.spec.key!r} could not be loaded: {target.load_error.message}"
             for s in self.states:
                 s.status, s.reason = "error", why
+            self.exit_reason = ExitReason.target_error
         self.emit({"event": "start", "properties": len(self.states), "startup_s": self.startup_s,
                    "target": self.spec.key, "jobs": self.lanes})
 
-    def search(self) -> None:
-        """Rounds in every lane until the hunt is over; then every property has a verdict."""
-        self.t_search = time.perf_counter()
+    def rounds(self) -> None:
+        """Rounds in every lane until the hunt is over."""
         self.queue = collections.deque(self.states)
-        if self.target.load_error is None:
-            with ThreadPoolExecutor(self.lanes) as pool:
-                for f in [pool.submit(self._lane, i) for i in range(self.lanes)]:
-                    f.result()
-        else:
-            self.exit_reason = ExitReason.target_error
-        self.search_s = time.perf_counter() - self.t_search
-        for s in self.states:
-            if s.status == "running" and self.target.load_error is not None:
-                s.status = "error"
-                s.reason = f"target {self.spec.key!r} could not be (re)loaded: {self.target.load_error.message}"
-            s.verdict = verdicts.hunt_property_verdict(s.status, s.examples, len(s.found), self.settings.minimum)
-            if s.verdict == "stopped":
-                s.reason = (f"cut off ({(self.exit_reason or ExitReason.time_budget).value}) after {s.examples} "
-                            f"example(s), before the minimum of {self.settings.minimum}")
-            elif s.verdict == "untested":
-                s.reason = s.reason or "no example ran before the hunt ended"
+        with ThreadPoolExecutor(self.lanes) as pool:
+            for f in [pool.submit(self._lane, i) for i in range(self.lanes)]:
+                f.result()
 
-    def document_findings(self) -> None:
+    def settle(self, s: PropertyState) -> None:
+        if s.status == "running" and self.target.load_error is not None:  # no worker could be restarted
+            s.status = "error"
+            s.reason = f"target {self.spec.key!r} could not be (re)loaded: {self.target.load_error.message}"
+        super().settle(s)
+
+    def document(self) -> None:
         """Each finding as a scenario YAML, loaded back (it must load as a scenario) and, with
         verify, run through the scenario job path on one worker as `sentinel run` would."""
         worker = next((w for w in self.workers if w is not None), None)
@@ -180,8 +129,11 @@ class Hunter:
         if worker is not None:
             worker.close()
 
-    def write_findings(self) -> None:
-        write_found(self.states, self.settings.out_dir)
+    def report(self) -> Report:
+        return hunt_report(self.states, self.settings, spec=self.spec, target=self.target, env=self.env,
+                           search_s=self.search_s, startup_s=self.startup_s, created=self.created,
+                           duration_s=round(time.perf_counter() - self.t_start, 3), command=self.command,
+                           exit_reason=self.exit_reason.name if self.exit_reason else "", deviations=self.deviations)
 
     # --- workers -------------------------------------------------------------------------
 
@@ -231,24 +183,15 @@ class Hunter:
 
     # --- the search ----------------------------------------------------------------------
 
-    def _stop(self) -> ExitReason | None:
-        st, states = self.settings, self.states
+    def over(self) -> ExitReason | None:
         if self.target.load_error is not None:
             return ExitReason.target_error
-        if time.perf_counter() - self.t_search >= st.time_budget:
-            return ExitReason.time_budget
-        if st.first and any(x.found for x in states):
-            return ExitReason.first_finding
-        if st.until and all(x.decided for x in states if x.prop.name in st.until):
-            return ExitReason.until
-        if all(x.done for x in states):
-            return ExitReason.finished
-        return None
+        return super().over()
 
     def _pick(self) -> PropertyState | ExitReason | None:
         """The next property to run a round of; None: wait; an ExitReason: the hunt is over."""
         with self.lock:
-            reason = self._stop()
+            reason = self.over()
             if reason is not None:
                 self.exit_reason = self.exit_reason or reason
                 return reason
@@ -289,7 +232,7 @@ class Hunter:
         first = s.exclude is None
         msg = {"type": "hunt", "scenario": s.prop.name, "property": s.prop.name, "max_examples": n,
                "time_limit": time_limit, "shrink_time": st.shrink_time, "db": st.database,
-               "db_key": db_key(self.spec.key, self.target.commit, s.prop),
+               "db_key": db_key(self.spec.key, self.target.commit, s.prop), "origin": s.prop.origin,
                "probe": first, "exclude": s.exclude or {}, "pin": st.config,
                "known": [{k: v for k, v in d.items() if k != "source"} for d in s.known],
                "replay": st.replay if first else [],
@@ -305,9 +248,7 @@ class Hunter:
             res = {"status": "error", "error": {"type": "WorkerDied", "message": str(e), "traceback": ""}}
         with self.lock:
             found = s.merge(res, st.max_examples, s.search_before)
-            for name, d in (res.get("deviations") or {}).items():
-                seen = self.deviations.setdefault(name, {**d, "met": 0})
-                seen["met"] += d["met"]
+            self.merge_deviations(res.get("deviations") or {})
             self.emit({"event": "round", "property": s.prop.name, "status": s.status, "examples": s.examples,
                        "hunt_elapsed_s": time.perf_counter() - self.t_search, "round": s.rounds,
                        "found": found.finding["signature"] if found else None, "findings": len(s.found)})

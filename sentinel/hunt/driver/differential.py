@@ -2,9 +2,10 @@
 
 The sides are two revisions of a target (`--base REV --head REV|WORKTREE`) or the reference
 math and a target (`--against reference`). Each side runs in its own worker (checked out
-in a temporary worktree) and serves a session (`session.serve`). Hypothesis runs here, in
-the parent: every batch it draws goes to both sides at once (one round trip each), so both
-see exactly the same examples, whatever the seed. A difference (`diff.differences`: outputs
+in a temporary worktree) and serves a session (`hunt/worker/session.serve`). Hypothesis runs
+here, in the driver: every batch it draws goes to both sides at once (one round trip each), so
+both see exactly the same examples, whatever the seed; the search is the one both hunts share
+(`hunt.search.Search`), with `DiffJudge` as its judge. A difference (`differences`: outputs
 at valid positions, gradients, inputs after the call, beyond atol/rtol) whose signature is
 not known is shrunk, its signature found (`signature`, the sides' answers as the probe),
 classified by the properties each side violates on it (`verdicts.differential_verdict`:
@@ -14,8 +15,8 @@ the search goes on with the signature excluded. A difference the target's adapte
 (`Adapter.deviations`) is a `deviation`, counted with its first example, never a finding.
 Config choices a side raises Unsupported for are probed per boundary and not drawn.
 
-The rounds take turns over the boundaries like a hunt's properties (`PropertyState`, one per
-boundary, as `BOUNDARY.differential`).
+`DiffHunter` runs the phases of `engine.Hunt`; the rounds take turns over the boundaries like
+a hunt's properties (`PropertyState`, one per boundary, as `BOUNDARY.differential`).
 """
 
 from __future__ import annotations
@@ -24,30 +25,30 @@ import dataclasses
 import math
 import random
 import time
-from collections import Counter
 from contextlib import ExitStack
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
 from hypothesis import HealthCheck, Phase, find, settings as hsettings
 from hypothesis.errors import Flaky, NoSuchExample
 
-from .. import strategies as S, verdicts
-from ..boundaries import BOUNDARIES
-from ..report import Report, Target
-from ..runner import TargetSpec
-from ..spec import load_text
-from .replay import replayable
-from .diff import ATOL, RTOL, Difference, deviation_for, differences, grads_for, not_run
-from .diffreport import diff_document, diff_report
-from .driver import resolved
-from .known import Known, fitted, runs_of
-from .properties import PROPERTIES, SHRINK_TIME, Property, select
-from .sides import Side, SideDied, Sides
-from .signature import (DIFFERENTIAL, PERTURBING, Signature, _key, fill_masked_rows, known_match, layout,
-                        neutralise, signature)
-from .state import Found, PropertyState, write_found
+from ... import strategies as S, verdicts
+from ...boundaries import BOUNDARIES
+from ...errors import SideDied, UsageError
+from ...report import Report, Target
+from ...runner import TargetSpec
+from ...spec import load_text
+from ..differences import ATOL, RTOL, Difference, deviation_for, differences, grads_for, not_run
+from ..known import Known, fitted, runs_of
+from ..properties import PROPERTIES, SHRINK_TIME, Property, select
+from ..search import Answer, Search, replayable
+from ..signature import (DIFFERENTIAL, Signature, _key, fill_masked_rows, known_match, layout, neutralise, perturbs,
+                         signature)
+from .engine import ExitReason, Hunt, resolved
+from .findings import diff_document
+from .report import diff_report
+from .sides import Side, Sides
+from .state import Found, PropertyState
 
 FAMILY = DIFFERENTIAL
 BATCH = 16
@@ -74,54 +75,45 @@ class DiffSettings:
     atol: float = ATOL
     rtol: float = RTOL
 
+    @property
+    def minimum(self) -> int:
+        return min(self.min_examples, self.max_examples)
+
 
 def _prop(boundary: str) -> Property:
     return Property(f"{boundary}.{FAMILY}", boundary, FAMILY, "both sides give the same observations", {}, lambda ex: {})
 
 
-class DiffHunter:
-    """One differential hunt of `base` against `head` (runner.TargetSpecs)."""
+class DiffHunter(Hunt):
+    """One differential hunt of `base` against `head` (runner.TargetSpecs). `sides`: both
+    already started (sentinel mutate's warm workers), so `start` only reads them."""
 
     def __init__(self, base: TargetSpec, head: TargetSpec, settings: DiffSettings, *, against: bool = False,
-                 command: list[str] | None = None, on_event: Callable[[dict[str, Any]], None] | None = None):
+                 command: list[str] | None = None, on_event: Callable[[dict[str, Any]], None] | None = None,
+                 sides: Sides | None = None):
+        super().__init__(settings, command=command, on_event=on_event)
         base, head = resolved(base), resolved(head)
         if base.key == head.key:
             base, head = dataclasses.replace(base, label=f"base:{base.key}"), dataclasses.replace(head, label=f"head:{head.key}")
         names = settings.boundaries or sorted(BOUNDARIES)
-        self.settings, self.against, self.command = settings, against, command
-        self.emit = on_event or (lambda e: None)
-        self.t_start = time.perf_counter()
-        self.created = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        self.against = against
         mk = lambda n, s: Side(n, s, Target(name=s.name, repo=s.repo, device=s.device, plant=s.plant), settings.timeout)  # noqa: E731
-        self.sides = Sides(mk("base", base), mk("head", head))
+        self.started = sides is not None
+        self.sides = sides or Sides(mk("base", base), mk("head", head))
         self.states = [PropertyState(_prop(b), known=[k for k in settings.known if k["property"] == f"{b}.{FAMILY}"])
                        for b in names]
         self.excluded: dict[str, dict[str, list[Any]]] = {"base": {}, "head": {}}
-        self.deviations: dict[str, dict[str, Any]] = {}  # name -> declaration + met + example
         self.compared = self.differing = 0
-        self.search_s = self.t_search = 0.0
-        self.exit_reason = ""
 
     # --- phases ------------------------------------------------------------------------
 
-    def run(self) -> Report:
-        with ExitStack() as stack:
+    def start(self, stack: ExitStack | None = None) -> None:
+        """Both sides checked out, their workers and sessions started (unless given started);
+        a boundary a side lacks is unsupported, a side that did not load an error everywhere."""
+        if not self.started:
             session_s = self.settings.time_budget + 40 * self.settings.shrink_time + 600
             self.sides.start(stack, session_s)
-            try:
-                self._begin()
-                if not self.exit_reason:
-                    self.search()
-                self._settle()
-            finally:
-                for s in (self.sides.base, self.sides.head):
-                    s.close()
-                self.document()
-                self.sides.stop()
-        self.write()
-        return diff_report(self)
-
-    def _begin(self) -> None:
+            stack.callback(self.sides.stop)  # before the checkouts go: the workers run in them
         sides = (self.sides.base, self.sides.head)
         broken = [s for s in sides if not s.ok]
         for s in self.states:
@@ -135,49 +127,58 @@ class DiffHunter:
                     s.status = "unsupported"
                     s.reason = f"{' and '.join(x.key for x in lacking)} has no {s.prop.boundary!r} boundary"
         if broken:
-            self.exit_reason = "target_error"
+            self.exit_reason = ExitReason.target_error
         if self.against:
             for name, d in self.sides.head.info.get("deviations", {}).items():
                 self.deviations[name] = {**d, "met": 0, "example": {}}
         self.emit({"event": "start", "properties": len(self.states), "target": f"{self.sides.base.key} -> "
                    f"{self.sides.head.key}", "jobs": 2, "startup_s": max(x.startup_s for x in sides)})
 
-    def search(self) -> None:
-        self.t_search = time.perf_counter()
+    def rounds(self) -> None:
+        """One boundary's round at a time, the one with the fewest rounds first."""
         st = self.settings
         while True:
-            left = st.time_budget - (time.perf_counter() - self.t_search)
+            reason = self.over()
+            if reason is not None:
+                self.exit_reason = reason
+                return
             running = [s for s in self.states if not s.done]
-            if left <= 0:
-                self.exit_reason = "time_budget"
-            elif not running:
-                self.exit_reason = "finished"
-            elif st.first and any(s.found for s in self.states):
-                self.exit_reason = "first_finding"
-            if self.exit_reason:
-                break
             s = min(running, key=lambda x: (x.rounds, self.states.index(x)))
             try:
-                self._round(s, left, len(running))
+                self._round(s, st.time_budget - (time.perf_counter() - self.t_search), len(running))
             except SideDied as e:
                 s.status, s.reason = "error", str(e)
-                self.exit_reason = "target_error"
-                break
-        self.search_s = time.perf_counter() - self.t_search
+                self.exit_reason = ExitReason.target_error
+                return
 
-    def _settle(self) -> None:
-        """Every boundary's verdict, also when the search never began (a side did not load: error)."""
-        st = self.settings
+    def cut_off(self, s: PropertyState) -> str:
+        return f"cut off ({self.exit_reason.name if self.exit_reason else ''}) after {s.examples} compared example(s)"
+
+    untested = "no example was compared before the hunt ended"
+
+    def document(self) -> None:
+        """The sessions ended; each finding as a scenario (loaded back) and, with verify, replayed
+        on both sides."""
+        base, head = self.sides.base, self.sides.head
+        for side in (base, head):
+            side.close()
         for s in self.states:
-            s.verdict = verdicts.hunt_property_verdict(s.status, s.examples, len(s.found), min(st.min_examples, st.max_examples))
-            if s.verdict == "stopped":
-                s.reason = f"cut off ({self.exit_reason}) after {s.examples} compared example(s)"
-            elif s.verdict == "untested":
-                s.reason = s.reason or "no example was compared before the hunt ended"
+            for f in s.found:
+                f.document = diff_document(s.prop.boundary, f.finding, base, head, self.against, self.settings.seed,
+                                           self.command)
+                sc, = load_text(f.document[1], f"<differential finding {f.document[0]}>")
+                if self.settings.verify:
+                    vb, vh = base.verify(sc), head.verify(sc)
+                    f.finding["replayed"] = {"base": vb, "head": vh}
+                    f.verdict = None if None in (vb, vh) else verdicts.compare_verdict(vb, vh)
+
+    def report(self) -> Report:
+        return diff_report(self)
 
     # --- one round -----------------------------------------------------------------------
 
-    def _choices(self, b: str) -> dict[str, list[Any]]:
+    def choices(self, b: str) -> dict[str, list[Any]]:
+        """The config choices drawn on boundary `b`: pinned, less those a side lacks."""
         pins = {k: v for k, v in self.settings.config.items() if k in BOUNDARIES[b].config}
         out = {}
         for k, vs in S.CONFIG_CHOICES[b].items():
@@ -196,9 +197,9 @@ class DiffHunter:
         n = min(st.max_examples - s.examples, FIRST_ROUND * 2 ** s.rounds)
         limit = max(0.3, min(left, max(left / max(running, 1), 0.5) * (1 + s.rounds)))
         rnd = random.Random(f"{st.seed}:{b}:{s.rounds}") if st.seed is not None else None
-        search = _Search(self, s, n, time.monotonic() + limit)
+        search = Search(DiffJudge(self, s), n, time.monotonic() + limit, st.shrink_time)
         # a batch with no valid token has no training signal: what a side returns there is its convention
-        strategy = S.batches(S.examples(b, config=self._choices(b), junk="wild", row_mask=True, min_valid=1), BATCH)
+        strategy = S.batches(S.examples(b, config=self.choices(b), junk="wild", row_mask=True, min_valid=1), BATCH)
         try:
             find(strategy, replayable(search.condition, search.best), random=rnd, settings=hsettings(
                 max_examples=max(1, math.ceil(n / 5)), database=None, deadline=None,
@@ -207,19 +208,24 @@ class DiffHunter:
             pass
         except Flaky:  # replayable answers a replay as before; should Hypothesis still object, the
             pass       # difference seen (search.best) is kept, as a single-target round keeps its best
+        finally:  # a side that died mid-round: what was compared still counts
+            self.compared += search.st["examples"]
+            self.differing += search.violating
         s.rounds += 1
-        s.examples += search.examples
-        s.rejected += search.rejected
-        s.errors += search.errors
-        s.shrink_calls += search.shrink_calls
+        s.examples += search.st["examples"]
+        s.rejected += search.st["rejected"]
+        s.errors += search.st["errors"]
+        s.shrink_calls += search.st["shrink_calls"]
         s.reasons.update(search.reasons)
-        s.excluded.update(search.known_hits)
+        s.excluded.update(search.excluded)
+        s.error_sample = s.error_sample or search.error_sample
+        self.merge_deviations(search.deviations)
         if search.best:
             self._found(s, search, before_s)
         s.duration_s += time.perf_counter() - t0
         if s.examples >= st.max_examples:
             s.status = "finished"
-        elif search.examples == 0 and not search.timed_out:
+        elif search.st["examples"] == 0 and not search.st["timed_out"]:
             s.empty_rounds += 1
             if s.empty_rounds >= 2:
                 s.status = "finished" if s.examples else "unsupported"
@@ -254,7 +260,7 @@ class DiffHunter:
 
     def _probe_config(self, b: str) -> dict[str, list[Any]]:
         """Config choices a side raises Unsupported for, from the simplest example both run."""
-        choices = {k: vs for k, vs in self._choices(b).items()}
+        choices = {k: vs for k, vs in self.choices(b).items()}
         default = {k: v[0] for k, v in choices.items()}
         ex = _simplest(b, default)
         if ex is None:
@@ -282,7 +288,7 @@ class DiffHunter:
                 left, _ = self.unexplained(b, ex, a, r)
                 if left:  # the first input the sides differ on stands for the known finding
                     sig = signature(s.prop.name, FAMILY, ex, left[0].observable, left[0].non_finite,
-                                    self._choices(b), self.probe(b))
+                                    self.choices(b), self.probe(b))
                     s.known.append({**sig.as_dict(), "source": k.get("source", "")})
                     break
 
@@ -296,7 +302,7 @@ class DiffHunter:
         # the input as drawn, then cleaner ones the same difference survives on: masked rows
         # made valid, masked junk zeroed (another bug there must not blur the verdict)
         inputs = [ex] + [x for x in [fill_masked_rows(ex), *(neutralise(ex, c) for c in layout(ex))] if x is not None]
-        configs = [dict(ex.config)] + [{**ex.config, k: v} for k, vs in self._choices(b).items()
+        configs = [dict(ex.config)] + [{**ex.config, k: v} for k, vs in self.choices(b).items()
                                        for v in needs.get(k, vs) if _key(v) != _key(ex.config.get(k))]
         cands = [dataclasses.replace(x, config=c) for x in inputs for c in configs]
         ra, rb = self.observe(b, cands)
@@ -309,7 +315,8 @@ class DiffHunter:
             if d is not None:
                 kept.append((c, d))
         names = [[p.name for p in select([b]) if p.admits(c.config)] for c, _ in kept]
-        pa, pb = self.sides.ask({"op": "properties", "examples": [c for c, _ in kept], "names": names})
+        origins = {n: PROPERTIES[n].origin for ns in names for n in ns}
+        pa, pb = self.sides.ask({"op": "properties", "examples": [c for c, _ in kept], "names": names, "origins": origins})
         out = None
         for (c, d), xa, xb in zip(kept, pa, pb):
             checked = set(xa) & set(xb)
@@ -320,7 +327,7 @@ class DiffHunter:
             related = set(_related(b, d.observable))
             relevant = {n for n in checked if (xa.get(n, {}).get("observable") in related or
                                                xb.get(n, {}).get("observable") in related)
-                        and (PROPERTIES[n].family not in PERTURBING or d.non_finite)}
+                        and (not perturbs(PROPERTIES[n].family) or d.non_finite)}
             viol = {side: [n for n in v if n in relevant] for side, v in viol.items()}
             verdict = verdicts.differential_verdict(viol["base"], viol["head"], self.against)
             explain = sorted(set(viol["base"]) ^ set(viol["head"]))
@@ -331,112 +338,65 @@ class DiffHunter:
                 break
         return out
 
-    def _found(self, s: PropertyState, search: "_Search", before_s: float) -> None:
+    def _found(self, s: PropertyState, search: Search, before_s: float) -> None:
         b, best = s.prop.boundary, search.best
-        ex, d = best["ex"], best["diff"]
-        sig = signature(s.prop.name, FAMILY, ex, d.observable, d.non_finite, self._choices(b), self.probe(b))
+        ex, left = best["ex"], best["answer"].detail["left"]
+        d = next(x for x in left if x.observable == best["observable"])
+        sig = signature(s.prop.name, FAMILY, ex, d.observable, d.non_finite, self.choices(b), self.probe(b))
         ex, verdict, viol, held, invariants, d = self._classify(b, ex, sig) or (ex, "changed", {"base": [], "head": []},
                                                                                {"base": [], "head": []}, [], d)
         finding = {"config": ex.config, "inputs": {n: a.tolist() for n, a in ex.inputs.items()},
                    "variants": {}, "observable": d.observable, "positions": d.positions, "signature": sig.as_dict(),
                    "classification": verdict, "violates": viol, "holds": held, "invariants": invariants,
                    "base": _at(d.base, d.positions), "head": _at(d.head, d.positions), "base_values": d.base,
-                   "differing": [x.observable for x in best["all"]],
+                   "differing": [x.observable for x in left],
                    "outcome": {"message": _message(d, verdict, viol, self.sides)}}
-        s.found.append(Found(finding, best["examples"], s.duration_s + best["t"], before_s + best["t"], search.shrink_calls))
+        t = search.first["t"] - search.t0
+        s.found.append(Found(finding, s.examples - search.st["examples"] + search.first["examples"],
+                             s.duration_s + t, before_s + t, search.st["shrink_calls"]))
         s.known.append({**sig.as_dict(), "source": "this hunt"})
         s.reason = finding["outcome"]["message"]
 
-    # --- findings --------------------------------------------------------------------------
 
-    def document(self) -> None:
-        """Each finding as a scenario (loaded back) and, with verify, replayed on both sides."""
-        base, head = self.sides.base, self.sides.head
-        for s in self.states:
-            for f in s.found:
-                f.document = diff_document(s.prop.boundary, f.finding, base, head, self.against, self.settings.seed,
-                                           self.command)
-                sc, = load_text(f.document[1], f"<differential finding {f.document[0]}>")
-                if self.settings.verify:
-                    vb, vh = base.verify(sc), head.verify(sc)
-                    f.finding["replayed"] = {"base": vb, "head": vh}
-                    f.verdict = None if None in (vb, vh) else verdicts.compare_verdict(vb, vh)
+class DiffJudge:
+    """What each example comes to on the two sides (`Search`'s judge in a differential round):
+    a whole batch per round trip, so the round's budget is checked once per batch."""
 
-    def write(self) -> None:
-        write_found(self.states, self.settings.out_dir)
+    one_by_one = False
 
-
-class _Search:
-    """One round's condition: both sides on each drawn batch, the first new difference wins."""
-
-    def __init__(self, hunter: DiffHunter, s: PropertyState, quota: int, deadline: float):
+    def __init__(self, hunter: DiffHunter, s: PropertyState):
         self.h, self.s, self.b = hunter, s, s.prop.boundary
-        self.quota, self.deadline = quota, deadline
-        self.examples = self.rejected = self.errors = self.shrink_calls = 0
-        self.timed_out = False
-        self.reasons: Counter[str] = Counter()
-        self.known_hits: Counter[str] = Counter()
-        self.best: dict[str, Any] = {}
-        self.t0 = time.monotonic()
-        self.known = [Signature.from_dict(k) for k in s.known]
+        self.known_sigs = [Signature.from_dict(k) for k in s.known]
         self.probe = hunter.probe(self.b)
 
-    def condition(self, batch: list) -> bool:
-        h, best = self.h, self.best
-        now = time.monotonic()
-        if not best and (now > self.deadline or self.examples >= self.quota):
-            self.timed_out |= now > self.deadline
-            return False
-        if best and now - self.t0 - best["t"] > h.settings.shrink_time:
-            return any(_same(e, best["ex"]) for e in batch)
-        ra, rb = h.observe(self.b, batch)  # SideDied ends the hunt: the search cannot go on with one side
-        for ex, a, b in zip(batch, ra, rb):
-            skip = not_run(a, b)
-            if skip:
-                self.rejected += 1
-                who = "both sides" if a["status"] == b["status"] else "base" if skip is a else "head"
-                self.reasons[f"{skip['status']} by {who}: {skip['reason']}"] += 1
-                continue
-            if a["status"] == "error" and b["status"] == "error":
-                self.rejected += 1
-                self.errors += 1
-                self.reasons[f"both sides raised {a['type']}"] += 1
-                if self.s.error_sample is None:  # what the report shows of the errors it counts
-                    self.s.error_sample = {"type": a["type"], "message": a["message"], "traceback": "",
-                                           "example": repr(ex)[:4000]}
-                continue
-            if best:
-                self.shrink_calls += 1
-            else:
-                self.examples += 1
-                h.compared += 1
-            left, devs = h.unexplained(self.b, ex, a, b)
-            if not left:
-                for name in devs:
-                    d = h.deviations[name]
-                    d["met"] += 1
-                    d["example"] = d["example"] or {"config": ex.config, "inputs": {n: x.tolist() for n, x in ex.inputs.items()}}
-                h.differing += bool(devs) and not best
-                continue
-            if not best:
-                h.differing += 1
-            elif not any(x.observable == best["diff"].observable for x in left):
-                continue  # shrinking keeps the first difference's observable: no slipping to another bug
-            d = left[0] if not best else next(x for x in left if x.observable == best["diff"].observable)
-            # one bug moves a loss and its gradient together: any differing observable (or the
-            # output a differing gradient is of, or a gradient of a differing output) that is
-            # known makes the example the known bug's
-            k = next((k for x in left for name in _related(self.b, x.observable)
-                      if (k := known_match(self.known, self.s.prop.name, FAMILY, ex, name, x.non_finite,
-                                           _aliased(self.probe, name, x.observable), h._choices(self.b)))), None)
-            if k is not None:
-                self.known_hits[k.text()] += 1
-                continue
-            if not best:
-                best.update(t=time.monotonic() - self.t0, examples=self.s.examples + self.examples)
-            best.update(ex=ex, diff=d, all=left)
-            return True
-        return False
+    def answers(self, batch: list) -> list[Answer]:
+        ra, rb = self.h.observe(self.b, batch)  # SideDied ends the hunt: the search cannot go on with one side
+        return [self._answer(ex, a, b) for ex, a, b in zip(batch, ra, rb)]
+
+    def _answer(self, ex, a: dict, b: dict) -> Answer:
+        skip = not_run(a, b)
+        if skip:
+            who = "both sides" if a["status"] == b["status"] else "base" if skip is a else "head"
+            return Answer(rejected=f"{skip['status']} by {who}: {skip['reason']}")
+        if a["status"] == "error" and b["status"] == "error":
+            return Answer(rejected=f"both sides raised {a['type']}", error={
+                "type": a["type"], "message": a["message"], "traceback": "", "example": repr(ex)[:4000]})
+        left, devs = self.h.unexplained(self.b, ex, a, b)
+        return Answer(violations=[x.observable for x in left], deviations=devs, detail={"left": left})
+
+    def deviation(self, ex, a: Answer, observable: str) -> None:
+        return None  # what a declared deviation explains is no violation (`unexplained`)
+
+    def known(self, ex, a: Answer) -> Signature | None:
+        # one bug moves a loss and its gradient together: any differing observable (or the
+        # output a differing gradient is of, or a gradient of a differing output) that is
+        # known makes the example the known bug's
+        return next((k for x in a.detail["left"] for name in _related(self.b, x.observable)
+                     if (k := known_match(self.known_sigs, self.s.prop.name, FAMILY, ex, name, x.non_finite,
+                                          _aliased(self.probe, name, x.observable), self.h.choices(self.b)))), None)
+
+    def declared(self, name: str) -> dict[str, Any]:
+        return {k: v for k, v in self.h.deviations[name].items() if k not in ("met", "example")}
 
 
 def _related(boundary: str, observable: str) -> list[str]:
@@ -458,11 +418,6 @@ def _aliased(probe: Callable, name: str, observable: str) -> Callable:
             names = tuple(names) + (name,)
         return verdict, names
     return aliased
-
-
-def _same(a, b) -> bool:
-    return a.config == b.config and a.inputs.keys() == b.inputs.keys() and all(
-        a.inputs[n].tobytes() == b.inputs[n].tobytes() for n in a.inputs)
 
 
 def _simplest(b: str, config: dict[str, Any]):
@@ -514,7 +469,7 @@ def differential(spec_base: TargetSpec, spec_head: TargetSpec, boundaries: list[
     if boundaries:
         unknown = [b for b in boundaries if b not in BOUNDARIES]
         if unknown:
-            raise ValueError(f"unknown boundary {unknown[0]!r} (known: {', '.join(sorted(BOUNDARIES))})")
+            raise UsageError(f"unknown boundary {unknown[0]!r} (known: {', '.join(sorted(BOUNDARIES))})")
     if seed is None:  # one drawn and recorded: a finding's provenance names the seed that found it
         seed = random.SystemRandom().randrange(2 ** 31)
     settings = DiffSettings(boundaries=boundaries, time_budget=seconds, seed=seed,

@@ -9,10 +9,10 @@ within the job's example and time budget. A violation with a known signature (fr
 `--known`, or an earlier finding of this hunt) is counted and the search goes on. The first
 round of a property first probes which config choices the target lacks (`probe_config`) and
 replays the known findings given as examples (their signatures on this target).
-Progress goes out as `{"event": "progress"}` lines; the result is one dict. The worker
-calls `warm` before it forks, so rounds do not each pay the imports and Hypothesis's caches.
-
-A job with a `session` is a differential hunt's side instead (`session.serve`).
+The search itself is the one both hunts share (`hunt.search.Search`); here its judge is
+`CheckJudge`, the target in-process. Progress goes out as `{"event": "progress"}` lines; the
+result is one dict. The worker calls `warm` before it forks, so rounds do not each pay the
+imports and Hypothesis's caches.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ import math
 import random
 import time
 import traceback
-from collections import Counter
 from dataclasses import replace
 from typing import Any, Callable
 
@@ -31,13 +30,13 @@ from hypothesis.errors import HypothesisException, NoSuchExample, Unsatisfiable
 
 from sentinel_adapters.base import PreconditionUnmet, Unsupported
 
-from .. import strategies as S
-from .check import Checker, NotApplicable, observable_of, plain, unsupported_reason
-from .replay import fingerprint, replayable
-from .properties import PROPERTIES, SHRINK_TIME, Property
-from .signature import Signature, nonfinite
+from ... import strategies as S
+from .. import properties
+from ..properties import SHRINK_TIME, Property
+from ..search import Answer, Search, plain, replayable
+from ..signature import Signature, nonfinite
+from .check import Checker, NotApplicable, observable_of, unsupported_reason
 
-PROGRESS_EVERY = 0.5  # seconds between progress lines from a round
 PROBE_GIVE_UP = 12  # inputs the target declines in every config before a property is not applicable
 BATCH = 16  # most examples per Hypothesis test case
 BATCH_MEAN = 5  # about how many it draws on average (Hypothesis's list sizes)
@@ -114,97 +113,49 @@ def probe_config(checker: Checker, reasons: dict[str, str] | None = None) -> tup
 
 # --- one round ------------------------------------------------------------------------------
 
-class _Search:
-    """The state of one round's search: counts, the first and best violation."""
+class CheckJudge:
+    """What each example comes to on the target in-process (`Search`'s judge in a round):
+    one example at a time, so the round's budget is checked between target calls."""
 
-    def __init__(self, checker: Checker, job: dict[str, Any], emit: Callable[[dict[str, Any]], None], t0: float):
-        self.checker, self.emit, self.t0 = checker, emit, t0
-        self.quota = max(1, int(job.get("max_examples", 100)))
-        self.deadline = t0 + float(job.get("time_limit", 10.0))
-        self.shrink_time = float(job.get("shrink_time", SHRINK_TIME))
-        self.st = {"examples": 0, "rejected": 0, "errors": 0, "shrink_calls": 0, "timed_out": 0}
-        self.reasons: Counter[str] = Counter()
-        self.preconditions: Counter[str] = Counter()  # examples each declared precondition excluded (no target call)
-        self.excluded: Counter[str] = Counter()  # known signature -> violations excluded as that bug
-        self.deviations: dict[str, dict[str, Any]] = {}  # declared deviation -> met, first example
-        self.first: dict[str, Any] = {}
-        self.best: dict[str, Any] = {}
-        self.error_sample: dict[str, Any] | None = None
-        self.last_emit = t0
+    one_by_one = True
 
-    def progress(self, force: bool = False) -> None:
-        now = time.monotonic()
-        if force or now - self.last_emit >= PROGRESS_EVERY:
-            self.last_emit = now
-            self.emit({"event": "progress", "property": self.checker.prop.name, "examples": self.st["examples"],
-                       "shrink_calls": self.st["shrink_calls"], "found": bool(self.best),
-                       "elapsed_s": round(now - self.t0, 3)})
+    def __init__(self, checker: Checker):
+        self.checker = checker
 
-    def condition(self, batch: list[S.Example]) -> bool:
-        """True when the batch holds a violation with a new signature (the first one wins)."""
-        st, best = self.st, self.best
-        for ex in batch:
-            now = time.monotonic()
-            if not best and (now > self.deadline or st["examples"] >= self.quota):  # the round is over
-                st["timed_out"] += now > self.deadline
-                return False
-            if best and now - self.first["t"] > self.shrink_time:
-                # shrinking budget spent: only the best so far is still a failure
-                return any(fingerprint(e) == best["fp"] for e in batch)
-            try:
-                outcome, obs, function, inv = self.checker.check(ex)
-            except PreconditionUnmet as e:  # Adapter.call refused before any target code ran
-                st["rejected"] += 1
-                self.preconditions[f"{e.name}: {e.reason}"[:300]] += 1
-                self.reasons[f"excluded by precondition {e.name}"] += 1
-                continue
-            except (NotApplicable, Unsupported) as e:
-                st["rejected"] += 1
-                self.reasons[unsupported_reason(e)] += 1
-                continue
-            except Exception as e:  # noqa: BLE001 - target code raised on a drawn input
-                st["rejected"] += 1
-                st["errors"] += 1
-                self.reasons[f"the target raised {type(e).__name__}"] += 1
-                if self.error_sample is None:
-                    self.error_sample = {"type": type(e).__name__, "message": str(e)[:2000],
-                                         "traceback": traceback.format_exc()[-4000:], "example": repr(ex)[:4000]}
-                continue
-            if outcome.verdict in ("skipped", "error"):
-                st["rejected"] += 1
-                self.reasons[f"{outcome.verdict}: {outcome.message}"[:300]] += 1
-                continue
-            st["shrink_calls" if best else "examples"] += 1
-            self.progress()
-            if outcome.verdict != "violated":
-                continue
-            if best and observable_of(inv, outcome) != observable_of(best["inv"], best["outcome"]):
-                continue  # shrinking keeps the first violation's observable: no slipping to another bug
-            dev = self.checker.deviation(ex, outcome, inv)
-            if dev is not None:
-                d = self.deviations.setdefault(dev, {**self.checker.deviations[dev], "met": 0, "example": {
-                    "config": plain(ex.config), "inputs": {n: a.tolist() for n, a in ex.inputs.items()}}})
-                d["met"] += 1
-                continue
-            known = self.checker.known_as(ex, outcome, inv)
-            if known is not None:
-                self.excluded[known.text()] += 1
-                continue
-            if not best:
-                self.first.update(t=time.monotonic(), examples=st["examples"])
-            best.update(ex=ex, fp=fingerprint(ex), outcome=outcome, inv=inv, base=obs["base"], function=function)
-            return True
-        return False
+    def answers(self, batch: list[S.Example]) -> list[Answer]:
+        return [self._answer(ex) for ex in batch]
+
+    def _answer(self, ex: S.Example) -> Answer:
+        try:
+            outcome, obs, function, inv = self.checker.check(ex)
+        except PreconditionUnmet as e:  # Adapter.call refused before any target code ran
+            return Answer(rejected=f"excluded by precondition {e.name}", precondition=f"{e.name}: {e.reason}")
+        except (NotApplicable, Unsupported) as e:
+            return Answer(rejected=unsupported_reason(e))
+        except Exception as e:  # noqa: BLE001 - target code raised on a drawn input
+            return Answer(rejected=f"the target raised {type(e).__name__}", error={
+                "type": type(e).__name__, "message": str(e)[:2000], "traceback": traceback.format_exc()[-4000:],
+                "example": repr(ex)[:4000]})
+        if outcome.verdict in ("skipped", "error"):
+            return Answer(rejected=f"{outcome.verdict}: {outcome.message}"[:300])
+        detail = {"outcome": outcome, "inv": inv, "base": obs["base"], "function": function}
+        return Answer(violations=[observable_of(inv, outcome)] if outcome.verdict == "violated" else [], detail=detail)
+
+    def deviation(self, ex: S.Example, a: Answer, observable: str) -> str | None:
+        return self.checker.deviation(ex, a.detail["outcome"], a.detail["inv"])
+
+    def known(self, ex: S.Example, a: Answer) -> Signature | None:
+        return self.checker.known_as(ex, a.detail["outcome"], a.detail["inv"])
+
+    def declared(self, name: str) -> dict[str, Any]:
+        return self.checker.deviations[name]
 
 
 def run_round(adapter, device, job: dict[str, Any], emit: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
     """Hypothesis on one property for up to job.max_examples examples / job.time_limit s,
     then shrinking. Returns counts, and the minimal counterexample (with its signature) if
     one with a new signature was found."""
-    if job.get("session"):
-        from .session import serve
-        return serve(adapter, device, job, emit)
-    prop = PROPERTIES[job["property"]]
+    prop = properties.get(job["property"], job.get("origin"))
     t_probe, cpu0 = time.monotonic(), time.process_time()
     checker = Checker(prop, adapter, device, dict(job.get("exclude") or {}),
                       [Signature.from_dict(d) for d in job.get("known") or []], pin=dict(job.get("pin") or {}),
@@ -223,7 +174,9 @@ def run_round(adapter, device, job: dict[str, Any], emit: Callable[[dict[str, An
     if job.get("replay"):
         out["learned_known"] = [{**sig.as_dict(), "source": src} for sig, src in checker.replay(job["replay"])]
     t0 = time.monotonic()
-    search = _Search(checker, job, emit, t0)
+    search = Search(CheckJudge(checker), max(1, int(job.get("max_examples", 100))),
+                    t0 + float(job.get("time_limit", 10.0)), float(job.get("shrink_time", SHRINK_TIME)),
+                    emit=emit, name=prop.name)
     db = DirectoryBasedExampleDatabase(job["db"]) if job.get("db") else None
     strategy = S.batches(prop.strategy(checker.exclude, job.get("pin")), BATCH)
     note, found = "", None
@@ -251,7 +204,7 @@ def run_round(adapter, device, job: dict[str, Any], emit: Callable[[dict[str, An
         best = search.best
         if found is not None and len(found) != 1:
             out["note"] = note + f" (shrunk to a batch of {len(found)})"
-        sig = checker.signature(best["ex"], best["outcome"], best["inv"])
+        sig = checker.signature(best["ex"], best["answer"].detail["outcome"], best["answer"].detail["inv"])
         out["finding"] = _finding(prop, best, sig, search.first["examples"], search.first["t"] - t_probe)
         out["signature_probes"] = checker.probes
     out["duration_s"], out["cpu_s"] = time.monotonic() - t_probe, time.process_time() - cpu0
@@ -272,7 +225,8 @@ def _attempts(seed: str | None, has_db: bool) -> list[tuple[tuple[Phase, ...], r
 def _finding(prop: Property, best: dict[str, Any], sig: Signature, examples_to_first: int,
              time_to_first_s: float) -> dict[str, Any]:
     """The minimal counterexample as JSON: example, invariant, outcome, base observations, signature."""
-    ex, o = best["ex"], best["outcome"]
+    ex, d = best["ex"], best["answer"].detail
+    o = d["outcome"]
     return {
         "config": ex.config, "inputs": {n: a.tolist() for n, a in ex.inputs.items()},
         "dtypes": {n: str(a.dtype) for n, a in ex.inputs.items()},
@@ -280,10 +234,10 @@ def _finding(prop: Property, best: dict[str, Any], sig: Signature, examples_to_f
         "params": ex.params, "invariant": prop.invariant(ex).summary(),
         "outcome": {"message": o.message, "observed": plain(o.observed), "expected": plain(o.expected),
                     "difference": plain(o.difference), "positions": o.positions, "details": plain(o.details)},
-        "observations": {n: plain(a.tolist()) for n, a in best["base"].outputs.items()},
-        "function": best["function"], "examples_to_first": examples_to_first,
+        "observations": {n: plain(a.tolist()) for n, a in d["base"].outputs.items()},
+        "function": d["function"], "examples_to_first": examples_to_first,
         "time_to_first_s": time_to_first_s, "signature": sig.as_dict(),
-        "observable": observable_of(best["inv"], o), "non_finite": nonfinite(o.observed, o.positions)}
+        "observable": best["observable"], "non_finite": nonfinite(o.observed, o.positions)}
 
 
 # --- before the fork ------------------------------------------------------------------------
@@ -291,7 +245,8 @@ def _finding(prop: Property, best: dict[str, Any], sig: Signature, examples_to_f
 _WARM: set[str] = set()
 
 
-def warm(prop: str | None = None, exclude: dict[str, list[Any]] | None = None, pin: dict[str, Any] | None = None) -> None:
+def warm(prop: str | None = None, exclude: dict[str, list[Any]] | None = None, pin: dict[str, Any] | None = None,
+         origin: str | None = None) -> None:
     """Prepare the warm worker before it forks a round, so rounds do not each pay it:
     imports, the property's strategy (built and validated), and once Hypothesis's own
     first-run caches (a dry `find` that never calls the target: no target code runs outside
@@ -299,7 +254,7 @@ def warm(prop: str | None = None, exclude: dict[str, list[Any]] | None = None, p
     key = f"{prop}|{sorted((exclude or {}).items())!r}|{sorted((pin or {}).items())!r}"
     if prop is None or key in _WARM:
         return
-    strategy = S.batches(PROPERTIES[prop].strategy(exclude, pin), BATCH)
+    strategy = S.batches(properties.get(prop, origin).strategy(exclude, pin), BATCH)
     strategy.validate()
     if not _WARM:
         try:

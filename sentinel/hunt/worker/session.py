@@ -1,7 +1,7 @@
 """One side of a differential hunt, inside the worker (its forked child): a session that
 answers the parent's requests until it says stop.
 
-The parent draws every example (`differential.py`) and sends the same batch to both sides;
+The parent draws every example (`hunt/driver/differential.py`) and sends the same batch to both sides;
 each side calls its target once per example (`sentinel.observe`, the path `sentinel run`
 takes) and sends back the observations: outputs, gradients, inputs after the call, or why
 it could not (Unsupported, an exception). Requests and answers travel as pickles over a
@@ -9,7 +9,7 @@ it could not (Unsupported, an exception). Requests and answers travel as pickles
 worker's JSON lines: a batch of arrays per round trip, no text encoding.
 
 Requests: {"op": "observe", "boundary", "examples", "grads"} -> one answer per example;
-{"op": "properties", "examples", "names"} -> per example, each property's verdict there
+{"op": "properties", "examples", "names", "origins"} -> per example, each property's verdict there
 (what classifies a difference as fixed / regressed / changed); {"op": "stop"}.
 """
 
@@ -22,9 +22,9 @@ import numpy as np
 
 from sentinel_adapters.base import PreconditionUnmet, Unsupported
 
-from ..observe import observe
+from ...observe import observe
+from .. import properties
 from .check import NotApplicable, check, observable_of
-from .properties import PROPERTIES
 
 
 def _observe(adapter, device, boundary: str, ex, grads: list[tuple[str, str]]) -> dict[str, Any]:
@@ -41,11 +41,11 @@ def _observe(adapter, device, boundary: str, ex, grads: list[tuple[str, str]]) -
             "function": function}
 
 
-def _properties(adapter, device, ex, names: list[str]) -> dict[str, dict[str, Any]]:
+def _properties(adapter, device, ex, names: list[str], origins: dict[str, str] | None = None) -> dict[str, dict[str, Any]]:
     out = {}
     for name in names:
         try:
-            outcome, _, _, inv = check(PROPERTIES[name], ex, adapter, device)
+            outcome, _, _, inv = check(properties.get(name, (origins or {}).get(name)), ex, adapter, device)
         except (NotApplicable, Unsupported, PreconditionUnmet):
             continue
         except Exception as e:  # noqa: BLE001
@@ -88,7 +88,8 @@ def serve(adapter, device, job: dict[str, Any], emit: Callable[[dict[str, Any]],
             elif op == "properties":  # names: one list for every example, or one list per example
                 per = req["names"] if req["names"] and isinstance(req["names"][0], list) else \
                     [req["names"]] * len(req["examples"])
-                answer = [_properties(adapter, device, ex, names) for ex, names in zip(req["examples"], per)]
+                answer = [_properties(adapter, device, ex, names, req.get("origins"))
+                          for ex, names in zip(req["examples"], per)]
             else:
                 answer = {"error": f"unknown request {op!r}"}
             served += len(req.get("examples", []))
