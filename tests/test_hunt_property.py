@@ -1,0 +1,71 @@
+"""Adding a hunt property is one declaration: a family (here a toy one, defined in this file)
+with `hunt = (hunted(...),)` beside it. The registry finds it, `sentinel hunt --list` lists it,
+`sentinel hunt --property NAME` hunts it (the worker imports this module, where the family is
+declared), and the hunt report has its verdict."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+from typer.testing import CliRunner
+
+from sentinel.invariants import REGISTRY, RunObservation
+from sentinel.invariants.base import Invariant, Outcome, hunted
+
+HERE = Path(__file__).resolve().parent
+NAME = "kl.toy_shape"
+
+
+class ToyShape(Invariant):
+    """Every token output has the shape of `like` (a toy family: the property this test adds)."""
+
+    family = "toy_shape"
+    hunt = (hunted("kl", doc="a toy property: the KL has the shape of the log-probs", body={"like": "log_probs"}),)
+    like: str = "log_probs"
+
+    def evaluate(self, obs, sc):
+        want = sc.inputs[self.like].shape
+        for name, out in obs["base"].outputs.items():
+            if np.shape(out) != want:
+                return Outcome("violated", f"{name} has shape {np.shape(out)}, {self.like} {want}",
+                               list(np.shape(out)), list(want))
+        return Outcome("held")
+
+
+def test_the_toy_family_can_fail():
+    """A check that cannot fail is a defect: a KL of the wrong shape violates it."""
+    from sentinel.spec import load_text
+    (sc,) = load_text("id: t\ntitle: t\nboundary: kl\ninputs: {log_probs: [[0.0, 0.0]], ref_log_probs: [[0.0, 0.0]], "
+                      "loss_mask: [[1, 1]]}\ninvariants: [{toy_shape: {}}]\n")
+    inv = sc.invariants[0]
+    run = lambda kl: {"base": RunObservation(inputs=sc.inputs, outputs={"kl": kl})}  # noqa: E731
+    assert inv.evaluate(run(np.zeros((1, 2))), sc).verdict == "held"
+    assert inv.evaluate(run(np.zeros((1, 3))), sc).verdict == "violated"
+
+
+def test_a_property_declared_in_a_test_is_found_by_the_registry_cli_and_report(tmp_path, monkeypatch):
+    from sentinel import hunt as H
+    from sentinel.cli import app
+    assert REGISTRY["toy_shape"] is ToyShape
+    prop = H.PROPERTIES[NAME]
+    assert (prop.family, prop.boundary, prop.origin) == ("toy_shape", "kl", __name__)
+    assert NAME in [p.name for p in H.select(families=["toy_shape"])]
+
+    listed = CliRunner().invoke(app, ["hunt", "--list"], catch_exceptions=False, env={"COLUMNS": "300"})
+    assert listed.exit_code == 0 and NAME in listed.output, listed.output
+
+    # the worker imports this module (the family's origin) from PYTHONPATH to find the property
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")])))
+    report = tmp_path / "hunt.json"
+    done = CliRunner().invoke(app, ["hunt", "--property", NAME, "--seed", "0", "--no-db", "-n", "30",
+                                    "--min-examples", "10", "--time", "600", "--out", str(tmp_path / "found"),
+                                    "-o", str(report), "--json"], catch_exceptions=False)
+    assert done.exit_code == 0, done.output
+    rep = json.loads(report.read_text())
+    (p,) = rep["hunt"]["properties"]
+    assert (p["property"], p["family"], p["status"]) == (NAME, "toy_shape", "holds") and p["examples"] >= 10, p
+    (r,) = rep["results"]
+    assert (r["id"], r["verdict"]) == (NAME, "holds")
