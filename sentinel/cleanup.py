@@ -3,8 +3,8 @@ run left.
 
 A run that ends normally, by an exception, Ctrl-C, SIGTERM or SIGHUP removes its own
 worktrees, temporary checkouts, lock files and report temp files, and kills its workers
-(sentinel/cli.py turns SIGTERM and SIGHUP into the same KeyboardInterrupt as Ctrl-C). A run
-killed with SIGKILL cannot: its workers die with it (a parent-death signal, see
+(sentinel/launch.py and sentinel/cli/ turn SIGTERM and SIGHUP into the same KeyboardInterrupt
+as Ctrl-C). A run killed with SIGKILL cannot: its workers die with it (a parent-death signal, see
 sentinel/worker.py), and the next command sweeps what it left. The sweep removes only what it
 can prove is RL-Sentinel's and whose owner process is gone: a folder named `sentinel-wt-*`
 in the temp folder holding an owner mark (pid and that process's start time, so a reused pid

@@ -19,7 +19,7 @@ from .errors import ContractError
 def observe(adapter, device, boundary: str, inputs: dict[str, np.ndarray], config: dict[str, Any],
             grads) -> tuple[dict[str, dict[str, Any]], dict | None]:
     """One boundary call, observed: the torch side of both `sentinel run` (Worker._run, which
-    encodes the result for the protocol) and `sentinel hunt` (hunt.round.check, in-process).
+    encodes the result for the protocol) and `sentinel hunt` (hunt.worker.check, in-process).
 
     Integer inputs become int64 tensors, float inputs keep their dtype; each `wrt` of
     `grads` ((of, wrt) pairs) requires grad. Returns ({"outputs", "requires_grad", "grads",

@@ -2,7 +2,7 @@
 
 The sides are two revisions of a target (`--base REV --head REV|WORKTREE`) or the reference
 math and a target (`--against reference`). Each side runs in its own worker (checked out
-in a temporary worktree) and serves a session (`hunt/worker/session.serve`). Hypothesis runs
+in a temporary worktree) and serves a session (`hunt.worker.session.serve`). Hypothesis runs
 here, in the driver: every batch it draws goes to both sides at once (one round trip each), so
 both see exactly the same examples, whatever the seed; the search is the one both hunts share
 (`hunt.search.Search`), with `DiffJudge` as its judge. A difference (`differences`: outputs

@@ -1,6 +1,6 @@
 """The two sides of a differential hunt, seen from the driver: a target checked out, its
 worker, and a session with the worker's forked child (a `{"type": "session"}` job,
-`hunt/worker/session.serve`).
+`hunt.worker.session.serve`).
 
 A side is started in its own thread (checkout, worker start, session); both sides answer
 each request concurrently: `Sides.ask` sends the same request to both, then reads both.
