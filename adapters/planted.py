@@ -127,6 +127,22 @@ def masked_reduce_by_product(x, loss_mask, op="mean", dim="all", unbiased=True, 
 
 
 # plant name (plants.PLANTS) -> the function that replaces its table entry
+def ppo_policy_loss_ratio(log_probs, old_log_probs):
+    return torch.exp(log_probs - old_log_probs.to(log_probs.dtype))
+
+
+def ppo_ratio_in_low_precision(log_probs, old_log_probs, advantages, eps_clip=0.2, eps_clip_high=None,
+                               eps_clip_c=None):
+    """The ratio in the current log-probs' dtype: a bf16 forward rounds the fp32 old log-probs."""
+    eps_high = eps_clip if eps_clip_high is None else eps_clip_high
+    ratio = ppo_policy_loss_ratio(log_probs, old_log_probs)
+    unclipped, clipped = -advantages * ratio, -advantages * ratio.clamp(1.0 - eps_clip, 1.0 + eps_high)
+    loss = torch.maximum(unclipped, clipped)
+    if eps_clip_c is not None:
+        loss = torch.where(advantages < 0, torch.minimum(loss, -advantages * eps_clip_c), loss)
+    return loss, (clipped > unclipped).float()
+
+
 BUGS: dict[str, Callable] = {
     "opsm-token-level": opsm_token_level,
     "reward-norm-before-no-eos": norm_before_no_eos,
@@ -143,4 +159,5 @@ BUGS: dict[str, Callable] = {
     "values-shifted": values_one_late,
     "metrics-over-padding": metrics_over_padding,
     "masked-reduce-multiplies": masked_reduce_by_product,
+    "ratio-in-low-precision": ppo_ratio_in_low_precision,
 }

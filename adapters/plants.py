@@ -77,4 +77,9 @@ PLANTS: dict[str, Plant] = {
         "Masked reductions as (x * mask).sum() instead of selecting valid values: NaN or Inf at a masked "
         "position makes the mean, sum, variance and whitening NaN.",
         ("finite",), "masked_reduce"),
+    "ratio-in-low-precision": Plant(
+        "The PPO log-ratio taken in the policy log-probs' dtype (`log_probs - old_log_probs.to(log_probs.dtype)`): "
+        "with bf16 log-probs the fp32 old log-probs are rounded to 8 bits of mantissa, and the ratio moves by "
+        "up to 2^-8 * |log p|; in fp32 nothing changes.",
+        ("precision",), "ppo_policy_loss"),
 }

@@ -61,6 +61,7 @@ PLANTED = [
     ("values-shifted", "values", "values.head"),
     ("metrics-over-padding", "metrics", "metrics.masked_invariance"),
     ("masked-reduce-multiplies", "masked_reduce", "masked_reduce.finite.nan"),
+    ("ratio-in-low-precision", "policy_loss", "policy_loss.precision.bf16"),
 ]
 CATALOG_FINDINGS = HERE.parent / "scenarios" / "findings"
 

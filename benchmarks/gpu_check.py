@@ -6,6 +6,8 @@
    scenario runs in its own forked child that initialises CUDA).
 3. A hanging target with an 8 s timeout on cuda costs about 8 s, not the 38 s it took when
    CUDA scenarios ran in the worker itself.
+4. The precision family on cuda (bf16 and fp16 log-probs): the reference holds, the plant
+   ratio-in-low-precision is violated, in the catalog and in a seeded hunt.
 Prints a table; exit 0 only when all hold.
 """
 
@@ -83,11 +85,64 @@ def main() -> int:
     ok &= res["hangs"][0] == "error" and res["after"][0] == "holds" and took < 20
     rows.append(("8 s timeout on cuda", f"{took:.1f} s wall; hangs: {res['hangs']}; after: {res['after'][0]}", ""))
 
+    ok &= precision(rows)
+
     print("\n| check | result | note |\n|---|---|---|")
     for r in rows:
         print("| " + " | ".join(str(x) for x in r) + " |")
     print("ALL OK" if ok else "SOME CHECK FAILED")
     return 0 if ok else 1
+
+
+def precision(rows: list) -> bool:
+    """4. The precision family on cuda: bf16 and fp16 log-probs beside fp32 inputs. The reference
+    holds with its error and bound printed, the plant ratio-in-low-precision is violated, in the
+    catalog scenario and in a seeded hunt of both precision properties."""
+    import torch
+
+    from sentinel.invariants import RunObservation
+    from sentinel.observe import observe
+    from sentinel.runner import plan
+    from sentinel.spec import load_file
+    from sentinel_adapters.reference_adapter import ReferenceAdapter
+
+    ok = True
+    (sc,) = load_file(ROOT / "scenarios" / "policy" / "precision.yaml")
+    for plant in (None, "ratio-in-low-precision"):
+        ad = ReferenceAdapter(options={"plant": plant} if plant else {})
+        ad.load()
+        obs = {}
+        for r in plan(sc):
+            o, _ = observe(ad, torch.device("cuda"), sc.boundary, r.inputs, r.config, r.grads, r.casts)
+            obs[r.name] = RunObservation(inputs=r.inputs, **o)
+        for inv in sc.invariants:
+            low, wide = inv.runs_named
+            err = float(abs(obs[low].outputs["loss"] - obs[wide].outputs["loss"]))
+            bound = inv.bound(sc, obs[low].inputs, obs[wide].outputs["loss"], None)
+            verdict = inv.evaluate(obs, sc).verdict
+            ok &= verdict == ("violated" if plant else "held")
+            rows.append((f"precision {inv.dtype} on cuda, {plant or 'reference'}",
+                         f"{verdict}: loss error {err:.3g}, fp32 bound {bound:.3g} ({err / bound:.2g}x)", ""))
+    for plant, want in ((None, "holds"), ("ratio-in-low-precision", "violated")):
+        path = OUT / f"precision-{plant or 'reference'}.json"
+        cmd = [*SENTINEL, "run", "scenarios/policy/precision.yaml", "--device", "cuda", "-o", str(path)]
+        subprocess.run(cmd + (["--plant", plant] if plant else []), cwd=ROOT, capture_output=True, text=True)
+        got = json.loads(path.read_text())["results"][0]["verdict"]
+        ok &= got == want
+        rows.append((f"sentinel run precision.yaml --device cuda, {plant or 'reference'}", got, f"want {want}"))
+        hunt_out = OUT / f"hunt-{plant or 'reference'}.json"
+        cmd = [*SENTINEL, "hunt", "--device", "cuda", "--seed", "0", "-n", "80", "--time", "60", "--no-db",
+               "--property", "policy_loss.precision.bf16", "--property", "policy_loss.precision.fp16",
+               "--out", str(OUT / "hunt"), "-o", str(hunt_out)]
+        t0 = time.monotonic()
+        subprocess.run(cmd + (["--plant", plant] if plant else []), cwd=ROOT, capture_output=True, text=True)
+        rep = json.loads(hunt_out.read_text())
+        found = sorted({f["property"] for f in rep["hunt"]["findings"]})
+        ok &= bool(found) == bool(plant)
+        rows.append((f"sentinel hunt precision.* --device cuda, {plant or 'reference'}",
+                     f"findings: {found or 'none'}; examples {sum(p['examples'] for p in rep['hunt']['properties'])}",
+                     f"{time.monotonic() - t0:.1f} s"))
+    return ok
 
 
 if __name__ == "__main__":

@@ -15,18 +15,27 @@ import torch
 from . import boundaries, contracts
 from .errors import ContractError
 
+# The dtypes a precision run may hand the trainer (sentinel/invariants/precision.py).
+CAST_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32,
+               "float64": torch.float64}
+
 
 def observe(adapter, device, boundary: str, inputs: dict[str, np.ndarray], config: dict[str, Any],
-            grads) -> tuple[dict[str, dict[str, Any]], dict | None]:
+            grads, casts: dict[str, list[str]] | None = None) -> tuple[dict[str, dict[str, Any]], dict | None]:
     """One boundary call, observed: the torch side of both `sentinel run` (Worker._run, which
     encodes the result for the protocol) and `sentinel hunt` (hunt.worker.check, in-process).
 
     Integer inputs become int64 tensors, float inputs keep their dtype; each `wrt` of
     `grads` ((of, wrt) pairs) requires grad. Returns ({"outputs", "requires_grad", "grads",
     "inputs_after"} as numpy (float64 stays float64, other floats become float32); a grad is
-    None where the output has no gradient path to the input), the function ref as a dict or None)."""
+    None where the output has no gradient path to the input), the function ref as a dict or None).
+    `casts` (input -> dtypes, applied in order) is the precision axis: `["bfloat16"]` hands the
+    trainer a bf16 tensor, `["bfloat16", "float64"]` the same rounded values in float64."""
     tensors = {n: torch.tensor(a, dtype=torch.int64 if a.dtype.kind in "iu" else None, device=device)
                for n, a in inputs.items()}
+    for n, chain in (casts or {}).items():
+        for dtype in chain:
+            tensors[n] = tensors[n].to(CAST_DTYPES[dtype])
     for _, w in grads:
         if w in tensors:
             tensors[w].requires_grad_(True)

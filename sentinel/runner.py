@@ -60,6 +60,7 @@ class Run:
     inputs: dict[str, np.ndarray]
     config: dict[str, Any]
     grads: list[tuple[str, str]]
+    casts: dict[str, list[str]] = field(default_factory=dict)  # the precision axis (observe.observe)
 
 
 def plan(sc: Scenario) -> list[Run]:
@@ -70,13 +71,15 @@ def plan(sc: Scenario) -> list[Run]:
     runs.update(sc.variants)
     for inv in sc.invariants:
         runs.update(inv.runs(sc))
-    return [Run(name, inputs, sc.full_config(cfg), [g for g in grads if g[1] in inputs]) for name, (inputs, cfg) in runs.items()]
+    # a run is (inputs, config) or, on the precision axis, (inputs, config, casts)
+    return [Run(name, r[0], sc.full_config(r[1]), [g for g in grads if g[1] in r[0]], *r[2:])
+            for name, r in runs.items()]
 
 
 def job(sc: Scenario, runs: list[Run]) -> dict[str, Any]:
     return {"scenario": sc.id, "boundary": sc.boundary, "runs": [
         {"name": r.name, "inputs": {n: encode(a) for n, a in r.inputs.items()}, "config": r.config,
-         "grads": [list(g) for g in r.grads]} for r in runs]}
+         "grads": [list(g) for g in r.grads], **({"casts": r.casts} if r.casts else {})} for r in runs]}
 
 
 # --- one group ----------------------------------------------------------------------------

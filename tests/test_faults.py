@@ -144,7 +144,10 @@ def test_a_load_that_blocks_is_an_error_naming_the_phase(target, env, phase):
     assert report.exit_code() == 3
 
 
-SENTINEL = str(Path(sys.executable).with_name("sentinel"))
+# the console script where pip installed one; `python -m sentinel` (the same launch.entry) where the
+# package was installed without scripts (`pip install --target`, as benchmarks/gpu_check.sh does)
+SCRIPT = Path(sys.executable).with_name("sentinel")
+SENTINEL = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "sentinel"]
 CLI_CASES = {  # target -> (scenario modes, the verdict-reason text every failing one shows)
     FAULTY: (["channel-json", "channel-bytes", "killpg", "kill-0", "ok"], None),
     "faulty_adapter:HangingLoadAdapter": (["ok"], "LoadTimeout: load timed out after 5 s in HangingLoadAdapter.load()"),
@@ -162,7 +165,7 @@ def test_the_cli_survives_a_target_that_writes_on_its_channel_signals_its_group_
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")]))}
     # a session of its own: before the fix the target's group signal reached the CLI's group
     load = ["--load-timeout", "5"] if "Hanging" in target else []
-    done = subprocess.run([SENTINEL, "run", str(tmp_path / "s.yaml"), "--target", target, "--timeout", "20", *load,
+    done = subprocess.run([*SENTINEL, "run", str(tmp_path / "s.yaml"), "--target", target, "--timeout", "20", *load,
                            "-o", str(tmp_path / "r.json")], env=env, capture_output=True, text=True, timeout=300,
                           start_new_session=True)
     assert done.returncode == 3, (done.returncode, done.stderr[-3000:])

@@ -54,6 +54,7 @@ PLANT_BOUNDARY = {
     "values-shifted": "values",
     "metrics-over-padding": "metrics",
     "masked-reduce-multiplies": "masked_reduce",
+    "ratio-in-low-precision": "policy_loss",
 }
 
 

@@ -48,8 +48,16 @@ def plant_hunts(tmp_path_factory):
         return dict(zip(PLANT_BOUNDARY, pool.map(one, PLANT_BOUNDARY)))
 
 
+# Plants the differential hunt cannot see, and why (each is caught by the single-target hunt).
+NOT_DIFFERENTIAL = {
+    "ratio-in-low-precision": "both sides are called in fp32, where the plant changes nothing; the "
+                              "precision axis is drawn by the precision family's own runs only",
+}
+
+
 def test_every_plant_is_listed():
-    assert set(PLANT_BOUNDARY) == set(PLANTS)
+    assert set(PLANT_BOUNDARY) | set(NOT_DIFFERENTIAL) == set(PLANTS)
+    assert not set(PLANT_BOUNDARY) & set(NOT_DIFFERENTIAL)
 
 
 @pytest.mark.slow  # one differential hunt per plant (~40 s on a quiet machine)

@@ -80,7 +80,8 @@ def record(req: dict[str, Any]) -> dict[str, Any]:
     try:
         for r in runs:
             with Calls(is_trainer, is_adapter, writer) as rec:
-                obs, fn = observe(adapter, torch.device("cpu"), sc.boundary, r.inputs, r.config, r.grads)
+                obs, fn = observe(adapter, torch.device("cpu"), sc.boundary, r.inputs, r.config, r.grads,
+                                  r.casts)
             calls[r.name], live[r.name], observed[r.name] = rec.calls, rec.live, obs
             res["function"] = res["function"] or fn
             res["runs"][r.name] = {"outputs": {n: encode(a) for n, a in obs["outputs"].items()},
