@@ -24,6 +24,8 @@ from typing import Any, Literal
 
 Kind = Literal["token", "row", "scalar", "vocab"]
 DType = Literal["float", "mask", "int"]
+# the shape each kind has: one home for `sentinel list boundaries`, the schema and the docs
+SHAPES: dict[str, str] = {"token": "[B, T]", "row": "[B]", "scalar": "[]", "vocab": "[B, T, V]"}
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,25 @@ class Port:
     # required only under these option values: ((option, (value, ...)), ...), all of them
     # (an output the config asks for; `required` is then False)
     required_when: tuple[tuple[str, tuple[Any, ...]], ...] = ()
+
+    @property
+    def shape(self) -> str:
+        """`[B, T]`, `[B]`, `[]` or `[B, T, V]`."""
+        return SHAPES[self.kind]
+
+    def contract(self) -> str:
+        """`kind [shape] dtype` and, for an optional port, when it is required: a scalar
+        `clipfrac` is right on `metrics` and a contract error on `policy_loss`, so say which."""
+        text = f"{self.kind} {self.shape} {self.dtype}"
+        if self.required_when:
+            text += f" (required under {self.when()})"
+        elif not self.required:
+            text += " (optional)"
+        return text
+
+    def when(self) -> str:
+        """The option values that make an optional port required: `op mean/sum/var, dim all`."""
+        return ", ".join(f"{k} {'/'.join(map(str, vs))}" for k, vs in self.required_when)
 
     def required_under(self, config: dict[str, Any]) -> bool:
         """Whether a call with `config` (normalised) must produce this port."""

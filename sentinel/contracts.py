@@ -43,8 +43,7 @@ def problems(boundary: str, returned: dict[str, Returned], batch: tuple[int | No
     for p in spec.outputs:
         if p.name not in returned:
             if p.required_under(config or {}):
-                why = "requires it" if p.required else "requires it under " + ", ".join(
-                    f"{k} {'/'.join(map(str, vs))}" for k, vs in p.required_when)
+                why = "requires it" if p.required else f"requires it under {p.when()}"
                 out.append(f"output {p.name!r} is missing (the {boundary} boundary {why})")
             continue
         r = returned[p.name]

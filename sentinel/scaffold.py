@@ -102,11 +102,14 @@ class {cls}(Adapter):
 
     @implements("kl", calls=(kl_penalty,))
     def b_kl(self, inputs: dict[str, torch.Tensor], config: dict[str, Any]) -> BoundaryResult:
-        """Inputs: log_probs, ref_log_probs, loss_mask ([B, T]); config: kl_type (defaults and
-        derived values already filled in). Output: kl ([B, T])."""
+        """Inputs: log_probs, ref_log_probs, loss_mask (each token [B, T]); config: kl_type
+        (defaults and derived values already filled in). Output: kl, token [B, T] float."""
         if config["kl_type"] != "k1":
             raise Unsupported(f"this adapter maps only kl_type k1, not {{config['kl_type']!r}}")
-        kl = self.kl_fn(inputs["log_probs"], inputs["ref_log_probs"]) * inputs["loss_mask"]
+        # Return what the trainer returned. Never multiply an output by the mask (or zero it, or
+        # trim a row): the invariants read each output only where its contract makes it valid, and
+        # a mask applied here would hide what the trainer itself does at masked positions.
+        kl = self.kl_fn(inputs["log_probs"], inputs["ref_log_probs"])
         return BoundaryResult({{"kl": kl}}, function=FunctionRef.of(self.kl_fn))
 '''
 

@@ -46,13 +46,20 @@ def _port(p: boundaries.Port) -> dict[str, Any]:
     typed = {"type": "object", "required": ["values"], "additionalProperties": False, "properties": {
         "values": plain,
         "dtype": {"enum": ["float32", "float64", "int64", "bool"]}, "pad": pad}}
-    return {"anyOf": [plain, typed], "description": p.doc or f"{p.kind} {p.dtype}"}
+    return {"anyOf": [plain, typed], "description": f"{p.contract()}" + (f": {p.doc}" if p.doc else "")}
 
 
 def _inputs(b: boundaries.Boundary) -> dict[str, Any]:
     return {"type": "object", "additionalProperties": False,
             "properties": {p.name: _port(p) for p in b.inputs},
             "required": [p.name for p in b.inputs if p.required]}
+
+
+def _contract(b: boundaries.Boundary) -> str:
+    """The boundary's ports as `sentinel list boundaries` prints them (the outputs appear nowhere
+    else in a scenario file, yet invariants name them)."""
+    ports = lambda ps: "; ".join(f"{p.name}: {p.contract()}" for p in ps)  # noqa: E731
+    return f"{b.name}: {b.doc} Inputs: {ports(b.inputs)}. Outputs: {ports(b.outputs)}."
 
 
 def scenario_schema(model_schema: dict[str, Any]) -> dict[str, Any]:
@@ -65,7 +72,7 @@ def scenario_schema(model_schema: dict[str, Any]) -> dict[str, Any]:
         "properties": {k: c.model_json_schema() for k, c in REGISTRY.items()}}
     s["properties"]["boundary"]["enum"] = sorted(boundaries.BOUNDARIES)
     s["allOf"] = [{"if": {"properties": {"boundary": {"const": b.name}}, "required": ["boundary"]},
-                   "then": {"properties": {"config": _config(b), "inputs": _inputs(b)}}}
+                   "then": {"description": _contract(b), "properties": {"config": _config(b), "inputs": _inputs(b)}}}
                   for b in boundaries.BOUNDARIES.values()]
     return s
 

@@ -171,14 +171,14 @@ def list_(
         for sc in _load(paths or [catalog_path()]):
             t.add_row(sc.id, sc.boundary, ", ".join(i.family for i in sc.invariants), render.Text(_rel(sc.file)))
     elif what == What.boundaries:
-        t.title = "boundaries (input? / output? = optional; option = default: allowed values (what it does))"
+        t.title = markup("boundaries (port: kind [shape] dtype, B rows, T tokens, V vocabulary; "
+                         "option = default: allowed values (what it does))")
         for c in ("boundary", "inputs", "outputs", "options"):
             t.add_column(c, overflow="fold")
         for b in boundaries.BOUNDARIES.values():
             opts = "\n".join(f"{o.name} = {json.dumps(o.default)}: {o.allowed()}" + (f" ({o.doc})" if o.doc else "")
                              for o in b.options)
-            t.add_row(b.name, ", ".join(p.name + ("" if p.required else "?") for p in b.inputs),
-                      ", ".join(p.name + ("" if p.required else "?") for p in b.outputs), markup(opts))
+            t.add_row(b.name, _ports(b.inputs), _ports(b.outputs), markup(opts, lines=True))
     elif what == What.targets:
         t.title = "targets"
         for c in ("target", "located by", "install", "loss-path files (history)", "what"):
@@ -214,12 +214,18 @@ def _mapping_table(t: Table, target: str) -> None:
         adapter = target_registry.adapter_class(target)
     except (TargetError, ImportError) as e:
         raise usage_error(str(e)) from None
-    t.title = f"boundaries on {target} ({target_registry.adapter_spec(target)})"
-    for c in ("boundary", "calls", "adapter method"):
+    t.title = markup(f"boundaries on {target} ({target_registry.adapter_spec(target)}; port: kind [shape] dtype)")
+    for c in ("boundary", "inputs", "outputs", "calls", "adapter method"):
         t.add_column(c, overflow="fold")
     for b, m in adapter.mapping().items():
         calls = "\n".join(m["calls"]) if m["calls"] else f"declined: {m['declined']}"
-        t.add_row(b, markup(calls), m["method"] or "")
+        spec = boundaries.get(b)
+        t.add_row(b, _ports(spec.inputs), _ports(spec.outputs), markup(calls), m["method"] or "")
+
+
+def _ports(ports: tuple[boundaries.Port, ...]) -> str:
+    """One line per port: `name: kind [shape] dtype`, so a scalar and a per-token `clipfrac` read apart."""
+    return markup("\n".join(f"{p.name}: {p.contract()}" for p in ports), lines=True)
 
 
 def _rel(f: str) -> str:
