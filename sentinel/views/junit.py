@@ -26,6 +26,10 @@ def run(view) -> str:
     report = view.report
     s = report.statistics
     suite = _suite("rl-sentinel", len(report.results), s.violated, s.errors, s.unsupported + s.excluded, report.duration_s)
+    if report.comparisons:  # a compare's verdicts first, as suite properties
+        props = ET.SubElement(suite, "properties")
+        for c in view.comparisons():
+            ET.SubElement(props, "property", name=x(f"compare {c.id}"), value=f"{c.verdict} (base {c.base}, head {c.head})")
     for r in report.results:
         case = ET.SubElement(suite, "testcase", classname=x(f"{r.target}.{r.boundary}"), name=x(r.id),
                              file=x(r.file), time=f"{r.duration_s:.3f}")

@@ -199,7 +199,7 @@ def _md_summary(violations: list[ScenarioResult], loc: Locations, many: bool) ->
     for r in violations:
         inv = next((i for i in r.invariants if i.verdict == "violated"), None)
         family = (md_code(inv.family) + (f" {md_text(n)}" if (n := output_name(inv)) else "")) if inv else ""
-        first = md_text(next((p for p in inv.positions if p), "")) if inv else ""
+        first = md_code(next((p for p in inv.positions if p), "")) if inv and any(inv.positions) else ""
         out.append(f"| {md_code(r.id)} |" + (f" {md_text(r.target)} |" if many else "")
                    + f" {md_text(r.boundary)} | {family} | {first} |")
     return out + [""]
