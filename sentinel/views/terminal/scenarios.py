@@ -21,7 +21,7 @@ from ..palette import label, style
 
 def _rich_grid(g: Grid, title: str = "") -> Table:
     """Per-token grid: rows are sequences, columns tokens; offending positions in red, with
-    the expected value (broadcast to the grid, present.fitted) beneath."""
+    the expected value (broadcast to the grid, grids.fitted) beneath."""
     width = max(len(r) for r in g.observed)
     t = Table(title=title, title_justify="left", show_edge=False, pad_edge=False, box=None)
     t.add_column("row", style="dim", justify="right")
