@@ -79,11 +79,3 @@ def table(report: Report, scenarios: list[Scenario], columns: list[Column]) -> d
                     cells[c.key] = verdicts.matrix_cell(r.verdict, r.invariants[i].verdict if i < len(r.invariants) else None)
             rows.append({"scenario": sc.id, "invariant": inv.family, "cells": cells})
     return {"columns": [c.key for c in columns], "rows": rows}
-
-
-def markdown(matrix: dict[str, Any]) -> str:
-    cols = matrix["columns"]
-    out = ["| scenario | invariant | " + " | ".join(cols) + " |", "|---|---|" + "---|" * len(cols)]
-    for r in matrix["rows"]:
-        out.append(f"| {r['scenario']} | {r['invariant']} | " + " | ".join(r["cells"][c] for c in cols) + " |")
-    return "\n".join(out) + "\n"

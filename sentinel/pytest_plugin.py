@@ -94,10 +94,10 @@ class ScenarioItem(pytest.Item):
 
     def repr_failure(self, excinfo, style=None):
         if isinstance(excinfo.value, ScenarioFailure):
-            from .render import _failure_lines
+            from .views.plain import failure_lines
             r = excinfo.value.result
             head = f"{r.id} on {r.target}: {r.verdict}" + (f" ({r.reason})" if r.reason else "")
-            return "\n".join([head, *_failure_lines(r)])
+            return "\n".join([head, *failure_lines(r)])
         return super().repr_failure(excinfo, style)
 
     def reportinfo(self):

@@ -5,8 +5,9 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from sentinel.report import (Comparison, Environment, ExceptionInfo, FunctionInfo, HuntFinding, HuntProperty,
-                             HuntSummary, InvariantResult, Report, ScenarioResult, Target, statistics)
+from sentinel.report import (Comparison, Environment, ExceptionInfo, FunctionInfo, HistoryCommit, HistoryCost, HistoryFlip,
+                             HistorySummary, HuntFinding, HuntProperty, HuntSummary, InvariantResult, MutantRecord,
+                             MutateCount, MutateSummary, Report, ScenarioResult, Target, statistics)
 
 MASKED_GRID = [[0.0, 1.0, 0.5], [1.0, -1.0, 0.25]]
 LOSS_MASK = [[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]]
@@ -59,7 +60,8 @@ def errored(sid: str, message: str, target: str = "slime") -> ScenarioResult:
 
 def report(results: list[ScenarioResult], targets: dict[str, Target] | None = None, **fields) -> Report:
     targets = targets or {"slime": Target(name="slime")}
-    return Report(success=not any(r.verdict in ("violated", "error") for r in results), created_at="2026-01-01T00:00:00Z",
+    fields.setdefault("success", not any(r.verdict in ("violated", "error") for r in results))
+    return Report(created_at="2026-01-01T00:00:00Z",
                   duration_s=1.0, environment=Environment(torch="2.13.0"), targets=targets, results=results,
                   statistics=statistics(results), **fields)
 
@@ -86,3 +88,58 @@ def hunt_report() -> Report:
     summary = HuntSummary(seed=0, max_examples=300, time_budget_s=10, examples=318, search_s=3.4, examples_per_s=93.5,
                           properties=props, findings=[finding])
     return report([violated("opsm_mask.sequence_uniform")], kind="hunt", hunt=summary)
+
+
+def gate_report() -> Report:
+    return report([violated(), holds("kl-k1")], command=["sentinel", "gate", "--plant", "opsm-token-level"])
+
+
+def matrix_report() -> Report:
+    table = {"columns": ["reference", "slime@abc"],
+             "rows": [{"scenario": "opsm-masked", "invariant": "equals", "cells": {"reference": "held", "slime@abc": "violated"}},
+                      {"scenario": "kl-k1", "invariant": "finite", "cells": {"reference": "held",
+                                                                            "slime@abc": "no checkout (set SENTINEL_SLIME_REPO)"}}]}
+    return report([violated(target="slime@abc"), holds("kl-k1", "reference")],
+                  {"reference": Target(name="reference"), "slime@abc": Target(name="slime")}, extra={"matrix": table})
+
+
+def history_report() -> Report:
+    """Five sampled commits of slime: opsm-masked is fixed at c3 (PR #42), kl-k1 holds throughout."""
+    shas = [f"{i}" * 40 for i in range(1, 6)]
+    commits = [HistoryCommit(id=s, date=f"2026-01-0{i + 1}T00:00:00Z", subject=f"commit {i + 1}", touches_loss_path=True,
+                             role="sample", verdicts={"opsm-masked": "violated" if i < 2 else "holds", "kl-k1": "holds"})
+               for i, s in enumerate(shas)]
+    commits[1] = commits[1].model_copy(update={"verdicts": {}, "load_error": "SyntaxError: bad"})
+    commits[1].verdicts.update({"opsm-masked": "not-loaded", "kl-k1": "not-loaded"})
+    flip = HistoryFlip(scenario="opsm-masked", change="fixed", commit=shas[2], subject="fix opsm (#42)", pr=42,
+                       date="2026-01-03T00:00:00Z", between=[shas[0], shas[2]], tried=3,
+                       before=violated(target=f"slime@{shas[0][:12]}"), after=holds("opsm-masked", f"slime@{shas[2][:12]}"))
+    cost = HistoryCost(commits_in_range=5, skipped_no_loss_path=0, samples=5, probes=0, runs=10, exhaustive_runs=10,
+                       evaluated=10, cached=0, tasks=5, duration_s=2.0)
+    summary = HistorySummary(target="slime", repo="src/slime", since=shas[0][:10], until=shas[-1][:10], stride=1,
+                             executor="local", jobs=1, scenarios=["opsm-masked", "kl-k1"], commits=commits, flips=[flip],
+                             cost=cost)
+    return report([holds("opsm-masked"), holds("kl-k1")], kind="history", history=summary)
+
+
+def mutate_report() -> Report:
+    survivor = MutantRecord(id="f#drop-mask@k1", function="m:f", operator="drop-mask", key="k1", position="m.py:3:4",
+                            diff="-    x = a * mask\n+    x = a\n", verdict="survived", scenarios=4, examples={"kl": 100})
+    killed = MutantRecord(id="f#sum-mean@k2", function="m:f", operator="sum-mean", key="k2", position="m.py:5:4",
+                          diff="-sum\n+mean\n", verdict="killed", killed_by="kl-k1", stage="catalog")
+    count = MutateCount(mutants=2, killed=1, survived=1, score=0.5)
+    summary = MutateSummary(target="slime", commit="abc", budget_s=2, seed=0, equivalent_examples=100, totals=count,
+                            by_boundary={"kl": count}, by_operator={"drop-mask": MutateCount(mutants=1, survived=1, score=0.0),
+                                                                   "sum-mean": MutateCount(mutants=1, killed=1, score=1.0)},
+                            functions={"m:f": ["kl"]}, mutants=[survivor, killed])
+    return report([], kind="mutate", success=False, mutate=summary)
+
+
+def bisect_log(found: bool = True) -> dict:
+    """What `sentinel bisect -o` writes (sentinel/compare.py: bisect_report)."""
+    probes = [{"commit": "a" * 40, "subject": "buggy", "verdict": "violated", "reason": ""},
+              {"commit": "b" * 40, "subject": "fix opsm", "verdict": "holds", "reason": ""}]
+    return {"kind": "bisect", "scenario": "opsm-masked", "target": "slime", "repo": "src/slime",
+            "created_at": "2026-01-01T00:00:00+00:00", "good_verdict": "violated", "bad_verdict": "holds",
+            "first": probes[1] if found else None, "candidates": [] if found else ["c" * 40, "d" * 40],
+            "commits_in_range": 8, "tried": 2, "probes": probes, "duration_s": 1.5, "command": ["sentinel", "bisect"]}

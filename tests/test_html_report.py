@@ -13,7 +13,7 @@ import pytest
 from report_fakes import checkout, compare_report, hunt_report, report, violated
 
 from sentinel.catalog import catalog_path
-from sentinel.html_report import page
+from render_helpers import page
 from sentinel.report import FunctionInfo, Target
 
 REPO = Path(__file__).resolve().parents[1]

@@ -21,8 +21,8 @@ from rich.console import Console
 
 from sentinel import inert
 from sentinel.catalog import catalog_path
-from sentinel.html_report import page
-from sentinel.render import console_report, junit, markdown
+from render_helpers import page
+from render_helpers import console_report, junit, markdown
 from sentinel.report import Comparison, Target
 
 SENTINEL = Path(sys.executable).with_name("sentinel")

@@ -13,7 +13,7 @@ import pytest
 from report_fakes import checkout, compare_report, errored, holds, report, violated
 
 from sentinel.catalog import catalog_path
-from sentinel.render import markdown
+from render_helpers import markdown
 from sentinel.report import FunctionInfo, Target
 from sentinel.spec import load_paths
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sentinel.mutate import render
+import render_helpers as render
 from sentinel.mutate.driver import Options, mutate
 from sentinel.report import dump, load
 from sentinel.spec import load_paths

@@ -22,8 +22,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from report_fakes import report
 from rich.console import Console
 
-from sentinel.html_report import page
-from sentinel.render import console_report, junit, markdown
+from render_helpers import page
+from render_helpers import console_report, junit, markdown
 from sentinel.report import Report, dump, load
 from sentinel.runner import evaluate, plan
 from sentinel.spec import load_text

@@ -15,9 +15,9 @@ from hypothesis import HealthCheck, given, settings
 from rich.console import Console
 
 from sentinel import boundaries, contracts, strategies
-from sentinel.html_report import page
+from render_helpers import page
 from sentinel.invariants import formulas
-from sentinel.render import console_report, markdown
+from render_helpers import console_report, markdown
 from sentinel.runner import TargetSpec, run
 from sentinel.schema import scenario_schema
 from sentinel.spec import ScenarioModel, SpecError, load_text

@@ -14,7 +14,7 @@ from rich.console import Console
 from ..inert import markup
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from .. import __version__, render
+from .. import __version__
 from ..report import Report, dump, write_atomic
 from ..spec import SpecError, load_paths
 from .. import targets as target_registry
@@ -57,14 +57,6 @@ class MatrixFormat(str, Enum):
     text = "text"
     markdown = "markdown"
     json = "json"
-
-
-class Format(str, Enum):
-    text = "text"
-    markdown = "markdown"
-    junit = "junit"
-    json = "json"
-    html = "html"
 
 
 def _version(value: bool) -> None:
@@ -154,12 +146,14 @@ def _execute(scenarios, targets, *, output: Path | None, junit: Path | None, as_
 def _emit(report: Report, output: Path | None, junit: Path | None, as_json: bool, verbose: bool = False) -> None:
     if output:
         write_atomic(output, dump(report))
+    from .. import views
+    view = views.build(report)
     if junit:
-        write_atomic(junit, render.junit(report))
+        write_atomic(junit, views.render(view, "junit"))
     if as_json:
         sys.stdout.write(dump(report))
     else:
-        render.console_report(report, out, verbose)
+        views.show(view, out, verbose=verbose)
         for t in report.targets.values():
             if t.load_error:
                 err.print(f"[bold magenta]target {markup(t.name)} could not be loaded:[/] {markup(t.load_error.message, lines=True)}")

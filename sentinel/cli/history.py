@@ -116,9 +116,9 @@ def history(
     from .. import history as hist
     from ..history import cache as history_cache
     from ..history import executors
-    from ..history import plot as history_plot
-    from ..history import render as history_render
     from ..history import walk
+    from .. import views
+    from ..views import plot as history_plot
 
     try:
         target_registry.get(target)
@@ -155,14 +155,15 @@ def history(
     dest = None if output == "-" else Path(output or Path("reports") / "history.json")
     if dest:
         write_atomic(dest, dump(rep))
+    view = views.build(rep)
     if plot:
-        history_plot.plot(rep, plot)
+        history_plot.plot(view, plot)
     if format == HistoryFormat.json:
         sys.stdout.write(dump(rep))
     elif format == HistoryFormat.markdown:
-        sys.stdout.write(history_render.markdown(rep))
+        sys.stdout.write(views.render(view, "markdown"))
     else:
-        history_render.timeline(rep, out)
+        views.show(view, out)
     for note, path in (("report", dest), ("plot", plot)):
         if path:
             err.print(f"{note} written to {markup(str(path))}", highlight=False)

@@ -3,20 +3,19 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import sys
 from pathlib import Path
 from typing import List, Optional
 
 import typer
-from ..inert import markup, terminal
+from ..inert import markup
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from .. import boundaries, process, render
+from .. import boundaries, process
 from ..invariants import REGISTRY
-from ..report import Report, dump, write_atomic
 from ..errors import UsageError
+from ..report import dump, write_atomic
 from ..spec import SpecError
 
 from .common import TARGETS, app, out, err, Device, usage_error, _check_location
@@ -169,7 +168,8 @@ def hunt(
     if as_json:
         sys.stdout.write(dump(rep))
     else:
-        _hunt_console(rep, verbose)
+        from .. import views
+        views.show(views.build(rep), out, verbose=verbose)
         if report_path:
             err.print(f"hunt report written to {markup(str(report_path))}", highlight=False)
     raise typer.Exit(rep.exit_code())
@@ -235,118 +235,3 @@ def parse_config(pairs: list[str], boundary_names: list[str]) -> dict:
                 raise ValueError(f"--config {key}: {why} (boundary {b})")
         out[key] = value
     return out
-
-
-def _excluded_lines(excluded: dict[str, dict[str, dict[str, list]]]) -> list[str]:
-    """One line per boundary (and side, where the sides differ): `key=choice|choice, ...`."""
-    def text(cfg: dict[str, list]) -> str:
-        return ", ".join(f"{k}=" + "|".join(json.dumps(v, separators=(",", ":")) for v in vs) for k, vs in cfg.items())
-    lines = []
-    for b in sorted({b for cfg in excluded.values() for b in cfg}):
-        per = {side: cfg[b] for side, cfg in excluded.items() if cfg.get(b)}
-        if len(per) == 2 and len({text(c) for c in per.values()}) == 1:
-            lines.append(f"{b}: {text(next(iter(per.values())))} (both sides)")
-        else:
-            lines += [f"{b}: {text(c)} ({side} only)" for side, c in per.items()]
-    return lines
-
-
-def _hunt_console(rep: Report, verbose: bool) -> None:
-    from rich.panel import Panel
-    h = rep.hunt
-    results = {r.id: r for r in rep.results}
-    t = Table(title=f"RL-Sentinel hunt · {', '.join(rep.targets)}", title_justify="left")
-    for c in ("property", "verdict", "examples", "rejected", "errors", "s", "why"):
-        t.add_column(c, overflow="fold")
-    for p in h.properties:
-        if not verbose and p.status in ("holds", "unsupported") and not p.errors:
-            continue
-        r = results.get(p.property)
-        why = ((r.reason if r else p.reason) or "").split("; ")[0][:100]
-        if p.errors and p.error_sample and p.status != "error":
-            why += f" · target raised on {p.errors} input(s): {p.error_sample.type}: {p.error_sample.message[:80]}"
-        if p.preconditions:
-            why += " · excluded by precondition: " + ", ".join(f"{k.split(':')[0]} x{n}" for k, n in p.preconditions.items())
-        if p.excluded_known:
-            why += f" · {sum(p.excluded_known.values())} known-bug example(s) passed over"
-        t.add_row(render.Text(terminal(p.property)), render.Text(terminal(p.status), render.STYLE.get(p.status, "yellow")),
-                  str(p.examples), str(p.rejected), str(p.errors), f"{p.duration_s:.2f}", render.Text(terminal(why)))
-    if t.row_count:
-        out.print(t)
-    for f in h.findings:
-        if f.classification is not None:
-            _diff_panel(f, Panel)
-            continue
-        r = results.get(f.property)
-        body = [render.invariant_detail(i, r) for i in (r.invariants if r else []) if i.message == f.message][:1]
-        shape = f"{f.rows} row(s) x {f.tokens} token(s)" if f.tokens else f"{f.rows} row(s)"
-        title = (f"{f.property}: minimal trigger {shape}, found after {f.examples_to_first} examples / "
-                 f"{f.time_to_first_s:.2f} s of its search")
-        if f.reproduced is False:
-            title += " · [bold magenta]the written scenario did NOT reproduce it[/]"
-        sig = render.Text(terminal(f"signature: {_sig_text(f.signature)}"), style="dim") if f.signature else render.Text("")
-        out.print(Panel(render.Group(*body, sig, render.Text(terminal(f"scenario: {f.file or f.scenario_id}"), style="dim")),
-                        title=markup(title), title_align="left", border_style="red"))
-    for k in h.known:
-        if k.excluded:
-            out.print(f"[dim]known, passed over {k.excluded}x: {markup(_sig_text(k.signature))} ({markup(k.source)})[/]",
-                      highlight=False)
-    for dev in h.deviations:
-        if dev.met:
-            out.print(f"[yellow]deviation[/] {markup(dev.name)} ({markup(dev.boundary)}): {dev.met} example(s) "
-                      f"explained: {markup(dev.reason)} ({markup(dev.link)})", highlight=False)
-    if h.differential is not None:
-        d = h.differential
-        lines = _excluded_lines(d.excluded_config)
-        if lines:
-            out.print("[dim]config not drawn (a side does not support it):[/]", highlight=False)
-            for line in lines:
-                out.print(f"[dim]  {markup(line)}[/]", highlight=False)
-        out.print(f"[dim]{markup(d.base)} (base) vs {markup(d.head)} (head): {d.compared} examples compared, "
-                  f"{d.differing} differed[/]", highlight=False)
-    for key, t in rep.targets.items():  # which side (or target) did not load: the reason for exit 3
-        if t.load_error is not None:
-            side = "" if h.differential is None else "base " if key == h.differential.base else "head "
-            out.print(f"[bold magenta]{side}{markup(key)} could not be loaded:[/] {markup(t.load_error.message)}",
-                      highlight=False)
-    v = h.verdicts
-    code = rep.exit_code()
-    word = "FOUND" if h.findings else {3: "TARGET ERROR", 5: "NOTHING RAN"}.get(code, "NOTHING FOUND")
-    style = "bold red" if h.findings else "bold magenta" if code == 3 else "bold yellow" if code == 5 else "bold green"
-    counts = [f"{v[w]} {w}" for w in ("holds", "untested", "stopped", "unsupported", "error") if v.get(w)]
-    out.print(f"[{style}]{word}[/]  "
-              + " · ".join([f"{len(h.findings)} finding(s)", *counts])
-              + f"  ({h.examples} examples in {h.search_s:.1f} s, {h.examples_per_s:.0f}/s; "
-              f"worker start {h.startup_s:.1f} s)", highlight=False)
-    if not h.examples and not h.findings:
-        reasons = sorted({p.reason for p in h.properties if p.reason})[:3]
-        out.print("[bold yellow]nothing was tested:[/] no property ran an example"
-                  + (": " + markup("; ".join(reasons)) if reasons else "") + " (-v lists every property)",
-                  highlight=False)
-    elif code == 5:
-        out.print("[bold yellow]nothing was decided:[/] every property is untested, stopped or unsupported "
-                  "(exit 5; a longer --time or a lower --min-examples lets them finish)", highlight=False)
-    if verbose:
-        for b, fams in h.invariants_per_boundary.items():
-            out.print(f"  {b}: {', '.join(fams)}", highlight=False)
-
-
-def _diff_panel(f, Panel) -> None:
-    shape = f"{f.rows} row(s) x {f.tokens} token(s)" if f.tokens else f"{f.rows} row(s)"
-    style = {"fixed": "green", "regressed": "red", "bug": "red"}.get(f.classification, "yellow")
-    lines = [render.Text(terminal(f.message, lines=True)),
-             render.Text(terminal(f"base {f.base.target}: violates {', '.join(f.base.violates) or 'nothing checked'}")),
-             render.Text(terminal(f"head {f.head.target}: violates {', '.join(f.head.violates) or 'nothing checked'}")),
-             render.Text(terminal(f"config: {f.config}"), style="dim"),
-             render.Text(terminal(f"signature: {_sig_text(f.signature)}"), style="dim") if f.signature else render.Text(""),
-             render.Text(terminal(f"scenario: {f.file or f.scenario_id}"), style="dim")]
-    if f.reproduced is False:
-        lines.append(render.Text("the written scenario did NOT replay the difference", style="bold magenta"))
-    title = (f"{f.classification}: {f.property}: minimal trigger {shape}, after {f.examples_to_first} examples / "
-             f"{f.time_to_first_s:.2f} s of its search")
-    out.print(Panel(render.Group(*lines), title=markup(title), title_align="left", border_style=style))
-
-
-def _sig_text(sig) -> str:
-    cfg = ", ".join(f"{k}={'|'.join(map(str, v))}" for k, v in sig.config.items())
-    return f"{sig.property} · {sig.observable or '-'} · {{{cfg}}} · {'+'.join(sig.position) or 'any position'}"

@@ -9,75 +9,65 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
-from rich.console import Console
 from ..inert import markup
 from rich.table import Table
+from rich.text import Text
 
-from .. import boundaries, render
+from .. import boundaries
 from ..catalog import catalog_path
 from ..invariants import REGISTRY
-from ..report import dump, load, schema_text, write_atomic
+from ..report import schema_text, write_atomic
 from ..schema import scenario_schema_text
 from ..spec import ScenarioModel
 from .. import targets as target_registry
 from ..errors import TargetError, UsageError
 
-from .common import app, out, err, Format, usage_error, _load
+from .common import app, out, err, usage_error, _load
+
+
+def _format(name: str) -> str:
+    from .. import views
+    try:
+        views.get(name)
+    except UsageError as e:
+        raise typer.BadParameter(str(e)) from None
+    return name
 
 
 @app.command()
 def report(
-    file: Path = typer.Argument(..., help="A JSON report written by run, gate or compare."),
-    format: Format = typer.Option(Format.text, "--format", "-f", help="text (tables and per-token grids), markdown (a pull-request section), junit, json, html (one self-contained page)."),
+    file: Path = typer.Argument(..., help="A JSON report written by run, gate, compare, matrix, hunt, history, mutate, or a bisect log (bisect -o)."),
+    format: str = typer.Option("text", "--format", "-f", callback=_format, help="text (tables and per-token grids), markdown (a pull-request section), junit, json, html (one self-contained page), or a registered format (sentinel/views/registry.py)."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write here instead of stdout."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="text: show passing scenarios too."),
 ) -> None:
-    """Render a report: terminal view, PR-ready markdown, JUnit XML, or an HTML page.
+    """Render a report of any kind: terminal view, PR-ready markdown, JUnit XML, or an HTML page.
 
     [cyan]sentinel report reports/latest.json --format markdown >> pr.md[/]
 
     [cyan]sentinel report reports/latest.json --format html -o report.html[/]
     """
+    from .. import views
     if not file.exists():
         raise usage_error(f"no such report: {file}")
     try:
-        rep = load(file)
+        view = views.load(file)
     except Exception as e:  # noqa: BLE001 - pydantic or JSON errors alike
         raise usage_error(f"{file} is not an RL-Sentinel report: {str(e).splitlines()[0]}") from None
-    if rep.kind == "mutate":  # its own views (sentinel/mutate/render.py)
-        from ..mutate import render as mrender
-        views = {Format.markdown: mrender.markdown, Format.junit: mrender.junit, Format.json: dump}
-        if format in views:
-            text = views[format](rep)
-            write_atomic(output, text) if output else sys.stdout.write(text)
-        else:
-            mrender.console(rep, Console(file=open(output, "w", encoding="utf-8"), width=120) if output else out)
-        raise typer.Exit(0 if rep.success else 1)
-    if format == Format.text:
-        if output:
-            with open(output, "w", encoding="utf-8") as f:
-                render.console_report(rep, Console(file=f, width=120), verbose)
-        else:
-            render.console_report(rep, out, verbose)
+    fmt = views.get(format)
+    if output:
+        write_atomic(output, fmt.render(view, verbose=verbose, source=str(file)))
+    elif fmt.show is not None:
+        fmt.show(view, out, verbose=verbose)
     else:
-        if format == Format.html:
-            from ..html_report import page
-            text = page(rep)
-        elif format == Format.markdown:
-            text = render.markdown(rep, source=str(file))
-        else:
-            text = {Format.junit: render.junit, Format.json: dump}[format](rep)
-        if output:
-            write_atomic(output, text)
-        else:
-            sys.stdout.write(text)
+        sys.stdout.write(fmt.render(view, verbose=verbose, source=str(file)))
     # the report's own exit code, so `sentinel report X` can gate a CI step too
-    code = rep.exit_code()
+    code = view.exit_code()
     if code:
-        s = rep.statistics
-        what = ("nothing ran: every scenario unsupported or excluded" if rep.nothing_ran() else
-                f"{s.violated} violated, {s.errors} error(s)")
-        err.print(f"{markup(str(file))}: {what} (exit {code})", highlight=False)
+        what = (f"{view.headline()}" if view.report is None or view.kind in ("hunt", "history", "mutate") else
+                "nothing ran: every scenario unsupported or excluded" if view.report.nothing_ran() else
+                f"{view.report.statistics.violated} violated, {view.report.statistics.errors} error(s)")
+        err.print(f"{markup(str(file))}: {markup(what)} (exit {code})", highlight=False)
     raise typer.Exit(code)
 
 
@@ -169,7 +159,7 @@ def list_(
         for c in ("id", "boundary", "invariants", "file"):
             t.add_column(c, overflow="fold")
         for sc in _load(paths or [catalog_path()]):
-            t.add_row(sc.id, sc.boundary, ", ".join(i.family for i in sc.invariants), render.Text(_rel(sc.file)))
+            t.add_row(sc.id, sc.boundary, ", ".join(i.family for i in sc.invariants), Text(_rel(sc.file)))
     elif what == What.boundaries:
         t.title = markup("boundaries (port: kind [shape] dtype, B rows, T tokens, V vocabulary; "
                          "option = default: allowed values (what it does))")

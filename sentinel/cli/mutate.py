@@ -77,7 +77,8 @@ def mutate(
     [cyan]sentinel mutate --target slime --repo ~/src/slime -b opsm_mask --format markdown[/]\n
     Exit: 0 the score reaches --fail-under, 1 it does not, 2 bad usage, 3 the target could not be run.
     """
-    from ..mutate import driver, render as mrender
+    from .. import views
+    from ..mutate import driver
     from ..mutate.operators import OPERATORS
     if list_operators:
         for name, fn in OPERATORS.items():
@@ -109,11 +110,11 @@ def mutate(
         raise typer.Exit(3) from None
     folder = out_dir or Path("reports")
     write_atomic(folder / "mutate.json", dump(rep))
-    write_atomic(folder / "mutate.md", mrender.markdown(rep))
-    text = {MutateFormat.json: dump, MutateFormat.markdown: mrender.markdown, MutateFormat.junit: mrender.junit}
+    view = views.build(rep)
+    write_atomic(folder / "mutate.md", views.render(view, "markdown"))
     if format == MutateFormat.text:
-        mrender.console(rep, out)
+        views.show(view, out)
     else:
-        sys.stdout.write(text[format](rep))
+        sys.stdout.write(views.render(view, format.value))
     err.print(f"report written to {escape(str(folder / 'mutate.json'))}", highlight=False)
     raise typer.Exit(driver.exit_code(rep))

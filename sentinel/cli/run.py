@@ -8,10 +8,9 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
-from ..inert import markup, terminal
-from rich.table import Table
+from ..inert import markup
 
-from .. import render, verdicts
+from .. import verdicts, views
 from ..catalog import catalog_path, display_path, local_catalog
 from ..report import dump, write_atomic
 
@@ -177,16 +176,12 @@ def bisect(
                          load_timeout=load_timeout)
     except git.GitError as e:
         raise usage_error(str(e)) from None
+    log = cmp.bisect_report(res, scs[0], target, repo_s, ["sentinel", *sys.argv[1:]])
     if output:
-        write_atomic(output, json.dumps(cmp.bisect_report(res, scs[0], target, repo_s, ["sentinel", *sys.argv[1:]]), indent=2) + "\n")
-    if res.first:
-        out.print(f"[bold]{res.first.commit}[/] is the first commit where {scs[0].id} is "
-                  f"[bold]{res.bad_verdict}[/] (was {res.good_verdict})")
-        out.print(f"  {markup(res.first.subject)}")
-    else:
-        out.print(f"[yellow]skipped commits leave {len(res.candidates)} candidates:[/] " + " ".join(c[:10] for c in res.candidates))
-    out.print(f"tried {len(res.probes)} revisions of {res.commits_in_range} in range, {res.duration_s:.1f} s")
-    raise typer.Exit(0 if res.first else 3)
+        write_atomic(output, json.dumps(log, indent=2) + "\n")
+    view = views.build(log)
+    views.show(view, out)
+    raise typer.Exit(view.exit_code())
 
 
 @app.command()
@@ -226,17 +221,9 @@ def matrix(
     if format == MatrixFormat.json:
         sys.stdout.write(json.dumps(table, indent=2) + "\n")
     elif format == MatrixFormat.markdown:
-        sys.stdout.write(mx.markdown(table))
+        sys.stdout.write(views.render(views.build(rep), "markdown"))
     else:
-        t = Table(title=f"conformance matrix · {len(scenarios)} scenarios", title_justify="left")
-        t.add_column("scenario", overflow="fold")
-        t.add_column("invariant")
-        for c in table["columns"]:
-            t.add_column(markup(c), overflow="fold")
-        for r in table["rows"]:
-            t.add_row(render.Text(terminal(r["scenario"])), render.Text(terminal(r["invariant"])),
-                      *[render.Text(terminal(v), render.STYLE.get(v, "dim")) for v in r["cells"].values()])
-        out.print(t)
+        views.show(views.build(rep), out)
     if dest:
         err.print(f"report written to {markup(str(dest))}", highlight=False)
 

@@ -6,7 +6,7 @@
 - `cache`: results on disk, so a killed scan resumes and a re-scan runs nothing
 - `scan`: the phases (walk, evaluate the sample, hunt, bisect each flip, assemble the report)
 - `hunting`: `--hunt`, the differential hunt between neighbouring samples
-- `render` (timeline, markdown) and `plot` (`--plot`, matplotlib)
+- its views (timeline, markdown, HTML, `--plot`) are in sentinel/views
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
-"""The report as one self-contained HTML page: `sentinel report FILE --format html -o report.html`.
-
-No network: CSS, JS and SVG are inline, nothing is fetched. The page has the verdict and the
-target, compare timelines (base -> head), the hunt's progress (examples against search
-time per property, first findings marked), and a panel per scenario, violations and errors
-first, with per-token heatmaps of observed and expected values (masked cells greyed,
-offending cells outlined). Holds and unsupported scenarios are collapsed. Every string from
-the report is escaped (sentinel/inert.py: html); paths are shown as present.Locations allows.
-"""
+"""Scenario results as HTML: verdict badges, per-token heatmaps of observed and expected
+values (masked cells hatched, offending cells outlined), a panel per scenario, the compare
+timeline (base -> head) and the hunt's progress. Every string from the report passes
+inert.html; paths are shown as views.locations allows."""
 
 from __future__ import annotations
 
@@ -14,70 +9,19 @@ import json
 import math
 from typing import Any
 
-from . import inert
-from .present import (COMPARE_ORDER, SCENARIO_ORDER, Grid, Locations, cell_pair, headline, invariant_grid, is_scalar, number,
-                      value_grids, value_labels, ordered, output_name)
-from .render import fmt
-from .report import HuntSummary, InvariantResult, Report, ScenarioResult
-
-COLOURS = {"holds": "#1a7f37", "held": "#1a7f37", "violated": "#cf222e", "error": "#8250df", "skipped": "#9a6700",
-           "unsupported": "#9a6700", "excluded": "#0969da", "fixed": "#1a7f37", "regressed": "#cf222e", "still-violated": "#cf222e",
-           "holds-both": "#1a7f37", "inconclusive": "#8250df"}
-
-CSS = """
-:root { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; color: #1f2328; }
-body { margin: 0 auto; max-width: 1200px; padding: 16px 24px 48px; }
-h1 { font-size: 22px; margin: 4px 0 8px; } h2 { font-size: 18px; margin: 28px 0 8px; }
-h3 { font-size: 15px; margin: 0; display: inline; } code, .mono { font-family: ui-monospace, SFMono-Regular, Menlo, monospace; font-size: 12.5px; }
-.muted { color: #656d76; } .small { font-size: 12.5px; }
-.badge { display: inline-block; padding: 1px 8px; border-radius: 10px; color: #fff; font-size: 12px; font-weight: 600; }
-.verdict-line { font-size: 17px; } .verdict-line .badge { font-size: 15px; padding: 2px 10px; }
-.panel { border: 1px solid #d0d7de; border-left: 5px solid var(--c); border-radius: 6px; margin: 12px 0; padding: 10px 14px; }
-.panel > summary { cursor: pointer; list-style: none; } .panel > summary::-webkit-details-marker { display: none; }
-.panel > summary::before { content: "\\25B8  "; color: #656d76; } .panel[open] > summary::before { content: "\\25BE  "; }
-.inv { margin: 10px 0 4px; } .inv .family { font-weight: 600; }
-.grids { display: flex; flex-wrap: wrap; gap: 18px; margin: 6px 0 10px; }
-.grid-wrap { overflow-x: auto; max-width: 100%; } .grid-title { font-size: 12.5px; margin-bottom: 3px; }
-table.heatmap { border-collapse: separate; border-spacing: 2px; font-size: 12px; }
-table.heatmap th { font-weight: 500; color: #656d76; padding: 0 4px; }
-table.heatmap td { min-width: 46px; height: 28px; text-align: center; border-radius: 3px; padding: 0 4px;
-  font-family: ui-monospace, SFMono-Regular, Menlo, monospace; }
-table.heatmap td.masked { background: repeating-linear-gradient(45deg, #e6e8eb, #e6e8eb 4px, #d4d7db 4px, #d4d7db 8px) !important;
-  color: #8c959f !important; }
-table.heatmap td.bad { outline: 3px solid #cf222e; outline-offset: -1px; font-weight: 700; }
-table.heatmap td.gap { background: none; color: #8c959f; min-width: 12px; }
-.legend { font-size: 12px; color: #656d76; } .legend span.sw { display: inline-block; width: 14px; height: 12px; vertical-align: -2px; margin: 0 3px 0 10px; border-radius: 2px; }
-table.list { border-collapse: collapse; font-size: 13px; } table.list td, table.list th { border-bottom: 1px solid #eaeef2; padding: 3px 10px 3px 0; text-align: left; }
-pre { background: #f6f8fa; padding: 8px; border-radius: 6px; overflow-x: auto; font-size: 12px; }
-.toolbar { margin: 12px 0; } .toolbar input { padding: 4px 8px; width: 260px; }
-svg text { font-family: system-ui, sans-serif; font-size: 11px; fill: #1f2328; }
-"""
-
-# window.onerror is set first, in <head>: any script error marks the page (data-error).
-HEAD_JS = """window.onerror = function (msg) { document.documentElement.dataset.error = String(msg); };"""
-JS = """
-(function () {
-  var box = document.getElementById('filter');
-  if (box) box.addEventListener('input', function () {
-    var q = box.value.toLowerCase();
-    document.querySelectorAll('.panel').forEach(function (p) {
-      p.style.display = (p.dataset.search || '').indexOf(q) >= 0 ? '' : 'none';
-      if (q && p.style.display === '') p.open = true;
-    });
-  });
-  document.querySelectorAll('table.heatmap td[data-o]').forEach(function (td) {
-    td.title = td.dataset.o;
-  });
-  document.body.dataset.ok = '1';
-})();
-"""
-
+from ... import inert
+from ...report import HuntSummary, InvariantResult, Report, ScenarioResult
+from ..grids import (Grid, cell_pair, fmt, invariant_grid, is_scalar, number, output_name, value_grids,
+                     value_labels)
+from ..locations import Locations
+from ..palette import COMPARE_ORDER, SCENARIO_ORDER, colour, label
 
 e = inert.html  # every string from the report goes through it
 
 
-def _badge(verdict: str, text: str | None = None) -> str:
-    return f'<span class="badge" style="background:{COLOURS.get(verdict, "#656d76")}">{e(text or verdict)}</span>'
+def badge(verdict: str, text: str | None = None) -> str:
+    """A verdict as a badge: its colour, its symbol and its word (never the colour alone)."""
+    return f'<span class="badge" style="background:{colour(verdict)}">{e(label(text or verdict))}</span>'
 
 
 def _float(x: Any) -> float | None:
@@ -141,13 +85,13 @@ def _heatmap(g: Grid, values: list[list[Any]], title: str, scale: float, which: 
             f'{"".join(body)}</table></div>')
 
 
-def _legend(g: Grid | None = None) -> str:
+def legend(g: Grid | None = None) -> str:
     lo, _ = _colour(-1.0, 1.0)
     hi, _ = _colour(1.0, 1.0)
     return ('<div class="legend">rows: sequences, columns: tokens'
             f'<span class="sw" style="background:{lo}"></span>negative'
             f'<span class="sw" style="background:{hi}"></span>positive'
-            '<span class="sw" style="outline:3px solid #cf222e;outline-offset:-1px"></span>offending'
+            '<span class="sw" style="outline:3px solid #1f2328;outline-offset:-1px"></span>offending'
             '<span class="sw" style="background:repeating-linear-gradient(45deg,#e6e8eb,#e6e8eb 3px,#d4d7db 3px,#d4d7db 6px)"></span>'
             f'masked{" (" + e(g.mask_name) + " 0)" if g is not None and g.mask_name else ""}</div>')
 
@@ -163,7 +107,7 @@ def _grids(g: Grid) -> str:
 def _invariant(r: ScenarioResult, inv: InvariantResult, loc: Locations, shown: set) -> str:
     name = output_name(inv)
     cfg = json.dumps(next(iter(inv.config.values()), {}))
-    out = [f'<div class="inv">{_badge(inv.verdict)} <span class="family">{e(inv.family)}</span> '
+    out = [f'<div class="inv">{badge(inv.verdict)} <span class="family">{e(inv.family)}</span> '
            f'{"<code>" + e(name) + "</code> " if name else ""}<span class="muted mono">{e(cfg)}</span>']
     if inv.message:
         out.append(f"<div>{e(loc.scrub(inv.message))}</div>")
@@ -200,14 +144,14 @@ def _function(r: ScenarioResult, loc: Locations) -> str:
     return '<div class="small">called ' + "; also ".join(parts) + "</div>"
 
 
-def _panel(report: Report, rs: list[ScenarioResult], loc: Locations, open_: bool) -> str:
+def panel(report: Report, rs: list[ScenarioResult], loc: Locations, open_: bool) -> str:
     r0 = rs[0]
     worst = min((r.verdict for r in rs), key=SCENARIO_ORDER.__getitem__)
     many = len(report.targets) > 1
     search = " ".join([r0.id, r0.title, r0.boundary, *(r.verdict for r in rs)]).lower()
     c = next((c for c in report.comparisons if c.id == r0.id), None)
-    badges = (_badge(c.verdict) + " " + " → ".join(f"{e(r.target)} {_badge(r.verdict)}" for r in rs) if c else
-              " ".join((e(r.target) + " " if many else "") + _badge(r.verdict) for r in rs))
+    badges = (badge(c.verdict) + " " + " → ".join(f"{e(r.target)} {badge(r.verdict)}" for r in rs) if c else
+              " ".join((e(r.target) + " " if many else "") + badge(r.verdict) for r in rs))
     head = (f'<summary><h3>{badges} '
             f'<code>{e(r0.id)}</code> <span class="muted">{e(r0.title)}</span></h3></summary>')
     facts = [f"boundary <code>{e(r0.boundary)}</code>"]
@@ -219,7 +163,7 @@ def _panel(report: Report, rs: list[ScenarioResult], loc: Locations, open_: bool
     body = [f'<div class="small muted">{" · ".join(facts)}</div>']
     for r in rs:
         if many:
-            body.append(f"<h4>on {e(r.target)} {_badge(r.verdict)}</h4>")
+            body.append(f"<h4>on {e(r.target)} {badge(r.verdict)}</h4>")
         if r.function:
             body.append(_function(r, loc))
         if r.reason and r.verdict in ("unsupported", "excluded", "error"):
@@ -240,16 +184,16 @@ def _panel(report: Report, rs: list[ScenarioResult], loc: Locations, open_: bool
         if obs:
             inner = "".join(_grids(g) for g in obs)
             body.append(f'<details{" open" if not bad else ""}><summary class="small">outputs per token ({len(obs)})</summary>'
-                        f"{_legend(obs[0])}{inner}</details>")
+                        f"{legend(obs[0])}{inner}</details>")
     trigger = json.dumps({"config": r0.config, "inputs": r0.inputs}, indent=None)
     inputs = "".join(_grids(g) for g in value_grids(r0, "inputs"))
     body.append(f'<details><summary class="small">trigger (config and canonical inputs)</summary>{inputs}'
                 f'<pre>{e(trigger[:20000])}</pre></details>')
-    return (f'<details class="panel" data-verdict="{e(worst)}" data-search="{e(search)}" style="--c:{COLOURS[worst]}"'
+    return (f'<details class="panel" data-verdict="{e(worst)}" data-search="{e(search)}" style="--c:{colour(worst)}"'
             f'{" open" if open_ else ""}>{head}{"".join(body)}</details>')
 
 
-def _compare(report: Report, loc: Locations) -> str:
+def compare_timeline(report: Report, loc: Locations) -> str:
     """A timeline per scenario: base verdict -> head verdict, the compare verdict after."""
     rows = sorted(report.comparisons, key=lambda c: COMPARE_ORDER[c.verdict])
     label = {k: loc.describe(k) for k in ("base", "head")}
@@ -261,17 +205,18 @@ def _compare(report: Report, loc: Locations) -> str:
         y = 34 + n * h
         svg += [f'<text x="0" y="{y + 4}">{e(c.id[:40])}</text>',
                 f'<line x1="300" y1="{y}" x2="520" y2="{y}" stroke="#8c959f" stroke-width="2"/>',
-                f'<circle cx="300" cy="{y}" r="7" fill="{COLOURS[c.base]}"><title>base: {e(c.base)}</title></circle>',
-                f'<circle cx="520" cy="{y}" r="7" fill="{COLOURS[c.head]}"><title>head: {e(c.head)}</title></circle>',
+                f'<circle cx="300" cy="{y}" r="7" fill="{colour(c.base)}"><title>base: {e(c.base)}</title></circle>',
+                f'<circle cx="520" cy="{y}" r="7" fill="{colour(c.head)}"><title>head: {e(c.head)}</title></circle>',
                 f'<text x="312" y="{y - 6}" class="muted">{e(c.base)}</text>',
                 f'<text x="532" y="{y + 4}">{e(c.head)}</text>',
-                f'<text x="640" y="{y + 4}" style="fill:{COLOURS[c.verdict]};font-weight:700">{e(c.verdict)}</text>']
+                f'<text x="640" y="{y + 4}" style="fill:{colour(c.verdict)};font-weight:700">{e(c.verdict)}</text>']
     return "<h2>Compare: base → head</h2>" + "".join(svg) + "</svg>"
 
 
-def _hunt(h: HuntSummary, loc: Locations) -> str:
+def hunt_chart(h: HuntSummary, loc: Locations) -> str:
     """Examples against search seconds, one line per property (its own rounds, at its mean rate),
     first findings marked; the table beside it gives the numbers."""
+    red = colour("violated")
     props = [p for p in h.properties if p.examples or p.duration_s]
     found = {f.property: f for f in h.findings}
     W, H, L, B, R = 760, 300, 52, 34, 36
@@ -290,21 +235,21 @@ def _hunt(h: HuntSummary, loc: Locations) -> str:
                 f'<text x="{L - 6}" y="{y(n) + 4:.1f}" text-anchor="end">{n:.0f}</text>',
                 f'<line x1="{L}" y1="{y(n):.1f}" x2="{W - R}" y2="{y(n):.1f}" stroke="#eaeef2"/>']
     for p in props:
-        colour = COLOURS["violated"] if p.property in found else "#8c959f"
+        line = red if p.property in found else "#8c959f"
         svg.append(f'<polyline points="{x(0):.1f},{y(0):.1f} {x(p.duration_s):.1f},{y(p.examples):.1f}" fill="none" '
-                   f'stroke="{colour}" stroke-width="{2 if p.property in found else 1}" opacity="0.8">'
+                   f'stroke="{line}" stroke-width="{2 if p.property in found else 1}" opacity="0.8">'
                    f'<title>{e(p.property)}: {p.examples} examples in {p.duration_s:.3g} s ({e(p.status)})</title></polyline>')
     for f in h.findings:
         p = next((q for q in props if q.property == f.property), None)
         t = min(f.time_to_first_s, p.duration_s) if p else f.time_to_first_s
-        svg.append(f'<circle class="finding" cx="{x(t):.1f}" cy="{y(f.examples_to_first):.1f}" r="6" fill="{COLOURS["violated"]}">'
+        svg.append(f'<circle class="finding" cx="{x(t):.1f}" cy="{y(f.examples_to_first):.1f}" r="6" fill="{red}">'
                    f'<title>first finding: {e(f.property)} after {f.examples_to_first} examples '
                    f'({f.time_to_first_s:.3g} s of hunt search)</title></circle>'
                    f'<text x="{x(t) + (9 if x(t) < W - 220 else -9):.1f}" y="{y(f.examples_to_first) - 6:.1f}" '
-                   f'text-anchor="{"start" if x(t) < W - 220 else "end"}" style="fill:#cf222e">{e(f.property)}</text>')
+                   f'text-anchor="{"start" if x(t) < W - 220 else "end"}" style="fill:{red}">{e(f.property)}</text>')
     svg.append("</svg>")
     rows = "".join(
-        f"<tr><td><code>{e(p.property)}</code></td><td>{_badge(p.status)}</td><td>{p.examples}</td><td>{p.rejected}</td>"
+        f"<tr><td><code>{e(p.property)}</code></td><td>{badge(p.status)}</td><td>{p.examples}</td><td>{p.rejected}</td>"
         f"<td>{p.duration_s:.3g}</td><td>{p.rounds}</td>"
         f"<td>{(str(found[p.property].examples_to_first) + ' ex, ' + format(found[p.property].time_to_first_s, '.3g') + ' s') if p.property in found else ''}</td></tr>"
         for p in sorted(h.properties, key=lambda p: (p.property not in found, p.property)))
@@ -321,38 +266,3 @@ def _hunt(h: HuntSummary, loc: Locations) -> str:
             f"<th>first finding</th></tr>{rows}</table></details>")
 
 
-def page(report: Report) -> str:
-    """The whole HTML document."""
-    loc = Locations(report)
-    s = report.statistics
-    word, line = headline(report).split(": ", 1)
-    env = report.environment
-    targets = "".join(f"<li><b>{e(k)}</b>: {e(loc.describe(k))}"
-                      + (f' (<a href="{e(u)}">commit</a>)' if (u := loc.commit_url(k)) else "") + "</li>"
-                      for k in report.targets)
-    failing, rest = ordered(report)
-    badge = "unsupported" if report.nothing_ran() else "holds" if report.success else "violated"
-    parts = [f'<div class="verdict-line">{_badge(badge, word.removeprefix("compare "))} {e(line)}</div>',
-             f'<div class="small muted">{s.holds} hold · {s.violated} violated · {s.errors} error · {s.unsupported} unsupported '
-             + (f"· {s.excluded} excluded " if s.excluded else "") +
-             f"({s.invariants_held} invariants held, {s.invariants_violated} violated) · {e(env.device or 'cpu')}, torch {e(env.torch)}, "
-             f"rl-sentinel {e(env.tool_version)} · {report.duration_s:.2f} s · {e(report.created_at)}</div>",
-             f'<ul class="small">{targets}</ul>']
-    if report.command:
-        parts.append(f"<pre>{e(' '.join(loc.command(report.command)))}</pre>")
-    if report.comparisons:
-        parts.append(_compare(report, loc))
-    if report.hunt is not None:
-        parts.append(_hunt(report.hunt, loc))
-    parts.append('<div class="toolbar"><input id="filter" type="search" placeholder="filter scenarios (id, title, boundary, verdict)"></div>')
-    if failing:
-        parts.append(f"<h2>Violations and errors ({len(failing)})</h2>{_legend()}")
-        parts += [_panel(report, rs, loc, open_=True) for rs in failing]
-    if rest:
-        parts.append(f"<h2>Hold and unsupported ({len(rest)})</h2>")
-        parts += [_panel(report, rs, loc, open_=False) for rs in rest]
-    title = f"RL-Sentinel {word}: {line}"
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{e(title)}</title>"
-            f"<script>{HEAD_JS}</script><style>{CSS}</style></head>\n<body>"
-            f"<h1>RL-Sentinel report</h1>{''.join(parts)}<script>{JS}</script></body></html>\n")

@@ -1,4 +1,5 @@
-"""`--plot FILE.png|svg`: scenarios x evaluated commits, coloured by verdict, flips marked.
+"""`sentinel history --plot FILE.png|svg`: scenarios x evaluated commits, coloured by verdict
+(sentinel/views/palette.py), flips marked, commit dates on the axis.
 
 matplotlib is an optional extra (`pip install 'rl-sentinel[plot]'`), imported only here.
 """
@@ -8,13 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import UsageError
-from ..report import Report
-from .render import evaluated, scenario_order
+from .palette import colour
 
 PLOT_HINT = "pip install 'rl-sentinel[plot]'"
 # verdict -> (colour, row in the colour map); not evaluated is white
-COLOURS = {"not-evaluated": "#ffffff", "holds": "#2e9e44", "violated": "#d62728", "error": "#b04fc4",
-           "unsupported": "#e8c547", "not-loaded": "#9e9e9e"}
+COLOURS = {v: colour(v) for v in ("not-evaluated", "holds", "violated", "error", "unsupported", "not-loaded")}
 FORMATS = (".png", ".svg")
 
 
@@ -28,16 +27,16 @@ def check(path: Path) -> None:
         raise UsageError(f"--plot needs matplotlib: {PLOT_HINT}") from None
 
 
-def plot(report: Report, path: Path) -> Path:
+def plot(view, path: Path) -> Path:
     import matplotlib
     matplotlib.use("Agg")  # a file, never a window
     import matplotlib.pyplot as plt
     from matplotlib.colors import ListedColormap
     from matplotlib.patches import Patch
 
-    h = report.history
-    cols = evaluated(report)
-    names = scenario_order(report)
+    h = view.history
+    cols = view.evaluated()
+    names = view.scenario_order()
     keys = list(COLOURS)
     grid = [[keys.index(c.verdicts.get(n, "not-evaluated")) for c in cols] for n in names]
     width = min(40.0, 5.5 + 0.18 * max(len(cols), 10))
@@ -46,7 +45,7 @@ def plot(report: Report, path: Path) -> Path:
     ax.imshow(grid, cmap=ListedColormap(list(COLOURS.values())), vmin=0, vmax=len(keys) - 1, aspect="auto",
               interpolation="nearest")
     ax.set_yticks(range(len(names)), names, fontsize=7)
-    labels = [f"{c.id[:7]}" + (f" #{c.pr}" if c.pr else "") for c in cols]
+    labels = [f"{c.date[:10]} {c.id[:7]}" + (f" #{c.pr}" if c.pr else "") for c in cols]
     step = max(1, len(cols) // 60)  # at most ~60 labels
     ax.set_xticks(range(0, len(cols), step), labels[::step], rotation=90, fontsize=6)
     ax.set_xticks([x - 0.5 for x in range(1, len(cols))], minor=True)
@@ -66,6 +65,8 @@ def plot(report: Report, path: Path) -> Path:
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, frameon=False)
     ax.set_title(f"{h.target}  {h.since} .. {h.until}\n{len(cols)} evaluated commits (oldest left), "
                  f"{len(h.flips)} flip(s)", fontsize=9, loc="left")
+    ax.set_xlabel("evaluated commit (date, sha), oldest left", fontsize=8)
+    ax.set_ylabel("scenario", fontsize=8)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)

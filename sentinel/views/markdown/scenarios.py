@@ -1,139 +1,25 @@
-"""Reports for people and machines: a Rich terminal view with per-token grids, a markdown
-section for a pull request, and JUnit XML for CI. Every string from a scenario or a report
-is passed through sentinel/inert.py for its output first."""
+"""Scenario results in markdown (run, gate, compare, matrix): a pull-request comment or job
+summary. The verdict in one line (a compare's verdicts first), violations and errors first
+with their per-token grids as tables, holds collapsed, the target described once, source
+locations linked to the exact commit, no local paths, and a size cap. More than
+SUMMARY_OVER violations open with a summary table, each scenario's details collapsed."""
 
 from __future__ import annotations
 
 import json
 import shlex
-from typing import Any, Iterable
-from xml.etree import ElementTree as ET
 
-from rich.console import Console, Group
-from rich.panel import Panel
-from rich.table import Table
-from rich.text import Text
-
-from . import inert
-from .inert import md_code, md_text, terminal
-from .present import (COMPARE_ORDER, Grid, Locations, cell_pair, headline, invariant_grid, is_scalar, number, offending,
-                      ordered, output_name, value_labels, verdict_word)
-from .report import FunctionInfo, InvariantResult, Report, ScenarioResult
-
-STYLE = {"holds": "green", "held": "green", "violated": "bold red", "error": "bold magenta", "skipped": "yellow",
-         "unsupported": "yellow", "excluded": "cyan", "fixed": "green", "regressed": "bold red", "still-violated": "red",
-         "holds-both": "green", "inconclusive": "magenta"}
-
-
-def fmt(x: Any) -> str:
-    if isinstance(x, float):
-        return repr(x)
-    if isinstance(x, str):
-        return x
-    return json.dumps(x)
-
-
-def _rich_grid(g: Grid, title: str = "") -> Table:
-    """Per-token grid: rows are sequences, columns tokens; offending positions in red, with
-    the expected value (broadcast to the grid, present.fitted) beneath."""
-    width = max(len(r) for r in g.observed)
-    t = Table(title=title, title_justify="left", show_edge=False, pad_edge=False, box=None)
-    t.add_column("row", style="dim", justify="right")
-    for j in range(width):
-        t.add_column(f"t{j}", justify="right")
-    for i, row in enumerate(g.observed):
-        cells = []
-        for j, v in enumerate(row):
-            cell = Text(terminal(fmt(v)))
-            if (i, j) in g.bad:
-                cell.stylize("bold white on red")
-                if g.expected is not None:
-                    cell.append(f"\n≠{terminal(fmt(g.expected_at(i, j)))}", style="dim")
-            cells.append(cell)
-        t.add_row(str(i), *cells)
-    return t
-
-
-def invariant_detail(inv: InvariantResult, r: ScenarioResult | None = None) -> Group:
-    """An invariant's verdict, message and, when violated, its values (a grid for a token
-    tensor, with the mask of `r`, the scenario result, when given)."""
-    head = Text.assemble((f"{inv.verdict:9}", STYLE.get(inv.verdict, "")), " ", (terminal(inv.family), "bold"), " ",
-                         (terminal(json.dumps(next(iter(inv.config.values()), {}))), "dim"))
-    parts: list[Any] = [head]
-    if inv.message:
-        parts.append(Text("  " + terminal(inv.message, lines=True)))
-    if inv.verdict == "violated":
-        g = invariant_grid(r, inv)
-        ob, ex = value_labels(inv)
-        if g is not None and not g.row_vector:
-            parts += [Text(f"  {terminal(ob)} per token (red: offending, ≠ {terminal(ex)}):", style="dim"), _rich_grid(g)]
-        else:
-            parts.append(Text(terminal(f"  {ob} {fmt(inv.observed)}  {ex} {fmt(inv.expected)}")))
-        if any(inv.positions):
-            parts.append(Text(f"  offending positions {inv.positions[:16]}", style="dim"))
-    if inv.exception_info:
-        parts.append(Text("  " + terminal(inv.exception_info.message, lines=True), style="magenta"))
-    return Group(*parts)
-
-
-def console_report(report: Report, console: Console, verbose: bool = False) -> None:
-    table = Table(title=f"RL-Sentinel · {len(report.results)} scenario(s)", title_justify="left")
-    table.add_column("scenario", no_wrap=True)  # an id is copied into commands: never folded mid-word
-    for col in ("target", "boundary", "verdict", "why"):
-        table.add_column(col, overflow="fold")
-    for r in report.results:
-        table.add_row(Text(terminal(r.id)), Text(terminal(r.target)), Text(terminal(r.boundary)),
-                      Text(r.verdict, STYLE[r.verdict]), Text(terminal(r.reason.split("; ")[0][:100])))
-    console.print(table)
-    unloadable = {k: t for k, t in report.targets.items() if t.load_error is not None}
-    for key, t in unloadable.items():  # one panel per target that did not load, not one per scenario
-        n = sum(r.target == key for r in report.results)
-        body = [Text(terminal(f"{t.load_error.type}: {t.load_error.message}", lines=True), style="magenta"),
-                Text(f"{n} scenario(s) could not run", style="dim")]
-        if verbose and t.load_error.traceback:
-            body.append(Text(terminal(t.load_error.traceback, lines=True), style="dim"))
-        console.print(Panel(Group(*body), title=Text(terminal(f"target {key} could not be loaded")), border_style=STYLE["error"],
-                            title_align="left"))
-    for r in report.results:
-        if r.target in unloadable and r.verdict == "error" and not r.invariants:
-            continue
-        if r.verdict in ("violated", "error") or verbose:
-            body: list[Any] = [Text(terminal(f"{r.file}  ·  {r.title}"), style="dim")]
-            if r.function:
-                body.append(Text(terminal(f"called {r.function.text()}"), style="dim"))
-            body += [invariant_detail(i, r) for i in r.invariants]
-            if r.exception_info:
-                body.append(Text(terminal(f"{r.exception_info.type}: {r.exception_info.message}", lines=True), style="magenta"))
-                if verbose and r.exception_info.traceback:
-                    body.append(Text(terminal(r.exception_info.traceback, lines=True), style="dim"))
-            console.print(Panel(Group(*body), title=Text(terminal(f"{r.id} on {r.target}: {r.verdict}")),
-                                border_style=STYLE[r.verdict], title_align="left"))
-    if report.comparisons:
-        ct = Table(title="compare", title_justify="left")
-        for col in ("scenario", "base", "head", "verdict"):
-            ct.add_column(col)
-        for c in report.comparisons:
-            ct.add_row(Text(terminal(c.id)), Text(c.base, STYLE[c.base]), Text(c.head, STYLE[c.head]), Text(c.verdict, STYLE[c.verdict]))
-        console.print(ct)
-    s = report.statistics
-    word = verdict_word(report)
-    console.print(Text.assemble(
-        (word, {"PASS": "bold green", "FAIL": "bold red"}.get(word, "bold yellow")),
-        f"  {s.holds} hold · {s.violated} violated · {s.errors} error · {s.unsupported} unsupported"
-        + (f" · {s.excluded} excluded" if s.excluded else "") +
-        f"  ({s.invariants_held} invariants held, {s.invariants_violated} violated) in {report.duration_s:.2f} s"))
-    if word == "NOTHING RAN":
-        console.print(Text("nothing was checked: every scenario is unsupported or excluded on its target (exit 5)",
-                           style="bold yellow"))
-
-
-# --- markdown ----------------------------------------------------------------------------
-# A pull-request comment or job summary: the verdict in one line, violations and errors first
-# with their per-token grids as tables, holds collapsed, the target described once, source
-# locations linked to the exact commit, no local paths, and a size cap.
+from ... import inert
+from ...inert import md_code, md_text
+from ...report import FunctionInfo, InvariantResult, Report, ScenarioResult
+from ..grids import Grid, cell_pair, fmt, invariant_grid, is_scalar, number, offending, output_name, value_labels
+from ..locations import Locations
+from ..model import headline, ordered
+from ..palette import COMPARE_ORDER
 
 MARKDOWN_LIMIT = 60_000  # bytes; GitHub PR comments take 65,536 characters, job summaries 1 MiB
 MASKED = "·"
+SUMMARY_OVER = 5  # violations: more open with a summary table, details collapsed
 TRIGGER_LIMIT = 4_000  # characters of trigger JSON shown in a scenario section
 
 
@@ -218,11 +104,22 @@ def _md_invariant(r: ScenarioResult, inv: InvariantResult, loc: Locations, shown
     return out + [""]
 
 
-def _md_scenario(report: Report, rs: list[ScenarioResult], loc: Locations) -> list[str]:
+def _md_scenario(report: Report, rs: list[ScenarioResult], loc: Locations, collapsed: bool = False) -> list[str]:
+    """A scenario's section: a heading, or, when `collapsed`, a <details> whose summary line
+    says what the heading would."""
     r0 = rs[0]
     c = next((c for c in report.comparisons if c.id == r0.id), None)
     verdict = f"{c.verdict} (base {c.base}, head {c.head})" if c else ", ".join(dict.fromkeys(r.verdict for r in rs))
-    out = [f"### {md_code(r0.id)} {verdict}: {md_text(r0.title)}", ""]
+    if collapsed:
+        e = inert.html
+        return ([f"<details><summary><code>{e(r0.id)}</code> {e(verdict)}: {e(r0.title)}</summary>", ""]
+                + _md_scenario_body(report, rs, loc) + ["</details>", ""])
+    return [f"### {md_code(r0.id)} {verdict}: {md_text(r0.title)}", ""] + _md_scenario_body(report, rs, loc)
+
+
+def _md_scenario_body(report: Report, rs: list[ScenarioResult], loc: Locations) -> list[str]:
+    r0 = rs[0]
+    out: list[str] = []
     facts = [f"boundary {md_code(r0.boundary)}"]
     if (f := loc.relative(r0.file)) is not None:
         facts.append(md_code(f))
@@ -294,14 +191,34 @@ def _md_rest(report: Report, groups: list[list[ScenarioResult]], verdict: str, l
     return out + ["", "</details>", ""]
 
 
-def markdown(report: Report, source: str | None = None, limit: int = MARKDOWN_LIMIT) -> str:
+def _md_summary(violations: list[ScenarioResult], loc: Locations, many: bool) -> list[str]:
+    """One row per violated scenario (on each target): boundary, the first violated invariant's
+    family and output, and its first offending position."""
+    head = "| scenario |" + (" target |" if many else "") + " boundary | family | first offending position |"
+    out = [f"**{len(violations)} violations**:", "", head, "|---" * head.count(" |") + "|"]
+    for r in violations:
+        inv = next((i for i in r.invariants if i.verdict == "violated"), None)
+        family = (md_code(inv.family) + (f" {md_text(n)}" if (n := output_name(inv)) else "")) if inv else ""
+        first = md_code(next((p for p in inv.positions if p), "")) if inv and any(inv.positions) else ""
+        out.append(f"| {md_code(r.id)} |" + (f" {md_text(r.target)} |" if many else "")
+                   + f" {md_text(r.boundary)} | {family} | {first} |")
+    return out + [""]
+
+
+def run(view, source: str | None = None, limit: int = MARKDOWN_LIMIT, **_: object) -> str:
     """The report as a pull-request section, at most `limit` bytes: cut at a section, with a
     pointer to the full report (`source`, the JSON file) when it does not fit."""
+    report = view.report
+    source = source or view.source
     loc = Locations(report)
     failing, rest = ordered(report)
     head = [f"## RL-Sentinel {headline(report, md_code)}", "", *_md_targets(report, loc), ""]
+    violations = [r for rs in failing for r in rs if r.verdict == "violated"]
+    collapsed = len(violations) > SUMMARY_OVER
     sections = [_md_compare(report)] if report.comparisons else []
-    sections += [_md_scenario(report, rs, loc) for rs in failing]
+    if collapsed:
+        sections.append(_md_summary(violations, loc, len(report.targets) > 1))
+    sections += [_md_scenario(report, rs, loc, collapsed) for rs in failing]
     # in a compare report the compare table already lists what holds on both sides
     sections += [_md_rest(report, rest, v, loc) for v in ("unsupported", "excluded", "holds") if not (v == "holds" and report.comparisons)]
     sections = [s for s in sections if s]
@@ -319,36 +236,14 @@ def markdown(report: Report, source: str | None = None, limit: int = MARKDOWN_LI
     return "\n".join(head + body + tail).rstrip("\n") + "\n"
 
 
-# --- JUnit -------------------------------------------------------------------------------
-
-def junit(report: Report) -> str:
-    x = inert.xml  # XML 1.0 has no control characters: a title with ESC must not make the file unreadable
-    suite = ET.Element("testsuite", name="rl-sentinel", tests=str(len(report.results)),
-                       failures=str(report.statistics.violated), errors=str(report.statistics.errors),
-                       skipped=str(report.statistics.unsupported + report.statistics.excluded), time=f"{report.duration_s:.3f}")
-    for r in report.results:
-        case = ET.SubElement(suite, "testcase", classname=x(f"{r.target}.{r.boundary}"), name=x(r.id),
-                             file=x(r.file), time=f"{r.duration_s:.3f}")
-        text = x("\n".join(_failure_lines(r)))
-        if r.verdict == "violated":
-            ET.SubElement(case, "failure", message=x(r.reason[:500])).text = text
-        elif r.verdict == "error":
-            ET.SubElement(case, "error", message=x(r.reason[:500]), type=x(r.exception_info.type if r.exception_info else "error")).text = (
-                x(r.exception_info.traceback) if r.exception_info else text)
-        elif r.verdict in ("unsupported", "excluded"):
-            ET.SubElement(case, "skipped", message=x(r.reason[:500]))
-    ET.indent(suite)
-    return ET.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"
-
-
-def _failure_lines(r: ScenarioResult) -> Iterable[str]:
-    for i in r.invariants:
-        if i.verdict != "held":
-            yield f"{i.verdict}: {json.dumps(i.config)}: {i.message}"
-            ob, ex = value_labels(i)
-            yield f"  {ob + ':':11s} {fmt(i.observed)}"
-            yield f"  {ex + ':':11s} {fmt(i.expected)}"
-            if i.difference is not None:
-                yield f"  difference: {fmt(i.difference)}"
-            if any(i.positions):
-                yield f"  positions:  {i.positions}"
+def matrix(view, **_: object) -> str:
+    """The conformance table: invariants down, target@version across, each cell its verdict
+    or why the column could not run."""
+    table = view.table
+    cols = table["columns"]
+    out = [f"## RL-Sentinel matrix: {len({r['scenario'] for r in table['rows']})} scenarios on {len(cols)} targets", "",
+           "| scenario | invariant | " + " | ".join(md_text(c) for c in cols) + " |", "|---|---|" + "---|" * len(cols)]
+    for r in table["rows"]:
+        cells = [md_text(r["cells"][c]) for c in cols]
+        out.append(f"| {md_code(r['scenario'])} | {md_code(r['invariant'])} | " + " | ".join(cells) + " |")
+    return "\n".join(out) + "\n"

@@ -1,0 +1,39 @@
+"""A mutate report in markdown: the scores (target, boundary, operator), then survivors,
+each with its diff in a code block, equivalents and stale equivalence claims."""
+
+from __future__ import annotations
+
+from ...inert import md_code, md_fence, md_text
+from ..model import MUTATE_HEAD as HEAD, pct
+
+
+def _md_table(title: str, rows: list[list[str]]) -> list[str]:
+    return [f"| {title} | " + " | ".join(HEAD[1:]) + " |", "|" + "---|" * len(HEAD),
+            *("| " + " | ".join(md_code(r[0]) if i == 0 else r[i] for i in range(len(r))) + " |" for r in rows), ""]
+
+
+def mutate(view, limit: int = 60, **_: object) -> str:
+    s = view.mutate
+    lines = [f"## Mutation score: {md_text(s.target)} — {pct(s.totals)}", "",
+             f"{s.totals.mutants} mutants of {len(s.functions)} mapped functions at `{s.commit}`; killed "
+             f"{s.totals.killed}, survived {s.totals.survived}, equivalent {s.totals.equivalent}, error "
+             f"{s.totals.error}. Score = killed / (mutants − equivalent − error). Hunt {s.budget_s:g} s per mutant "
+             f"the catalog leaves alive (seed {s.seed}).", ""]
+    for title, rows in view.tables():
+        lines += _md_table(title, rows)
+    survivors = [m for m in s.mutants if m.verdict == "survived"]
+    if survivors:
+        lines += [f"### Survivors ({len(survivors)})", ""]
+        for m in survivors[:limit]:
+            lines += [f"**{md_text(m.function)}** · {md_code(m.operator)} · {md_code(m.key)} · {md_text(m.position)} — "
+                      f"scenarios {m.scenarios}, hunt examples {md_text(dict(m.examples))}", "", *md_fence(m.diff, "diff"), ""]
+        if len(survivors) > limit:
+            lines += [f"... and {len(survivors) - limit} more (see the JSON report).", ""]
+    eq = [m for m in s.mutants if m.verdict == "equivalent"]
+    if eq:
+        lines += ["### Equivalent", "", *(f"- {md_code(m.id)}: {md_text(m.reason)}" for m in eq), ""]
+    if s.stale_equivalents:
+        lines += ["### Equivalence claims not honoured", "", *(f"- {md_text(x)}" for x in s.stale_equivalents), ""]
+    return "\n".join(lines) + "\n"
+
+
