@@ -204,20 +204,67 @@ def test_workflow_steps_run_in_a_fresh_venv(tmp_path):
     assert uploaded == ["mytrainer_adapter-MytrainerAdapter.json", "mytrainer_adapter-MytrainerAdapter.xml"]
 
 
-def test_pre_commit_hook_rejects_a_bad_scenario(tmp_path):
+def test_check_imports_neither_torch_nor_hypothesis(tmp_path):
+    """What the hook runs stays light: `sentinel check` through the console entry point, in
+    process, leaves torch and Hypothesis unimported."""
+    (tmp_path / "kl.yaml").write_text((catalog_path() / "kl" / "kl-estimators.yaml").read_text())
+    code = ("import sys, atexit; sys.argv = ['sentinel', 'check', 'kl.yaml']; atexit.register(lambda: "
+            "print(sorted(m for m in ('torch', 'hypothesis') if m in sys.modules), file=sys.stderr)); "
+            "from sentinel.launch import entry; entry()")
+    p = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and p.stderr.strip().endswith("[]"), p.stderr
+
+
+def test_pre_commit_hook_manifest():
     (hook,) = yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text())
+    assert hook["language"] == "python" and hook["entry"] == "sentinel check"
     files = re.compile(hook["files"])
     assert files.search("scenarios/seeds/x.yaml") and files.search("pkg/scenarios/a/b.yml")
     assert not files.search("config/train.yaml")
-    (tmp_path / "scenarios").mkdir()
-    good = tmp_path / "scenarios" / "kl.yaml"
-    good.write_text((catalog_path() / "kl" / "kl-estimators.yaml").read_text())
-    run = lambda *f: subprocess.run(f"{hook['entry']} {' '.join(f)}", shell=True, cwd=tmp_path, env=_env(),  # noqa: E731
-                                    capture_output=True, text=True, timeout=60)
-    assert run("scenarios/kl.yaml").returncode == 0
-    (tmp_path / "scenarios" / "bad.yaml").write_text(BAD)
-    p = run("scenarios/kl.yaml", "scenarios/bad.yaml")
-    assert p.returncode == 2 and "scenarios/bad.yaml:4: config.mode" in p.stderr, p.stderr
+
+
+def _snapshot(dest: Path) -> str:
+    """This checkout's working tree (tracked and new files, as git sees them) committed in a
+    new repository at `dest`: a hook repository pre-commit can clone at a rev."""
+    files = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z", "-co", "--exclude-standard"], check=True,
+                           capture_output=True, text=True).stdout.split("\0")
+    for f in filter(None, files):
+        if (ROOT / f).is_file():
+            (dest / f).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / f, dest / f)
+    git = lambda *a: subprocess.run(["git", "-C", str(dest), "-c", "user.name=t", "-c", "user.email=t@t", *a],  # noqa: E731
+                                    check=True, capture_output=True, text=True).stdout.strip()
+    git("init", "-q")
+    git("add", "-A")
+    git("commit", "-qm", "snapshot")
+    return git("rev-parse", "HEAD")
+
+
+@pytest.mark.slow
+def test_pre_commit_hook_in_a_repository(tmp_path):
+    """The real pre-commit, on a temporary repository, builds the hook's own environment from
+    this checkout and passes a good scenario file, then fails a bad one naming file and line;
+    the torch it installed is a CPU build, with no CUDA libraries."""
+    rev = _snapshot(tmp_path / "hooks")
+    repo = tmp_path / "repo"
+    (repo / "scenarios").mkdir(parents=True)
+    (repo / ".pre-commit-config.yaml").write_text(
+        f"repos:\n  - repo: {tmp_path / 'hooks'}\n    rev: {rev}\n    hooks: [{{id: rl-sentinel-check}}]\n")
+    subprocess.run(["git", "-C", str(repo), "init", "-q"], check=True)
+    (repo / "scenarios" / "kl.yaml").write_text((catalog_path() / "kl" / "kl-estimators.yaml").read_text())
+    env = {**_env(), "PRE_COMMIT_HOME": str(tmp_path / "cache"), "PIP_RETRIES": "0", "PIP_TIMEOUT": "10"}
+    run = lambda *f: subprocess.run([str(BIN / "pre-commit"), "run", "--files", *f], cwd=repo, env=env,  # noqa: E731
+                                    capture_output=True, text=True, timeout=900)
+    good = run("scenarios/kl.yaml")
+    assert good.returncode == 0 and "Passed" in good.stdout, good.stdout + good.stderr
+    (repo / "scenarios" / "bad.yaml").write_text(BAD)
+    bad = run("scenarios/kl.yaml", "scenarios/bad.yaml")
+    assert bad.returncode == 1 and "Failed" in bad.stdout and "scenarios/bad.yaml:4: config.mode" in bad.stdout, bad.stdout
+    (env_python,) = (tmp_path / "cache").glob("repo*/py_env-*/bin/python")
+    installed = subprocess.run([str(env_python), "-m", "pip", "list", "--format=freeze"], capture_output=True, text=True)
+    torch = next(line for line in installed.stdout.splitlines() if line.startswith("torch=="))
+    assert "+cpu" in torch or sys.platform == "darwin", torch
+    assert "nvidia-" not in installed.stdout
 
 
 def test_new_adapter_template_runs_as_written(tmp_path):
