@@ -15,9 +15,13 @@ adapter name is asked for).
 from __future__ import annotations
 
 import importlib
+from importlib import metadata
 from typing import Any
 
-__version__ = "0.1.0"
+try:  # the installed distribution's version: from git tags at build time (pyproject.toml)
+    __version__ = metadata.version("rl-sentinel")
+except metadata.PackageNotFoundError:  # a checkout on sys.path, not installed
+    __version__ = "0+unknown"
 REPORT_SCHEMA_VERSION = "1.0"
 
 # public name -> module that defines it

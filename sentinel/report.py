@@ -130,7 +130,7 @@ class Statistics(_Model):
 
 class Environment(_Model):
     tool: str = "rl-sentinel"
-    tool_version: str = __version__
+    tool_version: str = Field(default_factory=lambda: __version__)  # from git tags: not a schema constant
     python: str | None = None
     torch: str | None = None
     platform: str | None = None

@@ -1,4 +1,4 @@
-"""Files `sentinel init` and `sentinel new` write into a user's repository.
+"""Files `sentinel new` writes into a user's repository (`sentinel init ci`'s workflow: workflow.py).
 
 Each template is complete and commented, so the written file teaches what to change.
 `write` never overwrites a file unless asked (`--force`).
@@ -10,47 +10,6 @@ from pathlib import Path
 
 from .errors import UsageError
 from .report import write_atomic
-
-GITHUB_WORKFLOW = ".github/workflows/rl-sentinel.yml"
-
-WORKFLOW = """\
-# RL-Sentinel: gate every push and pull request on the scenario catalog.
-# Written by `sentinel init ci`; edit freely.
-name: rl-sentinel
-on: [push, pull_request]
-
-jobs:
-  gate:
-    runs-on: ubuntu-latest
-    steps:
-      - uses: actions/checkout@v4
-      - uses: actions/setup-python@v5
-        with:
-          python-version: "3.11"
-      - name: Install RL-Sentinel
-        run: |
-          # the CPU build of torch first: a bare `torch` pulls a multi-GB CUDA build
-          python -m pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
-          # where your project gets rl-sentinel from (a wheel, a git URL, an index)
-          python -m pip install "${RL_SENTINEL_SPEC:-rl-sentinel}"
-          # a trainer target: python -m pip install 'rl-sentinel[verl]' && python -m pip install --no-deps verl==0.9.1
-      - name: Gate
-        # ./scenarios when the repository has one, else the bundled catalog; add
-        # --target NAME --repo . to gate your trainer's own code (sentinel list targets)
-        run: sentinel gate --junit sentinel.xml -o reports/sentinel.json
-      - name: Job summary
-        if: always()
-        run: sentinel report reports/sentinel.json --format markdown >> "$GITHUB_STEP_SUMMARY" || true
-      - name: Upload the report
-        if: always()
-        uses: actions/upload-artifact@v4
-        with:
-          name: rl-sentinel-report
-          path: |
-            reports/sentinel.json
-            sentinel.xml
-"""
-
 
 ADAPTER = '''\
 """RL-Sentinel adapter for {name}: how sentinel calls {name}'s loss-path code.

@@ -198,13 +198,20 @@ def test_a_new_family_is_one_class_with_its_hunt_properties():
 
 
 def test_every_package_folder_is_installed():
-    """A package folder missing from pyproject's list works from a checkout and is absent from
-    the wheel (sentinel.mutate was, once): every folder with an __init__.py is listed."""
+    """A package folder the build does not find works from a checkout and is absent from the
+    wheel (sentinel.mutate was, once): setup.py's discovery names every folder with an
+    __init__.py, each under its installed name, and pyproject.toml lists none by hand."""
+    import importlib.util
     import tomllib
     root = Path(__file__).resolve().parents[1]
-    tool = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]
-    folders = {str(Path(v)) for v in tool["package-dir"].values()}
-    on_disk = {str(p.parent.relative_to(root)) for top in ("sentinel", "adapters")
-               for p in (root / top).rglob("__init__.py")}
-    assert on_disk <= folders, on_disk - folders
-    assert set(tool["package-dir"]) == set(tool["packages"])
+    spec = importlib.util.spec_from_file_location("sentinel_setup", root / "setup.py")
+    setup_py = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(setup_py)  # not __main__: defines packages() without building
+    found = setup_py.packages(root)
+    on_disk = {str(p.parent.relative_to(root)) for top in ("sentinel", "adapters", "scenarios")
+               for p in (root / top).rglob("__init__.py") if "__pycache__" not in p.parts}
+    assert set(found.values()) == on_disk
+    assert found["sentinel_adapters"] == "adapters" and found["sentinel_catalog"] == "scenarios"
+    assert all(name.split(".")[0] in setup_py.ROOTS for name in found)
+    tool = tomllib.loads((root / "pyproject.toml").read_text())["tool"].get("setuptools", {})
+    assert "packages" not in tool and "package-dir" not in tool

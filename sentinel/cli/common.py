@@ -29,7 +29,7 @@ if _display_type is not None:
     typer.core.TyperOption.display_type_rich = lambda self, ctx: None if self.is_flag else _display_type(self, ctx)
 
 app = typer.Typer(
-    name="sentinel", no_args_is_help=True, rich_markup_mode="rich", add_completion=False,
+    name="sentinel", no_args_is_help=True, rich_markup_mode="rich", add_completion=True,
     pretty_exceptions_enable=False,
     help=(
         "Hunt quiet training-signal bugs in LLM RL trainers.\n\n"
@@ -41,7 +41,11 @@ app = typer.Typer(
         "[cyan]sentinel run scenarios/seeds/opsm-mixed-advantage.yaml --target slime --repo ~/src/slime[/], "
         "[cyan]sentinel report reports/latest.json --format markdown[/].\n\n"
         "Exit codes: 0 all hold · 1 a violation · 2 bad usage or scenario · 3 target error · "
-        "5 nothing ran (every scenario unsupported or excluded)."),
+        "5 nothing ran (every scenario unsupported or excluded).\n\n"
+        "Defaults come from [bold]\\[tool.sentinel][/] in the nearest pyproject.toml (target, repo, paths, "
+        "timeout, device, output); a flag overrides them. Shell completion: "
+        "[cyan]sentinel --install-completion[/] (bash, zsh, fish, PowerShell; "
+        "[cyan]--show-completion[/] prints the script instead)."),
 )
 out = Console() if sys.stdout.isatty() else Console(width=140)  # CI logs: wide enough for the tables
 err = Console(stderr=True)
@@ -66,8 +70,14 @@ def _version(value: bool) -> None:
 
 
 @app.callback()
-def main(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version.")) -> None:
+def main(ctx: typer.Context,
+         version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version.")) -> None:
     """Hunt quiet training-signal bugs in LLM RL trainers."""
+    from .. import settings
+    try:  # runs before the command's own options are read: [tool.sentinel] becomes their defaults
+        ctx.default_map = {**settings.default_map(), **(ctx.default_map or {})}
+    except UsageError as e:
+        raise usage_error(str(e)) from None
 
 
 def usage_error(msg: str) -> "typer.Exit":
@@ -75,13 +85,29 @@ def usage_error(msg: str) -> "typer.Exit":
     return typer.Exit(2)
 
 
-def _load(paths: list[Path]):
+KEYWORD_HELP = ("Only scenarios whose names match EXPR, as pytest's -k: words (substrings of the id, boundary, "
+                "tags or file name) joined by and / or / not and parentheses, e.g. -k 'kl and not k3'.")
+
+
+def _load(paths: list[Path], keyword: str | None = None):
     try:
-        return load_paths(paths)
+        scenarios = load_paths(paths)
     except SpecError as e:
         for line in e.lines():
             err.print(f"[bold red]error:[/] {markup(line)}", highlight=False, soft_wrap=True)  # FILE:LINE: stays on one line
         raise typer.Exit(2) from None
+    if keyword is None:
+        return scenarios
+    from .. import keywords
+    try:
+        chosen = keywords.select(scenarios, keyword, keywords.scenario_names)
+    except UsageError as e:
+        raise usage_error(str(e)) from None
+    if not chosen:  # as pytest: everything deselected is "nothing ran", not a pass
+        err.print(f"-k {markup(keyword)} selects none of the {len(scenarios)} scenario(s): nothing ran (exit 5)",
+                  highlight=False)
+        raise typer.Exit(5)
+    return chosen
 
 
 def _check_target(target: str, plant: str | None) -> None:

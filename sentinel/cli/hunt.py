@@ -34,6 +34,7 @@ def hunt(
     boundary: Optional[List[str]] = typer.Option(None, "--boundary", "-b", help="Hunt only this boundary (repeatable). Default: every boundary the target has."),
     invariant: Optional[List[str]] = typer.Option(None, "--invariant", "-i", help="Hunt only this invariant family (repeatable), e.g. sequence_uniform."),
     prop: Optional[List[str]] = typer.Option(None, "--property", help="Hunt only this property (repeatable), e.g. opsm_mask.sequence_uniform (see --list)."),
+    keyword: Optional[str] = typer.Option(None, "-k", metavar="EXPR", help="Only properties whose names match EXPR, as pytest's -k: words (substrings of the property, its boundary or family) joined by and / or / not, e.g. -k 'opsm and not finite'. A differential hunt: only the boundaries that match."),
     max_examples: int = typer.Option(300, "--max-examples", "-n", min=1, help="Examples per property: then it is finished."),
     min_examples: int = typer.Option(100, "--min-examples", min=1, help="A property cut off (budget, -x) before this many examples is `stopped`, not `holds`."),
     config: Optional[List[str]] = typer.Option(None, "--config", "-c", help="Pin a config option, KEY=VALUE (repeatable; a YAML value: token-mean, 0.1, null, '{mean_level: group}'). See `sentinel list boundaries`."),
@@ -99,8 +100,18 @@ def hunt(
     for p in prop or []:
         if p not in H.PROPERTIES:
             raise usage_error(f"unknown property {p!r} (see sentinel hunt --list)")
-    if not H.select(boundary, invariant, prop):
-        raise usage_error("no hunt property matches these --boundary / --invariant / --property filters (see --list)")
+    if keyword is not None:
+        from .. import keywords
+        try:
+            if differential:  # the differential hunt's unit is a boundary
+                boundary = keywords.select(boundary or sorted(boundaries.BOUNDARIES), keyword, lambda b: [b])
+            else:
+                prop = [p.name for p in keywords.select(H.select(boundary, invariant, prop), keyword,
+                                                        lambda p: [p.name, p.boundary, p.family])]
+        except UsageError as e:
+            raise usage_error(str(e)) from None
+    if not H.select(boundary, invariant, prop) or (keyword is not None and not (boundary if differential else prop)):
+        raise usage_error("no hunt property matches these --boundary / --invariant / --property / -k filters (see --list)")
     try:
         pinned = parse_config(config or [], boundary or sorted({p.boundary for p in H.select(boundary, invariant, prop)}))
         known_findings = H.load_known(known or [])

@@ -37,7 +37,7 @@ def _format(name: str) -> str:
 @app.command()
 def report(
     file: Path = typer.Argument(..., help="A JSON report written by run, gate, compare, matrix, hunt, history, mutate, or a bisect log (bisect -o)."),
-    format: str = typer.Option("text", "--format", "-f", callback=_format, help="text (tables and per-token grids), markdown (a pull-request section), junit, json, html (one self-contained page), or a registered format (sentinel/views/registry.py)."),
+    format: str = typer.Option("text", "--format", "-f", callback=_format, help="text (tables and per-token grids), markdown (a pull-request section), junit, json, html (one self-contained page), github (::error annotations at each violated invariant's scenario line, for a GitHub Actions step), or a registered format (sentinel/views/registry.py)."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write here instead of stdout."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="text: show passing scenarios too."),
 ) -> None:
@@ -91,16 +91,32 @@ app.add_typer(init_app, name="init")
 
 @init_app.command("ci")
 def init_ci(
+    target: Optional[List[str]] = typer.Option(None, "--target", "-t", help="A target to gate (repeatable): your adapter as module:Class, or a trainer name (sentinel list targets). Default: reference."),
+    repo_path: Optional[str] = typer.Option(None, "--repo-path", help="The trainer's checkout inside your repository, relative to its root (. when the repository is the trainer): passed to gate as --repo."),
+    install: Optional[str] = typer.Option(None, "--install", help="What CI pip-installs for rl-sentinel: a wheel committed to the repository (vendor/rl_sentinel-X-py3-none-any.whl) or a VCS URL (git+https://HOST/ORG/rl-sentinel@TAG). Default: where this rl-sentinel came from, when CI can reach it."),
+    path: Optional[List[str]] = typer.Option(None, "--path", "-p", help="Scenario files or folders to gate (repeatable). Default: ./scenarios when it exists, else the bundled catalog."),
+    branch: Optional[str] = typer.Option(None, "--branch", help="The branch pushes to which are gated. Default: origin's default branch, else init.defaultBranch, else main."),
+    timeout_minutes: int = typer.Option(30, "--timeout-minutes", min=1, help="The job's time limit."),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing workflow file."),
 ) -> None:
-    """Write .github/workflows/rl-sentinel.yml: install, `gate --junit`, the markdown report in
-    the job summary, the JSON report and JUnit XML uploaded as an artifact."""
-    from .. import scaffold
+    """Write .github/workflows/rl-sentinel.yml: install, a gate per target, the markdown reports
+    in the job summary, ::error annotations on the scenario lines, JSON and JUnit uploaded.
+
+    [cyan]sentinel init ci --target mytrainer_adapter:MyAdapter --install git+https://github.com/ORG/rl-sentinel@v0.2.0[/]
+
+    [cyan]sentinel init ci --target verl --repo-path . --install vendor/rl_sentinel-0.2.0-py3-none-any.whl[/]
+    """
+    from .. import scaffold, workflow
+    root = Path.cwd()
     try:
-        path = scaffold.write(Path(scaffold.GITHUB_WORKFLOW), scaffold.WORKFLOW, force)
+        spec = workflow.check_install(install, root) if install else workflow.default_install()
+        text = workflow.Workflow(install=spec, targets=target or ["reference"], repo_path=repo_path, paths=path or [],
+                                 branch=branch or workflow.default_branch(root), timeout_minutes=timeout_minutes).text()
+        written = scaffold.write(Path(workflow.PATH), text, force)
     except UsageError as e:
         raise usage_error(str(e)) from None
-    err.print(f"wrote {path}: commit it, then every push and pull request runs the gate", highlight=False)
+    err.print(f"wrote {markup(str(written))} (installs {markup(spec)}): commit it, then pushes to the default "
+              "branch and every pull request run the gate", highlight=False)
 
 
 new_app = typer.Typer(help="Start something new from a template: [cyan]sentinel new adapter mytrainer[/].",

@@ -15,12 +15,13 @@ from ..catalog import catalog_path, display_path, local_catalog
 from ..report import dump, write_atomic
 
 from .common import (TARGETS, app, out, err, Device, MatrixFormat, usage_error, _load, _check_target, _progress,
-                     _check_location, _execute, _emit, OUTPUT_HELP, _output, LOAD_TIMEOUT, LOAD_TIMEOUT_HELP)
+                     _check_location, _execute, _emit, OUTPUT_HELP, _output, LOAD_TIMEOUT, LOAD_TIMEOUT_HELP, KEYWORD_HELP)
 
 
 @app.command()
 def run(
     paths: List[Path] = typer.Argument(..., help="Scenario files or folders (searched for *.yaml)."),
+    keyword: Optional[str] = typer.Option(None, "-k", metavar="EXPR", help=KEYWORD_HELP),
     target: str = typer.Option("reference", "--target", "-t", help=f"Target: {', '.join(TARGETS)}, or module:Class naming your own adapter."),
     repo: Optional[Path] = typer.Option(None, "--repo", help="The target's checkout (slime, areal). Default for areal: the installed package."),
     commit: Optional[str] = typer.Option(None, "--commit", help="Revision of --repo to run (checked out in a temporary worktree; your checkout is untouched)."),
@@ -42,7 +43,7 @@ def run(
     """
     from ..runner import TargetSpec
     _check_location(target, plant, repo, commit)
-    scenarios = _load(paths)
+    scenarios = _load(paths, keyword)
     spec = TargetSpec(target, str(repo.resolve()) if repo else None, commit, device.value, plant, compile_)
     report = _execute(scenarios, [spec], output=_output(output), junit=junit, as_json=as_json, timeout=timeout,
                       verbose=verbose, load_timeout=load_timeout)
@@ -52,6 +53,7 @@ def run(
 @app.command()
 def gate(
     paths: Optional[List[Path]] = typer.Option(None, "--path", "-p", help="Scenario files or folders (default: ./scenarios when it exists, else the bundled catalog)."),
+    keyword: Optional[str] = typer.Option(None, "-k", metavar="EXPR", help=KEYWORD_HELP),
     target: str = typer.Option("reference", "--target", "-t", help="Target to gate (default: the bundled reference)."),
     repo: Optional[Path] = typer.Option(None, "--repo", help="The target's checkout (needed where `sentinel list targets` says --repo)."),
     commit: Optional[str] = typer.Option(None, "--commit", help="Revision of --repo to gate (checked out in a temporary worktree)."),
@@ -79,7 +81,7 @@ def gate(
         if not as_json:
             err.print(f"catalog: {markup(display_path(paths[0]))} "
                       f"({'this folder' + chr(39) + 's scenarios' if local else 'bundled with rl-sentinel'})", highlight=False)
-    scenarios = _load(paths)
+    scenarios = _load(paths, keyword)
     spec = TargetSpec(target, str(repo.resolve()) if repo else None, commit, device.value, plant)
     report = _execute(scenarios, [spec], output=_output(output), junit=junit, as_json=as_json, timeout=timeout,
                       verbose=verbose, load_timeout=load_timeout)
@@ -99,6 +101,7 @@ def _repo_target(target: str, repo: Path) -> str:
 @app.command()
 def compare(
     paths: List[Path] = typer.Argument(..., help="Scenario files or folders."),
+    keyword: Optional[str] = typer.Option(None, "-k", metavar="EXPR", help=KEYWORD_HELP),
     target: str = typer.Option(..., "--target", "-t", help="Target whose repository is compared (slime, areal, module:Class)."),
     repo: Path = typer.Option(..., "--repo", help="The target's repository (a bare one works too)."),
     base: str = typer.Option(..., "--base", help="Revision before the change (e.g. 045310b2b^)."),
@@ -121,7 +124,7 @@ def compare(
     from .. import compare as cmp
     from .. import git
     repo_s = _repo_target(target, repo)
-    scenarios = _load(paths)
+    scenarios = _load(paths, keyword)
     try:
         for rev in (base, head):
             if rev == git.WORKTREE:

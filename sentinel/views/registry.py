@@ -20,6 +20,7 @@ BUILTIN = {
     "junit": "sentinel.views.junit",
     "json": "sentinel.views.jsonfile",
     "html": "sentinel.views.html",
+    "github": "sentinel.views.github",
 }
 
 
