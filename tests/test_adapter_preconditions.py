@@ -17,8 +17,9 @@ import torch
 
 from sentinel import hunt as H
 from sentinel.runner import TargetSpec
-from sentinel_adapters.base import Adapter, Precondition, PreconditionUnmet
-from sentinel_adapters.reference_adapter import ReferenceAdapter
+from sentinel.adapters.contract import Adapter, Precondition
+from sentinel.errors import PreconditionUnmet
+from sentinel_adapters.reference.adapter import ReferenceAdapter
 from untimed import HUNT
 
 HERE = Path(__file__).resolve().parent

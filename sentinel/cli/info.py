@@ -199,7 +199,7 @@ def list_(
         for k, cls in sorted(REGISTRY.items()):
             t.add_row(k, " ".join((cls.__doc__ or "").split()))
     else:
-        from sentinel_adapters.plants import PLANTS
+        PLANTS = target_registry.plants()
         t.title = "planted bugs (sentinel gate --plant NAME)"
         for c in ("plant", "trips", "what"):
             t.add_column(c, overflow="fold")
