@@ -1,4 +1,4 @@
-"""How a target's import path is satisfied (adapters/shims.py, adapters/support.py): a
+"""How a target's import path is satisfied (sentinel/adapters/shims.py, loading.py): a
 missing heavy module is stubbed, a missing light one is a load error naming the pip extra
 that installs it, and a package entered without its `__init__` still serves what that
 `__init__` re-exports. Each case runs in a fresh interpreter (stubs are process-wide)."""

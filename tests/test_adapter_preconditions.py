@@ -1,4 +1,4 @@
-"""Declared preconditions (adapters/base.py `Precondition`): an adapter names, once, an input
+"""Declared preconditions (sentinel/adapters/contract.py `Precondition`): an adapter names, once, an input
 its trainer's real data path never produces. `Adapter.call` refuses it before any target
 code runs; `sentinel run` reports the scenario `excluded` with the precondition's name (not
 `unsupported`, which means a function or option is absent); the hunt rejects such examples
