@@ -125,6 +125,12 @@ def adapter_class(name: str) -> type:
             f"PYTHONPATH (PYTHONPATH=path/to/folder sentinel run ...)") from None
 
 
+def loss_path_files(name: str) -> tuple[str, ...]:
+    """The files `sentinel history` watches for target `name`, as its adapter declares them
+    (`Adapter.loss_path_files`; required of a trainer adapter, empty: every commit)."""
+    return tuple(adapter_class(name).loss_path_files)
+
+
 def plants() -> dict[str, Any]:
     """The reference's planted bugs: name -> record (description, trips, replaces, hunt, code)."""
     return importlib.import_module(REFERENCE_PLANTS).PLANTS

@@ -187,7 +187,7 @@ def list_(
             extra = f"pip install 'rl-sentinel[{info.extra}]'" if info.extra else ""
             install = "; ".join(x for x in (extra, info.install) if x)
             try:
-                files = getattr(target_registry.adapter_class(info.name), "loss_path_files", ())
+                files = target_registry.loss_path_files(info.name)
             except Exception:  # noqa: BLE001 - an adapter that cannot be imported here still gets its row
                 files = ()
             t.add_row(info.name, markup(info.located_by), markup(install), markup("\n".join(files) or "-"),
