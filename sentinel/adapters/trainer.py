@@ -2,10 +2,12 @@
 
 A trainer adapter says, as class attributes, which package it calls (`package`, `marker`: a
 module a checkout must hold), how its import path is installed (`extra`: the pip extra with the
-light packages imported for real, `install_hint`: the commands that install it all), which third-party modules may
-be stubbed (`heavy`; None: any missing one but `light`), which modules `load()` imports
-(`modules`, then `optional_modules`), where `_fn` looks a function up (`lookup_modules`), the
-files `sentinel history` watches (`loss_path_files`, required), and its KL names (`kl_names`).
+light packages imported for real; `install_hint`: the commands that install it all), which
+third-party modules may be stubbed (`heavy`; None: any missing one but `light`), which modules
+`load()` imports (`modules`, then `optional_modules`), where `_fn` looks a function up
+(`lookup_modules`), the files `sentinel history` watches (`loss_path_files`, required), and its
+KL names (`kl_names`). Its declared tables (`unsupported`, `preconditions`, `deviations`,
+`declines`) are the contract's (`contract.Adapter`).
 
 `load()` is one outline: locate the trainer (a checkout first on ``sys.path``, or the installed
 package), import its modules with stubs and the host's logging kept, then report facts
