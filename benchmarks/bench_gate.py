@@ -23,7 +23,7 @@ def direct_call_s(repeat: int) -> float:
     """Median time of calling the reference OPSM boundary directly, in-process."""
     import torch
 
-    from sentinel_adapters.reference_adapter import ReferenceAdapter
+    from sentinel_adapters.reference.adapter import ReferenceAdapter
     a = ReferenceAdapter(None, torch.device("cpu"))
     inputs = {"log_probs": torch.zeros(1, 3), "old_log_probs": torch.ones(1, 3),
               "advantages": torch.tensor([[-0.5, 0.25, -0.25]]), "loss_mask": torch.ones(1, 3)}

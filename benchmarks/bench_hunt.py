@@ -121,7 +121,7 @@ def differential_check(label: str, base: TargetSpec, head: TargetSpec, boundarie
 
 
 def seed_bugs(args) -> list[tuple[str, TargetSpec, str, str]]:
-    from sentinel_adapters.plants import PLANTS
+    from sentinel_adapters.reference.plants import PLANTS
     missing = set(PLANTS) - {p for p, _, _ in PLANTED}
     if missing:
         sys.exit(f"bench_hunt: no hunt listed for plant(s) {sorted(missing)}")

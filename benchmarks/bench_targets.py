@@ -20,7 +20,7 @@ from pathlib import Path
 from timing import wall
 
 ROOT = Path(__file__).resolve().parents[1]
-ADAPTERS = {"reference": "reference_adapter:ReferenceAdapter", "slime": "slime:SlimeAdapter",
+ADAPTERS = {"reference": "reference.adapter:ReferenceAdapter", "slime": "slime:SlimeAdapter",
             "areal": "areal:ArealAdapter", "verl": "verl:VerlAdapter"}
 
 

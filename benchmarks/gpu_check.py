@@ -104,7 +104,7 @@ def precision(rows: list) -> bool:
     from sentinel.observe import observe
     from sentinel.runner import plan
     from sentinel.spec import load_file
-    from sentinel_adapters.reference_adapter import ReferenceAdapter
+    from sentinel_adapters.reference.adapter import ReferenceAdapter
 
     ok = True
     (sc,) = load_file(ROOT / "scenarios" / "policy" / "precision.yaml")

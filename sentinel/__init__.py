@@ -36,12 +36,12 @@ _API = {
     "SpecError": "sentinel.spec:SpecError",
     "TargetLoadError": "sentinel.errors:TargetLoadError",
     "Unsupported": "sentinel.errors:Unsupported",
-    "Adapter": "sentinel_adapters.base:Adapter",
-    "BoundaryResult": "sentinel_adapters.base:BoundaryResult",
-    "FunctionRef": "sentinel_adapters.base:FunctionRef",
-    "implements": "sentinel_adapters.base:implements",
-    "Precondition": "sentinel_adapters.base:Precondition",
-    "deviation": "sentinel_adapters.base:deviation",
+    "Adapter": "sentinel.adapters.contract:Adapter",
+    "BoundaryResult": "sentinel.adapters.contract:BoundaryResult",
+    "FunctionRef": "sentinel.adapters.contract:FunctionRef",
+    "implements": "sentinel.adapters.contract:implements",
+    "Precondition": "sentinel.adapters.contract:Precondition",
+    "deviation": "sentinel.adapters.contract:deviation",
     "differential": "sentinel.hunt.driver.differential:differential",
 }
 __all__ = ["__version__", *_API]

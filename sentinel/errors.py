@@ -57,7 +57,7 @@ class Unsupported(TargetError):
 
 class PreconditionUnmet(TargetError):
     """The input is one the target's real data path never produces: an adapter's declared
-    precondition (adapters/base.py `Precondition`) excludes it. Not `Unsupported` (the function
+    precondition (sentinel/adapters/contract.py `Precondition`) excludes it. Not `Unsupported` (the function
     and option exist) and not a failure: the call is never made."""
 
     def __init__(self, name: str, reason: str, link: str = ""):

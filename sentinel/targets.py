@@ -13,20 +13,30 @@ Third-party adapters register through the entry-point group `rl_sentinel.targets
     mytrainer = "mytrainer_sentinel.adapter:MyAdapter"
 
 `--target module:Class` runs an adapter that is not registered at all.
+
+Core code that must name a part of the bundled reference (the CLI's --plant check, export's
+repository of a planted bug) finds it here, by module name (`plants`, `REFERENCE_OPS`), so
+no core module imports a target package.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import sys
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import metadata
+from pathlib import Path
+from typing import Any
 
 from .errors import TargetLoadError, UsageError
 
 ENTRY_POINT_GROUP = "rl_sentinel.targets"
+TARGETS_PACKAGE = "sentinel_adapters"  # the built-in targets (the folder adapters/)
+REFERENCE_OPS = "sentinel_adapters.reference.ops"  # the reference's correct math
+REFERENCE_PLANTS = "sentinel_adapters.reference.plants"  # its planted bugs, one record each (torch-free)
 
 
 @dataclass(frozen=True)
@@ -50,8 +60,8 @@ class TargetInfo:
 
 
 BUILTIN = (
-    TargetInfo("reference", "sentinel_adapters.reference_adapter:ReferenceAdapter",
-               "the correct math, written here and cited (adapters/reference.py)"),
+    TargetInfo("reference", "sentinel_adapters.reference.adapter:ReferenceAdapter",
+               "the correct math, written here and cited (adapters/reference/ops.py)"),
     TargetInfo("areal", "sentinel_adapters.areal:ArealAdapter", "areal-project/AReaL (PPOActor and its functional ops)",
                package="areal", extra="areal", repo_env="SENTINEL_AREAL_REPO",
                install="pip install --no-deps areal==1.0.4"),
@@ -113,3 +123,23 @@ def adapter_class(name: str) -> type:
             f"cannot load the adapter {spec}: {e}. The worker imports {mod!r} as Python would from the "
             f"current folder: run sentinel from the folder that holds it, or put that folder on "
             f"PYTHONPATH (PYTHONPATH=path/to/folder sentinel run ...)") from None
+
+
+def loss_path_files(name: str) -> tuple[str, ...]:
+    """The files `sentinel history` watches for target `name`, as its adapter declares them
+    (`Adapter.loss_path_files`; required of a trainer adapter, empty: every commit)."""
+    return tuple(adapter_class(name).loss_path_files)
+
+
+def plants() -> dict[str, Any]:
+    """The reference's planted bugs: name -> record (description, trips, replaces, hunt, code)."""
+    return importlib.import_module(REFERENCE_PLANTS).PLANTS
+
+
+def module_file(module: str) -> Path | None:
+    """Where `module` (a package: its folder) lies, found without importing it."""
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.origin:
+        return None
+    origin = Path(spec.origin).resolve()
+    return origin.parent if origin.name == "__init__.py" else origin

@@ -99,7 +99,7 @@ class Worker:
         import torch
         torch.set_num_threads(1)  # tiny tensors; and no OpenMP team exists before fork()
 
-        from sentinel_adapters.base import TargetLoadError
+        from sentinel.errors import TargetLoadError
         dev = h.get("device", "cpu")
         if dev == "auto":
             dev = "cuda" if torch.cuda.is_available() else "cpu"
@@ -134,13 +134,13 @@ class Worker:
         res = self._forked(lambda emit: {"status": "ok", "name": self.torch.cuda.get_device_name(self.device)},
                            120.0, "CUDA did not initialise within 120 s", "while initialising CUDA")
         if res.get("status") != "ok":
-            from sentinel_adapters.base import TargetLoadError
+            from sentinel.errors import TargetLoadError
             raise TargetLoadError(f"CUDA cannot be used here: {res['error']['message']}")
         return res["name"]
 
     # --- one scenario ------------------------------------------------------------------
     def execute(self, job: dict[str, Any]) -> dict[str, Any]:
-        from sentinel_adapters.base import PreconditionUnmet, Unsupported
+        from sentinel.errors import PreconditionUnmet, Unsupported
         t0 = time.perf_counter()
         runs, function = {}, None
         try:

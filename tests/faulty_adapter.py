@@ -50,7 +50,8 @@ from pathlib import Path
 
 import torch
 
-from sentinel_adapters.base import Adapter, BoundaryResult, FunctionRef, Unsupported
+from sentinel.adapters.contract import Adapter, BoundaryResult, FunctionRef
+from sentinel.errors import Unsupported
 
 if os.environ.get("FAULTY_IMPORT_HANG") == "1":  # an import that never returns
     while True:

@@ -13,7 +13,8 @@ import signal
 
 import torch
 
-from sentinel_adapters.base import Adapter, BoundaryResult, Unsupported
+from sentinel.adapters.contract import Adapter, BoundaryResult
+from sentinel.errors import Unsupported
 
 
 class CrashAdapter(Adapter):

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import torch
 
-from sentinel_adapters.base import Adapter, BoundaryResult, FunctionRef, Unsupported, implements
+from sentinel.adapters.contract import Adapter, BoundaryResult, FunctionRef, implements
+from sentinel.errors import Unsupported
 
 
 def kl_k1(log_probs, ref_log_probs, loss_mask):

@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from sentinel_adapters.areal import ArealAdapter
-from sentinel_adapters.base import TargetLoadError, Unsupported
-from sentinel_adapters.shims import install_stubs, is_stub
+from sentinel.errors import TargetLoadError, Unsupported
+from sentinel.adapters.shims import install_stubs, is_stub
 
 needs_areal = pytest.mark.skipif(
     importlib.util.find_spec("areal") is None,
@@ -80,7 +80,7 @@ def test_load_facts(areal):
 
 
 def unresolved_calls() -> list[str]:
-    from sentinel_adapters.support import resolve
+    from sentinel.adapters.binding import resolve
 
     return sorted(c for row in ArealAdapter.mapping().values() for c in row["calls"] if resolve(c) is None)
 

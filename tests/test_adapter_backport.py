@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sentinel_adapters.backport import rewrite
+from sentinel.adapters.backport import rewrite
 
 SOURCE = textwrap.dedent('''\
     """A module written for Python 3.12."""
@@ -79,7 +79,7 @@ def test_a_package_using_it_imports_and_computes_the_same(tmp_path):
     code = textwrap.dedent(f"""
         import sys, typing
         sys.path.insert(0, {str(tmp_path)!r})
-        from sentinel_adapters.backport import backport_type_params
+        from sentinel.adapters.backport import backport_type_params
         assert backport_type_params("pep695pkg")
         from pep695pkg import mod, plain
         assert mod.first([3, 4]) == 3 and mod.Box(5).get(None) == 5 and mod.scale(4) == 8

@@ -1,4 +1,4 @@
-"""How a target's import path is satisfied (adapters/shims.py, adapters/support.py): a
+"""How a target's import path is satisfied (sentinel/adapters/shims.py, loading.py): a
 missing heavy module is stubbed, a missing light one is a load error naming the pip extra
 that installs it, and a package entered without its `__init__` still serves what that
 `__init__` re-exports. Each case runs in a fresh interpreter (stubs are process-wide)."""
@@ -22,9 +22,9 @@ def test_heavy_is_stubbed_light_is_a_load_error_with_the_fix(tmp_path):
     (pkg / "heavy.py").write_text("import no_such_runtime_xyz.cluster\nVALUE = 3\n")
     (pkg / "light.py").write_text("import no_such_light_xyz\n")
     p = _run(tmp_path, """
-        from sentinel_adapters.base import TargetLoadError
-        from sentinel_adapters.shims import import_with_stubs
-        from sentinel_adapters.support import pip_hint
+        from sentinel.errors import TargetLoadError
+        from sentinel.adapters.shims import import_with_stubs
+        from sentinel.adapters.loading import pip_hint
         stubs = []
         kw = dict(target="toy", own="toytrainer", allowed=None, light={"no_such_light_xyz"}, stubs=stubs,
                   hint="install it: " + pip_hint("toy"))
@@ -48,7 +48,7 @@ def test_bare_package_serves_its_reexports(tmp_path):
     (pkg / "loss.py").write_text("from wired.backend import padded_vocab\n")
     p = _run(tmp_path, f"""
         from pathlib import Path
-        from sentinel_adapters.support import bare_package
+        from sentinel.adapters.loading import bare_package
         bare_package("wired.backend", Path({str(tmp_path)!r}))  # its __init__ never runs
         import wired.backend.loss as loss
         print(loss.padded_vocab(130))

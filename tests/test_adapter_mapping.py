@@ -8,12 +8,13 @@ import pytest
 import torch
 
 from sentinel.boundaries import BOUNDARIES
-from sentinel_adapters import reference as R
+from sentinel_adapters.reference import ops as R
 from sentinel_adapters.areal import ArealAdapter
-from sentinel_adapters.base import Adapter, BoundaryResult, Unsupported, implements
-from sentinel_adapters.reference_adapter import ReferenceAdapter
+from sentinel.adapters.contract import Adapter, BoundaryResult, implements
+from sentinel.errors import Unsupported
+from sentinel_adapters.reference.adapter import ReferenceAdapter
 from sentinel_adapters.slime import SlimeAdapter
-from sentinel_adapters.support import resolve
+from sentinel.adapters.binding import resolve
 from sentinel_adapters.verl import VerlAdapter
 
 SHIPPED = (ReferenceAdapter, SlimeAdapter, ArealAdapter, VerlAdapter)

@@ -18,7 +18,7 @@ import torch
 from sentinel.catalog import catalog_path
 from sentinel.runner import TargetSpec, run
 from sentinel.spec import load_paths
-from sentinel_adapters.base import Unsupported
+from sentinel.errors import Unsupported
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(
     importlib.util.find_spec("openrlhf") is None,
@@ -49,7 +49,7 @@ def test_load_facts(orl):
 
 def test_every_declared_call_resolves(orl):
     from sentinel_adapters.openrlhf import OpenRLHFAdapter
-    from sentinel_adapters.support import resolve
+    from sentinel.adapters.binding import resolve
 
     calls = {c for row in OpenRLHFAdapter.mapping().values() for c in row["calls"]}
     assert calls and [c for c in sorted(calls) if resolve(c) is None] == []

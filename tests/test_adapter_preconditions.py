@@ -1,4 +1,4 @@
-"""Declared preconditions (adapters/base.py `Precondition`): an adapter names, once, an input
+"""Declared preconditions (sentinel/adapters/contract.py `Precondition`): an adapter names, once, an input
 its trainer's real data path never produces. `Adapter.call` refuses it before any target
 code runs; `sentinel run` reports the scenario `excluded` with the precondition's name (not
 `unsupported`, which means a function or option is absent); the hunt rejects such examples
@@ -17,8 +17,9 @@ import torch
 
 from sentinel import hunt as H
 from sentinel.runner import TargetSpec
-from sentinel_adapters.base import Adapter, Precondition, PreconditionUnmet
-from sentinel_adapters.reference_adapter import ReferenceAdapter
+from sentinel.adapters.contract import Adapter, Precondition
+from sentinel.errors import PreconditionUnmet
+from sentinel_adapters.reference.adapter import ReferenceAdapter
 from untimed import HUNT
 
 HERE = Path(__file__).resolve().parent

@@ -39,7 +39,7 @@ except ImportError:
     sys.modules["sentinel_adapters"] = importlib.util.module_from_spec(_spec)
 import torch
 from pathlib import Path
-from sentinel_adapters.base import Unsupported
+from sentinel.errors import Unsupported
 from sentinel_adapters.slime import SlimeAdapter
 
 T = torch.tensor
@@ -140,7 +140,7 @@ out["reward_norm_cfg"] = call("advantages", adv_inputs, {"estimator": "grpo", "r
 out["grpo"] = call("advantages", {**adv_inputs, "rewards": T([1.0, 0.0, 3.0, 3.0]), "group": T([7, 7, 2, 2]),
                                   "loss_mask": T([[1.0, 1.0]] * 4)}, {"estimator": "grpo"})
 import tempfile
-from sentinel_adapters.base import TargetLoadError
+from sentinel.errors import TargetLoadError
 try:
     SlimeAdapter(Path(tempfile.mkdtemp()), torch.device("cpu")).load()
 except TargetLoadError as e:
@@ -150,7 +150,7 @@ out["seq_sum"] = call("loss_agg", {"values": T([[1.0, 2.0]]), "loss_mask": T([[1
 # the surfaces' modules (observability.train_metric_utils) are imported on first use
 out["metrics"] = call("metrics", {"log_probs": T([[-0.25, -1.5]]), "old_log_probs": T([[-0.5, -1.0]]),
                                   "advantages": T([[1.0, 1.0]]), "loss_mask": T([[1.0, 1.0]])}, {})
-from sentinel_adapters.support import resolve
+from sentinel.adapters.binding import resolve
 out["unresolved"] = sorted(c for row in SlimeAdapter.mapping().values() for c in row["calls"] if resolve(c) is None)
 """
 

@@ -18,7 +18,7 @@ import torch
 from sentinel.catalog import catalog_path
 from sentinel.runner import TargetSpec, run
 from sentinel.spec import load_paths
-from sentinel_adapters.base import Unsupported
+from sentinel.errors import Unsupported
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(
     importlib.util.find_spec("trl") is None or importlib.util.find_spec("transformers") is None,
@@ -51,7 +51,7 @@ def test_load_facts(trl):
 
 
 def test_every_declared_call_resolves(trl):
-    from sentinel_adapters.support import resolve
+    from sentinel.adapters.binding import resolve
     from sentinel_adapters.trl import TRLAdapter
 
     calls = {c for row in TRLAdapter.mapping().values() for c in row["calls"]}

@@ -14,7 +14,7 @@ import torch
 from sentinel.catalog import catalog_path
 from sentinel.runner import TargetSpec, run
 from sentinel.spec import load_paths
-from sentinel_adapters.base import TargetLoadError, Unsupported
+from sentinel.errors import TargetLoadError, Unsupported
 from sentinel_adapters.verl import VerlAdapter
 
 pytestmark = pytest.mark.skipif(
@@ -42,7 +42,7 @@ def test_load_facts(verl):
 
 
 def test_every_declared_call_resolves(verl):
-    from sentinel_adapters.support import resolve
+    from sentinel.adapters.binding import resolve
 
     # the engine module (temperature scaling, boundary logprobs) is imported on first use
     verl.call("logprobs", {"logits": T([[[0.0, 1.0]]]), "tokens": T([[1]]), "loss_mask": T([[1.0]])}, {})

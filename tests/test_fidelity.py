@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 import torch
 
-from sentinel_adapters.support import spy
+from sentinel.adapters.spying import spy
 
 T = torch.tensor
 # masked head, interior hole and masked tail in row 0; row 2 fully masked

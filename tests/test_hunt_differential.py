@@ -20,19 +20,12 @@ import pytest
 from sentinel import hunt as H
 from sentinel.runner import TargetSpec
 from sentinel.spec import load_file
-from sentinel_adapters.plants import PLANTS
+from sentinel_adapters.reference.plants import PLANTS
 from untimed import DIFFERENTIAL, DIFFERENTIAL_SECONDS
 
 HERE = Path(__file__).parent
 REFERENCE = TargetSpec("reference")
-PLANT_BOUNDARY = {
-    "opsm-token-level": "opsm_mask", "reward-norm-before-no-eos": "advantages", "kl-inplace-shaping": "advantages",
-    "is-weight-attached": "is_correction", "masked-kl-leak": "gspo_kl", "loss-agg-counts-padding": "loss_agg",
-    "grpo-cross-group": "reward_norm", "input-mutation": "kl", "row-order": "reward_norm",
-    "gspo-token-ratio": "policy_loss", "logprobs-temperature-inplace": "logprobs",
-    "logprobs-temperature-twice": "logprobs", "values-shifted": "values", "metrics-over-padding": "metrics",
-    "masked-reduce-multiplies": "masked_reduce",
-}
+PLANT_BOUNDARY = {name: p.hunt for name, p in PLANTS.items()}
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +90,7 @@ def test_the_reference_violates_no_property_where_a_differential_hunt_asks():
     from sentinel.hunt.properties import select
     from sentinel.hunt.worker.session import _properties
     from sentinel.strategies import Example
-    from sentinel_adapters.reference_adapter import ReferenceAdapter
+    from sentinel_adapters.reference.adapter import ReferenceAdapter
     ex = Example("policy_loss", GSPO_PARTIAL_ROW["config"],
                  {n: np.asarray(v, np.float32) for n, v in GSPO_PARTIAL_ROW["inputs"].items()})
     names = [p.name for p in select(["policy_loss"]) if p.admits(ex.config)]  # what _classify asks

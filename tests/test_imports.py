@@ -145,7 +145,7 @@ def test_the_parent_side_imports_no_torch():
     """The CLI and the plant catalogue import neither torch nor Hypothesis; the hunt driver
     (Hypothesis strategies) no torch: only the worker process imports torch."""
     g = graph()
-    for start in ("sentinel.cli", "sentinel.launch", "sentinel_adapters.plants"):
+    for start in ("sentinel.cli", "sentinel.launch", "sentinel_adapters.reference.plants"):
         assert not {"torch", "hypothesis"} & reach(g, start), start
     assert "torch" not in reach(g, "sentinel.hunt")
 

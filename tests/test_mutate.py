@@ -89,12 +89,12 @@ PLANT_MUTANTS = {
 def test_reference_plant_expressed_by_an_operator_is_killed(plant, tmp_path, monkeypatch):
     from sentinel.catalog import catalog_path
     from sentinel.mutate.mutants import Function, mutants
-    from sentinel_adapters import reference as R
+    from sentinel_adapters.reference import ops as R
     import inspect
     monkeypatch.setenv("HYPOTHESIS_STORAGE_DIRECTORY", str(tmp_path / "hypothesis"))
     boundary, name, op, replacement = PLANT_MUTANTS[plant]
     lines, line = inspect.getsourcelines(getattr(R, name))
-    key = next(m.key for m in mutants(Function(f"sentinel_adapters.reference:{name}", "".join(lines), line), [op])
+    key = next(m.key for m in mutants(Function(f"sentinel_adapters.reference.ops:{name}", "".join(lines), line), [op])
                if m.replacement == replacement)
     rep = mutate(load_paths([catalog_path()]), Options("reference", boundaries=[boundary], operators=[op], only=[key],
                                                         budget=20, cache=None))

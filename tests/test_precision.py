@@ -21,7 +21,7 @@ from sentinel.invariants.precision import gamma, off_grid
 from sentinel.observe import observe
 from sentinel.runner import TargetSpec, plan, run
 from sentinel.spec import SpecError, load_file, load_text
-from sentinel_adapters.reference_adapter import ReferenceAdapter
+from sentinel_adapters.reference.adapter import ReferenceAdapter
 
 CATALOG = Path(__file__).resolve().parents[1] / "scenarios" / "policy" / "precision.yaml"
 PLANT = "ratio-in-low-precision"

@@ -19,10 +19,9 @@ except ImportError:  # not installed: map the adapters/ folder to its import nam
     sys.modules["sentinel_adapters"] = importlib.util.module_from_spec(_spec)
 
 from sentinel.boundaries import BOUNDARIES
-from sentinel_adapters import reference as R
-from sentinel_adapters.planted import BUGS
-from sentinel_adapters.plants import PLANTS
-from sentinel_adapters.reference_adapter import ReferenceAdapter
+from sentinel_adapters.reference import ops as R
+from sentinel_adapters.reference.plants import PLANTS
+from sentinel_adapters.reference.adapter import ReferenceAdapter
 
 t = torch.tensor
 
@@ -35,7 +34,7 @@ def call(boundary, inputs, config=None, plant=None):
 def test_adapter_speaks_every_boundary_and_every_plant_replaces_a_table_entry():
     assert set(ReferenceAdapter().supported()) == set(BOUNDARIES)
     assert all(p.replaces in R.REFERENCE_OPS for p in PLANTS.values())
-    assert set(BUGS) == set(PLANTS)
+    assert all(callable(p.code) and p.hunt in BOUNDARIES for p in PLANTS.values())
     assert ReferenceAdapter().load()["version"]
 
 

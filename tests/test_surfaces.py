@@ -22,8 +22,8 @@ from sentinel.runner import TargetSpec, run
 from sentinel.schema import scenario_schema
 from sentinel.spec import ScenarioModel, SpecError, load_text
 from sentinel import expr
-from sentinel_adapters import reference as R
-from sentinel_adapters.reference_adapter import ReferenceAdapter
+from sentinel_adapters.reference import ops as R
+from sentinel_adapters.reference.adapter import ReferenceAdapter
 
 t = torch.tensor
 

@@ -19,7 +19,7 @@ from sentinel.runner import TargetSpec, run
 from sentinel.spec import load_paths
 from sentinel_adapters.areal import ArealAdapter
 from sentinel_adapters.slime import SlimeAdapter
-from sentinel_adapters.support import spy
+from sentinel.adapters.spying import spy
 from sentinel_adapters.verl import VerlAdapter
 
 SURFACES = ("logprobs", "values", "metrics", "masked_reduce")

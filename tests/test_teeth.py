@@ -11,7 +11,7 @@ from sentinel.catalog import catalog_path
 from sentinel.invariants import REGISTRY
 from sentinel.runner import TargetSpec, run
 from sentinel.spec import load_paths
-from sentinel_adapters.plants import PLANTS
+from sentinel_adapters.reference.plants import PLANTS
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,8 @@ from __future__ import annotations
 import importlib
 import sys
 
-from sentinel_adapters.base import Adapter, BoundaryResult, FunctionRef, TargetLoadError
+from sentinel.adapters.contract import Adapter, BoundaryResult, FunctionRef
+from sentinel.errors import TargetLoadError
 
 
 class TinyAdapter(Adapter):

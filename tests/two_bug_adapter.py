@@ -15,8 +15,8 @@ from types import SimpleNamespace
 
 import torch
 
-from sentinel_adapters import reference as R
-from sentinel_adapters.reference_adapter import ReferenceAdapter
+from sentinel_adapters.reference import ops as R
+from sentinel_adapters.reference.adapter import ReferenceAdapter
 
 
 def two_bugs(x, loss_mask, mode="token-mean"):

@@ -15,7 +15,7 @@ policy_loss     ``PolicyLoss`` (clip, asymmetric clip since 0.7, ``dual_clip``,
                 ``masked_mean``), recorded by a call-through spy
 is_correction   ``PolicyLoss`` with ``enable_vllm_is_correction``: vanilla_tis = "tis",
                 icepop = "icepop"; ``weights`` is the forward's own ``vllm_is`` tensor,
-                read from its frame on return (adapters/frames.py)
+                read from its frame on return (sentinel/adapters/frames.py)
 loss_agg        ``aggregate_loss`` (0.11; inline in PolicyLoss before)
 kl              ``compute_approx_kl`` (k1 / k2 / k3, clamped to +-10 since 0.7)
 gae             ``get_advantages_and_returns`` of the experience maker

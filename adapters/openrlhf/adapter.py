@@ -4,7 +4,6 @@ docstring for what each boundary reaches and the conventions translated)."""
 from __future__ import annotations
 
 import inspect
-import time
 import types
 from importlib import metadata
 from pathlib import Path
@@ -12,25 +11,44 @@ from typing import Any, Callable
 
 import torch
 
-from ..base import Adapter, BoundaryResult, Unsupported, implements
-from ..frames import locals_on_return
-from ..shims import block, import_with_stubs, is_stub
-from ..support import (bind, first_on_path, group_ids, group_layout, keep_host_logging, locate, lookup, module_files,
-                       parameters, spy, unpermute, version_facts)
-from .conventions import (BLOCKED, ESTIMATORS, EXPERIENCE, GROUP_NORM_EPS, HEAVY_DEPS, KL_CONTROLLER, LOSS,
-                          LOSS_UTILS, MAKER, PIP_HINT, UTILS, experience, trainer_args, whitened)
+from sentinel.adapters.binding import bind, parameters
+from sentinel.adapters.contract import BoundaryResult, implements, refuse
+from sentinel.adapters.frames import locals_on_return
+from sentinel.adapters.layout import group_ids, group_layout, unpermute
+from sentinel.adapters.loading import version_facts
+from sentinel.adapters.shims import block, is_stub
+from sentinel.adapters.spying import spy
+from sentinel.adapters.trainer import TrainerAdapter, floating, shifts_rewards
+from sentinel.errors import Unsupported
 
-_KL = {"k1": "k1", "kl": "k1", "k2": "k2", "mse": "k2", "k3": "k3", "low_var_kl": "k3"}
+from .conventions import (
+    BLOCKED,
+    ESTIMATORS,
+    EXPERIENCE,
+    GROUP_NORM_EPS,
+    HEAVY_DEPS,
+    KL_CONTROLLER,
+    LOSS,
+    LOSS_PATH_FILES,
+    LOSS_UTILS,
+    MAKER,
+    PIP_HINT,
+    UTILS,
+    experience,
+    trainer_args,
+    whitened,
+)
 
 
-def _floating(x: torch.Tensor) -> torch.Tensor:
-    return x if x.is_floating_point() else x.float()
-
-
-class OpenRLHFAdapter(Adapter):
+class OpenRLHFAdapter(TrainerAdapter):
     """OpenRLHF from a checkout (``--repo``) or the installed package."""
 
     name = "openrlhf"
+    package, marker, extra, install_hint, heavy = "openrlhf", LOSS, "openrlhf", PIP_HINT, HEAVY_DEPS
+    modules = (LOSS, UTILS)
+    optional_modules = (MAKER, EXPERIENCE, KL_CONTROLLER, LOSS_UTILS)
+    lookup_modules = (UTILS,)
+    loss_path_files = LOSS_PATH_FILES
     description = ("OpenRLHF/OpenRLHF: models.loss (PolicyLoss, aggregate_loss), models.utils (compute_approx_kl, "
                    "compute_reward) and the experience maker's advantage estimators, on one process.")
     declines = {
@@ -39,39 +57,20 @@ class OpenRLHFAdapter(Adapter):
         "gspo_kl": "OpenRLHF computes the GSPO sequence log-ratio inside PolicyLoss.forward and returns only the "
                    "aggregated loss (use the policy_loss boundary with importance_sampling_level sequence)",
     }
-
-    def __init__(self, root: Path | None, device: torch.device, options: dict[str, Any] | None = None):
-        super().__init__(root, device, options)
-        # loaded modules, import errors of the optional ones, facts for the report
-        self.mods: dict[str, types.ModuleType] = {}
-        self.errors: dict[str, str] = {}  # import errors of the optional modules
-        self.facts: dict[str, Any] = {}
+    unsupported = (
+        refuse("advantages", "reward_bias", "reward_scaling", "adv_norm", reason="OpenRLHF has no such option",
+               when=lambda c: shifts_rewards(c) or bool(c["adv_norm"])),
+    )
 
     # --- loading ------------------------------------------------------------------------
-    def _import(self, name: str) -> types.ModuleType:
-        return import_with_stubs(name, target="openrlhf", own="openrlhf", stubs=self.stubs,
-                                 allowed=HEAVY_DEPS | set(self.options.get("extra_stubs") or ()),
-                                 hint=f"{PIP_HINT}, or options.extra_stubs")
-
-    def _optional(self, name: str) -> None:
-        try:
-            self.mods[name] = self._import(name)
-        except Exception as e:  # noqa: BLE001 - optional: the boundaries that need it say unsupported
-            self.errors[name] = f"{type(e).__name__}: {e}"
-
-    def load(self) -> dict[str, Any]:
-        root = locate("openrlhf", "openrlhf", LOSS, self.root, hint=PIP_HINT)
-        from_checkout = self.root is not None
-        first_on_path(root)
-        self.root = root
+    def _prepare(self, root: Path) -> None:
         block(list(BLOCKED))
-        t0 = time.perf_counter()
-        with keep_host_logging():
-            for name in (LOSS, UTILS):
-                self.mods[name] = self._import(name)
-            boundary_s = time.perf_counter() - t0
-            for name in (MAKER, EXPERIENCE, KL_CONTROLLER, LOSS_UTILS):
-                self._optional(name)
+
+    def _import_optional(self, root: Path) -> None:
+        for name in self.optional_modules:  # one that fails: the boundaries that need it say unsupported
+            self._optional(name, strict=False)
+
+    def _version(self, root: Path, from_checkout: bool) -> dict[str, Any]:
         vfile = root / "version.txt"
         version = vfile.read_text(errors="replace").strip() if vfile.is_file() else None
         if not from_checkout:
@@ -79,18 +78,9 @@ class OpenRLHFAdapter(Adapter):
                 version = metadata.version("openrlhf")
             except metadata.PackageNotFoundError:
                 pass
-        files = module_files(self.mods.values(), root)
-        self.facts = {**version_facts(root, version, from_checkout), "module_files": files, "stubs": list(self.stubs),
-                      "boundary_import_s": round(boundary_s, 4)}
-        if self.errors:
-            self.facts["optional_module_errors"] = dict(self.errors)
-        return dict(self.facts)
+        return version_facts(root, version, from_checkout)
 
     # --- lookups ------------------------------------------------------------------------
-    def _fn(self, name: str, *modules: str, boundary: str) -> Callable:
-        return lookup(self.mods, name, modules or (UTILS,), target="openrlhf", boundary=boundary,
-                      version=self.facts.get("version", "this version"), errors=self.errors)
-
     def _maker_class(self, method: str, boundary: str) -> type:
         """The experience-maker class of this version that defines `method` (RemoteExperienceMaker,
         NaiveExperienceMaker or BaseExperienceMaker)."""
@@ -115,7 +105,7 @@ class OpenRLHFAdapter(Adapter):
     # --- KL -----------------------------------------------------------------------------
     def _approx_kl(self, boundary: str, lp: torch.Tensor, ref: torch.Tensor, kl_type: str) -> torch.Tensor:
         fn = self._fn("compute_approx_kl", boundary=boundary)
-        name = _KL.get(kl_type)
+        name = self._kl_name(kl_type)
         if name is None:
             raise Unsupported(f"OpenRLHF's compute_approx_kl has no {kl_type!r} (k1, k2, k3)")
         params = parameters(fn)
@@ -127,7 +117,7 @@ class OpenRLHFAdapter(Adapter):
 
     @implements("kl", calls=(f"{UTILS}:compute_approx_kl",))
     def b_kl(self, inputs, config):
-        lp, ref = _floating(inputs["log_probs"]), _floating(inputs["ref_log_probs"])
+        lp, ref = floating(inputs["log_probs"]), floating(inputs["ref_log_probs"])
         kl = self._approx_kl("kl", lp, ref, config["kl_type"])
         return BoundaryResult({"kl": kl}, function=self._ref(self._fn("compute_approx_kl", boundary="kl")))
 
@@ -173,11 +163,11 @@ class OpenRLHFAdapter(Adapter):
                               "boundary)")
         loss_fn = cls(**bind(cls, boundary, {}, {**kw, **(correction or {})}))
         mask = inputs["loss_mask"].bool()
-        call: dict[str, Any] = {"log_probs": _floating(inputs["log_probs"]),
-                                "old_log_probs": _floating(inputs["old_log_probs"]),
-                                "advantages": _floating(inputs["advantages"]), "action_mask": mask}
+        call: dict[str, Any] = {"log_probs": floating(inputs["log_probs"]),
+                                "old_log_probs": floating(inputs["old_log_probs"]),
+                                "advantages": floating(inputs["advantages"]), "action_mask": mask}
         if correction:
-            call["rollout_log_probs"] = _floating(inputs["rollout_log_probs"])
+            call["rollout_log_probs"] = floating(inputs["rollout_log_probs"])
         norms = getattr(self.mods.get(LOSS_UTILS), "get_loss_batch_info", None)
         fwd = parameters(loss_fn.forward)
         if callable(norms) and "batch_num_tokens" in fwd:
@@ -295,10 +285,10 @@ class OpenRLHFAdapter(Adapter):
                             clip_range=None if clip is None else (-float(clip), float(clip)), stop_coef=stop)
         maker = self._bare_maker(cls, args, kl_coef)
         m = mask.bool()[idx]
-        r = _floating(rewards).detach().reshape(n_rows)[idx].clone()
+        r = floating(rewards).detach().reshape(n_rows)[idx].clone()
         kl_t = torch.zeros(m.shape, dtype=r.dtype, device=m.device) if kl is None else kl[idx]
         exp = experience(self._experience_class(), action_mask=m, rewards=r,
-                         values=None if values is None else _floating(values).detach()[idx], kl=kl_t,
+                         values=None if values is None else floating(values).detach()[idx], kl=kl_t,
                          info={"reward": r}, index=list(range(n_rows)),
                          truncated=None if truncated is None else truncated.bool()[idx],
                          response_length=m.sum(-1).float(), total_length=m.sum(-1).float())
@@ -353,14 +343,12 @@ class OpenRLHFAdapter(Adapter):
                       or (est == "reinforce_baseline" and mean == "group" and std is None)):
                 raise Unsupported(f"reward_norm {norm}: OpenRLHF's only reward normalisation is its estimator's own "
                                   f"(group_norm: group mean and std + 1e-9; dr_grpo / reinforce_baseline: group mean)")
-        if float(config["reward_bias"]) != 0.0 or float(config["reward_scaling"] or 1.0) != 1.0 or config["adv_norm"]:
-            raise Unsupported("reward_bias / reward_scaling / adv_norm: OpenRLHF has no such option")
         mask = inputs["loss_mask"]
         kl_coef = float(config["kl_coef"])
         kl = None
         if "log_probs" in inputs and "ref_log_probs" in inputs:
-            kl = self._approx_kl("advantages", _floating(inputs["log_probs"]).detach(),
-                                 _floating(inputs["ref_log_probs"]).detach(), config["kl_type"])
+            kl = self._approx_kl("advantages", floating(inputs["log_probs"]).detach(),
+                                 floating(inputs["ref_log_probs"]).detach(), config["kl_type"])
         elif kl_coef != 0.0:
             raise ValueError("kl_coef != 0 needs log_probs and ref_log_probs")
         truncated = None
@@ -425,7 +413,7 @@ class OpenRLHFAdapter(Adapter):
         fn = cls.get_advantages_and_returns
         adv, ret = maker.get_advantages_and_returns(
             **bind(maker.get_advantages_and_returns, "gae",
-                   {"values": _floating(inputs["values"]), "rewards": _floating(inputs["token_rewards"]),
+                   {"values": floating(inputs["values"]), "rewards": floating(inputs["token_rewards"]),
                     "action_mask": inputs["loss_mask"].bool(), "gamma": float(config["gamma"]),
                     "lambd": float(config["lam"])}))
         return BoundaryResult({"advantages": adv, "returns": ret}, function=self._ref(fn))

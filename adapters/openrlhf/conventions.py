@@ -15,6 +15,11 @@ EXPERIENCE = "openrlhf.trainer.ppo_utils.experience"  # Experience moved here fr
 KL_CONTROLLER = "openrlhf.trainer.ppo_utils.kl_controller"
 LOSS_UTILS = "openrlhf.utils.loss_utils"  # the actor's loss normalisers (0.11)
 
+# What `sentinel history` watches: the files of the modules above.
+LOSS_PATH_FILES = ("openrlhf/models/loss.py", "openrlhf/models/utils.py",
+                   "openrlhf/trainer/ppo_utils/experience_maker.py", "openrlhf/trainer/ppo_utils/experience.py", "openrlhf/trainer/ppo_utils/kl_controller.py",
+                   "openrlhf/utils/loss_utils.py")
+
 PIP_HINT = "pip install --no-deps openrlhf==0.11.2 && pip install 'rl-sentinel[openrlhf]'"
 
 # Third-party modules OpenRLHF's import chain (openrlhf.models -> actor/model, deepspeed;

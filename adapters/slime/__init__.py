@@ -19,7 +19,7 @@ Where the code lives in slime (paths relative to a checkout):
 
 Conventions translated here:
 - canonical ``[B, T]`` -> one response tensor per sample: the whole row, every position
-  (``support.rows``; masked head and tail positions, and what they hold, reach slime as masked
+  (``layout.rows``; masked head and tail positions, and what they hold, reach slime as masked
   response tokens, as a multi-turn sample's tool output or a removed sample's do), ``loss_masks``
   as int32 (as slime's actor moves them to the GPU), ``response_lengths`` = T,
   ``total_lengths`` = T + 1 (the one-token prompt the loss entry builds); a fully masked row is a

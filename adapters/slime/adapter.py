@@ -14,61 +14,70 @@ from typing import Any, Callable
 
 import torch
 
-from ..backport import backport_type_params
-from ..base import Adapter, BoundaryResult, Unsupported, deviation, implements
-from ..shims import import_with_stubs
-from ..support import (bind, first_on_path, group_ids, group_layout, locate, lookup, module_exists, parameters,
-                       pip_hint, rows, signature_text, spy, unrows, version_facts)
-from .conventions import (BARE_PACKAGES, BOUNDARY_MODULES, CP_UTILS, ESTIMATORS, EXTRA, GROUP_NORMALISED, LIGHT, LOSS,
-                          MODULE_HOMES, PPO_UTILS, ROLLOUT, slime_args)
+from sentinel.adapters.backport import backport_type_params
+from sentinel.adapters.binding import bind, parameters, signature_text
+from sentinel.adapters.contract import BoundaryResult, implements, refuse
+from sentinel.adapters.layout import group_ids, group_layout, rows, unrows
+from sentinel.adapters.loading import bare_package, module_exists, version_facts
+from sentinel.adapters.spying import spy
+from sentinel.adapters.trainer import TrainerAdapter
+from sentinel.errors import Unsupported
+
+from .conventions import (
+    BARE_PACKAGES,
+    BOUNDARY_MODULES,
+    CP_UTILS,
+    ESTIMATORS,
+    EXTRA,
+    GROUP_NORMALISED,
+    LIGHT,
+    LOSS,
+    MODULE_HOMES,
+    PPO_UTILS,
+    ROLLOUT,
+    slime_args,
+)
+from .deviations import DEVIATIONS
 from .entry import EntryLoss
-from .megatron import bare_package, install_megatron_shim
+from .megatron import install_megatron_shim
 from .surfaces import Surfaces
 
 # The loss entry every loss boundary's reduced loss goes through (`EntryLoss._entry_loss`).
 ENTRY_CALLS = (f"{LOSS}:loss_function", f"{LOSS}:policy_loss_function", f"{CP_UTILS}:get_sum_of_sample_mean")
 
 
-class SlimeAdapter(EntryLoss, Surfaces, Adapter):
+class SlimeAdapter(EntryLoss, Surfaces, TrainerAdapter):
     """THUDM/slime from a checkout (``--repo``) or an installed package."""
 
     name = "slime"
+    package, marker, extra, light = "slime", PPO_UTILS, EXTRA, LIGHT
+    lookup_modules = (PPO_UTILS, LOSS, CP_UTILS)
     description = ("THUDM/slime: ppo_utils / megatron_utils.loss / cp_utils called on one process "
                    "(context parallel size 1) with per-sample response tensors.")
     loss_path_files = ("slime/utils/ppo_utils.py", "slime/backends/megatron_utils/loss.py",
                        "slime/backends/megatron_utils/cp_utils.py", "slime/ray/rollout.py")
-    # where slime departs from the reference math on purpose (sentinel hunt --against reference)
-    deviations = {
-        "per-sample-mean-over-step-samples": deviation(
-            "policy_loss", observables=("loss", "grad:loss/log_probs"), when={"loss_agg": ["seq-mean-token-mean"]},
-            reason="the per-sample mean is divided by the step's sample count (step_global_batch_size, a constant "
-                   "of the step, as its comment says), so a sample whose loss mask is all zero still counts; the "
-                   "reference averages over samples with a valid token",
-            link="https://github.com/THUDM/slime/blob/624b824a8/slime/backends/megatron_utils/loss.py#L1352-L1374"),
-        "per-sample-mean-over-step-samples-cispo": deviation(
-            "cispo_loss", observables=("loss", "grad:loss/log_probs"), when={"loss_agg": ["seq-mean-token-mean"]},
-            reason="as per-sample-mean-over-step-samples: slime's loss_function divides by the step's sample count",
-            link="https://github.com/THUDM/slime/blob/624b824a8/slime/backends/megatron_utils/loss.py#L1352-L1374"),
-    }
+    deviations = DEVIATIONS  # where slime departs from the reference math on purpose
+    unsupported = (
+        refuse("advantages", "reward_norm",
+               reason="slime's only reward normalisation is the estimator's built-in group normalisation "
+                      "(RolloutManager._post_process_rewards); no configurable reward_norm"),
+        refuse("advantages", "mask_no_eos_with_zero",
+               reason="slime has no option to zero the reward of a no-EOS sample"),
+        refuse("advantages", "reward_clip", reason="slime's advantage path does not clip rewards"),
+    )
 
     def __init__(self, root: Path | None, device: torch.device, options: dict[str, Any] | None = None):
         super().__init__(root, device, options)
-        self.mods: dict[str, types.ModuleType] = {}
         self.rollout_error: str | None = None
-        self.facts: dict[str, Any] = {}
 
     # --- loading ------------------------------------------------------------------------
-    def _version(self, root: Path) -> dict[str, Any]:
+    def _version(self, root: Path, from_checkout: bool = True) -> dict[str, Any]:
         setup = root / "setup.py"
         m = re.search(r"""version\s*=\s*["']([^"']+)["']""", setup.read_text(errors="replace")) if setup.is_file() else None
         return version_facts(root, m.group(1) if m else None)
 
-    def _import(self, name: str) -> types.ModuleType:
-        return import_with_stubs(name, target="slime", own="slime", stubs=self.stubs,
-                                 allowed=None, light=LIGHT, hint=f"install it: {pip_hint(EXTRA)}")
-
     def load(self) -> dict[str, Any]:
-        root = locate("slime", "slime", PPO_UTILS, self.root)
+        root = self._locate()
         compile_ = bool(self.options.get("compile"))
         if not compile_:
             # slime decorates compute_approx_kl / compute_policy_loss / compute_cispo_loss with
@@ -78,8 +87,6 @@ class SlimeAdapter(EntryLoss, Surfaces, Adapter):
         import torch._dynamo
 
         torch._dynamo.config.disable = not compile_
-        first_on_path(root)
-        self.root = root
 
         self.stubs = install_megatron_shim()
         backport_type_params("slime")
@@ -118,13 +125,6 @@ class SlimeAdapter(EntryLoss, Surfaces, Adapter):
         if self.rollout_error:
             self.facts["rollout_module_error"] = self.rollout_error
         return dict(self.facts)
-
-    # --- lookups ------------------------------------------------------------------------
-    def _fn(self, name: str, *modules: str, boundary: str) -> Callable:
-        """slime's function `name` from the first of `modules` that has it (default: ppo_utils,
-        megatron_utils.loss, cp_utils); `Unsupported` where this commit has none."""
-        return lookup(self.mods, name, modules or (PPO_UTILS, LOSS, CP_UTILS), target="slime", boundary=boundary,
-                      version=self.facts.get("version", "this commit"))
 
     # --- canonical <-> slime ------------------------------------------------------------
     def _tok(self, inputs: dict[str, torch.Tensor], name: str, mask: torch.Tensor) -> list[torch.Tensor]:
@@ -245,7 +245,7 @@ class SlimeAdapter(EntryLoss, Surfaces, Adapter):
         mask = inputs["loss_mask"].to(self.device)
         fn = self._fn("compute_approx_kl", PPO_UTILS, boundary="kl")
         lp, ref = self._tok(inputs, "log_probs", mask), self._tok(inputs, "ref_log_probs", mask)
-        kl_type = self._kl_name(config["kl_type"], fn)
+        kl_type = self._kl_name_for(config["kl_type"], fn)
         kl = []
         for a, b in zip(lp, ref):
             kw = bind(fn, "kl", {"log_probs": a, "log_probs_base": b, "kl_loss_type": kl_type},
@@ -255,7 +255,7 @@ class SlimeAdapter(EntryLoss, Surfaces, Adapter):
                               self._after(inputs, {"log_probs": lp, "ref_log_probs": ref}, mask), self._ref(fn))
 
     @staticmethod
-    def _kl_name(kl_type: str, fn: Callable) -> str:
+    def _kl_name_for(kl_type: str, fn: Callable) -> str:
         """Canonical KL estimator name -> the one this slime's compute_approx_kl accepts
         (slime called k1 "kl" until 2025-07)."""
         try:
@@ -400,13 +400,6 @@ class SlimeAdapter(EntryLoss, Surfaces, Adapter):
         """compute_advantages_and_returns(args, rollout_data), after slime's group reward
         normalisation for GRPO-family / REINFORCE++-baseline estimators. logged_kl is
         rollout_data["kl"] after the call: what log_rollout_data reports as rollout/kl."""
-        for key, why in (("reward_norm", "slime's only reward normalisation is the estimator's built-in group "
-                                         "normalisation (RolloutManager._post_process_rewards); no configurable "
-                                         "reward_norm"),
-                         ("mask_no_eos_with_zero", "slime has no option to zero the reward of a no-EOS sample"),
-                         ("reward_clip", "slime's advantage path does not clip rewards")):
-            if config[key]:
-                raise Unsupported(f"{key}: {why}")
         canon = config["estimator"]
         if canon not in ESTIMATORS:
             raise Unsupported(f"slime has no estimator {canon!r} (known: {', '.join(sorted(ESTIMATORS))})")
@@ -444,7 +437,7 @@ class SlimeAdapter(EntryLoss, Surfaces, Adapter):
             "loss_masks": masks,
         }
         args = slime_args(advantage_estimator=estimator, kl_coef=float(config["kl_coef"]),
-                          kl_loss_type=self._kl_name(config["kl_type"],
+                          kl_loss_type=self._kl_name_for(config["kl_type"],
                                                      self._fn("compute_approx_kl", PPO_UTILS, boundary="advantages")),
                           gamma=float(config["gamma"]), lambd=float(config["lam"]),
                           normalize_advantages=bool(config["normalize_advantages"]))

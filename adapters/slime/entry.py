@@ -16,8 +16,10 @@ from typing import Any, Callable
 
 import torch
 
-from ..base import BoundaryResult, FunctionRef, Unsupported
-from ..support import bind, parameters, signature_text
+from sentinel.adapters.binding import bind, parameters, signature_text
+from sentinel.adapters.contract import BoundaryResult, FunctionRef
+from sentinel.errors import Unsupported
+
 from .conventions import CP_UTILS, LOSS, LOSS_AGG, PPO_UTILS, slime_args
 
 

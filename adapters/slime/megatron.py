@@ -5,20 +5,18 @@ before 2026-06-29, Megatron's fused vocab-parallel cross-entropy. On one process
 initialised process groups, a functional stand-in answers for both (`install_megatron_shim`).
 Packages such as ``slime.backends.megatron_utils`` are entered without running their
 ``__init__`` (which wires the Ray actor, the Megatron model and checkpoint code):
-`support.bare_package`.
+`sentinel.adapters.loading.bare_package`.
 """
 
 from __future__ import annotations
 
 import sys
 import types
-from pathlib import Path
 from typing import Any
 
 import torch
 
-from ..shims import install_stubs
-from ..support import bare_package  # noqa: F401 - the adapter imports it from here
+from sentinel.adapters.shims import install_stubs
 
 
 class _MpuShim(types.ModuleType):

@@ -2,7 +2,7 @@
 metrics its loss entry logs, and its masked whitening.
 
 `Surfaces` is mixed into `SlimeAdapter` (it uses the adapter's `_fn`, `_ref`, `device`,
-`_ensure_process_group`, `_kl_name`). Every canonical row is handed to slime whole: one
+`_ensure_process_group`, `_kl_name_for`). Every canonical row is handed to slime whole: one
 sample per row, a one-token prompt, then all T positions as the response (masked ones
 included, with the row's ``loss_mask`` as slime's ``loss_masks``), packed as slime's
 Megatron forward packs a micro-batch (context-parallel size 1). Position ``s + t`` of sample
@@ -31,8 +31,11 @@ from typing import Any
 
 import torch
 
-from ..base import BoundaryResult, Unsupported, implements
-from ..support import bind, module_exists
+from sentinel.adapters.binding import bind
+from sentinel.adapters.contract import BoundaryResult, implements
+from sentinel.adapters.loading import module_exists
+from sentinel.errors import Unsupported
+
 from .conventions import LOSS, PPO_UTILS, slime_args
 from .entry import logits_for
 
@@ -126,7 +129,7 @@ class Surfaces:
                                        eps_clip_c=config["eps_clip_c"])
         if "ref_log_probs" in inputs:
             batch["ref_log_probs"] = rows("ref_log_probs")
-            kl_name = self._kl_name(config["kl_type"], self._fn("compute_approx_kl", PPO_UTILS, boundary="metrics"))
+            kl_name = self._kl_name_for(config["kl_type"], self._fn("compute_approx_kl", PPO_UTILS, boundary="metrics"))
             options.update(use_kl_loss=True, kl_loss_type=kl_name)
         args = slime_args(calculate_per_token_loss=per_token, global_batch_size=b, **options)
         self._ensure_process_group()

@@ -12,7 +12,7 @@ policy_loss     ``_compute_loss`` on a bare trainer (``bare.bare_trainer``): los
                 "dapo", "dr_grpo", ...), ``importance_sampling_level`` "sequence" (GSPO),
                 dual clip as ``args.delta``; ``pg_loss`` is its ``per_token_loss`` and
                 ``clipfrac`` its ``is_region_clipped``, read from its frame on return
-                (adapters/frames.py)
+                (sentinel/adapters/frames.py)
 cispo_loss      ``_compute_loss`` with loss_type "cispo" (epsilon_high = 1 + eps_clip_high)
 loss_agg        ``_compute_loss`` with log pi = log pi_old and advantages -values, so the
                 per-token loss it reduces is ``values``

@@ -3,57 +3,47 @@ what each boundary reaches and the conventions translated)."""
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import re
-import time
-import types
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from ..base import Adapter, BoundaryResult, TargetLoadError, Unsupported, implements
-from ..frames import locals_on_return
-from ..shims import hidden, import_with_stubs
-from ..support import first_on_path, keep_host_logging, locate, version_facts
+from sentinel.adapters.contract import BoundaryResult, implements
+from sentinel.adapters.frames import locals_on_return
+from sentinel.adapters.loading import keep_host_logging, version_facts
+from sentinel.adapters.shims import hidden
+from sentinel.adapters.trainer import TrainerAdapter
+from sentinel.errors import TargetLoadError, Unsupported
+
 from .bare import PROMPT, CanonicalPolicy, bare_trainer, missing_attribute
-
-GRPO = "trl.trainer.grpo_trainer"
-CONFIG = "trl.trainer.grpo_config"
-PIP_HINT = "pip install --no-deps trl==1.16.0 && pip install 'rl-sentinel[trl]'"
-
-# Third-party modules TRL's import chain (trl -> trainer.grpo_trainer) reaches at module level
-# but the loss never calls; found by importing every sampled commit since v0.17.0
-# (benchmarks/bench_import_openrlhf_trl.py) with rl-sentinel[trl] installed. transformers,
-# accelerate and huggingface_hub are imported for real (GRPOConfig is a TrainingArguments).
-HEAVY_DEPS = frozenset({
-    "datasets", "pandas", "pyarrow", "requests", "urllib3", "vllm", "vllm_ascend", "mergekit", "llm_blender",
-    "deepspeed", "weave", "peft", "liger_kernel", "wandb", "rich", "jmespath", "math_verify", "PIL", "torchvision",
-    "fastapi", "uvicorn", "aiohttp", "bitsandbytes", "openreward", "harbor", "num2words", "kernels", "trackio",
-    "comet_ml", "mlflow", "flash_attn", "optimum", "unsloth", "jinja2", "psutil", "httpx", "openai",
-})
-
-# Packages TRL probes with find_spec (trl.import_utils) before importing them.
-OPTIONAL = ("vllm", "vllm_ascend", "liger_kernel", "peft", "deepspeed", "mergekit", "llm_blender", "weave",
-            "math_verify", "rich", "jmespath", "wandb", "bitsandbytes", "unsloth", "openreward", "harbor", "kernels")
-
-# Canonical loss_agg -> TRL loss_type (options.loss_type picks another of the same reduction,
-# e.g. "dapo" for token-mean, or "dr_grpo" whose normaliser B * max_completion_length is no
-# canonical mode).
-LOSS_TYPES = {"token-mean": "bnpo", "seq-mean-token-mean": "grpo"}
-TOKEN_MEAN_TYPES = ("bnpo", "dapo", "cispo")
-OUTPUTS = ("per_token_loss", "per_token_kl", "is_region_clipped", "off_policy_mask")
+from .conventions import (
+    CONFIG,
+    GRPO,
+    HEAVY_DEPS,
+    LOSS_PATH_FILES,
+    LOSS_TYPES,
+    OPTIONAL,
+    OUTPUTS,
+    PIP_HINT,
+    TOKEN_MEAN_TYPES,
+)
 
 
 def _tool() -> None:
     """A tool, so that versions which apply tool_mask only for a trainer with tools apply it."""
 
 
-class TRLAdapter(Adapter):
+class TRLAdapter(TrainerAdapter):
     """huggingface/trl from a checkout (``--repo``) or the installed package."""
 
     name = "trl"
+    package, marker, extra, install_hint, heavy = "trl", GRPO, "trl", PIP_HINT, HEAVY_DEPS
+    modules = (GRPO, CONFIG)
+    loss_path_files = LOSS_PATH_FILES
     description = ("huggingface/trl: GRPOTrainer._compute_loss (loss types grpo, bnpo, dr_grpo, dapo, cispo; "
                    "sequence-level IS; k3 KL in the loss) and get_off_policy_mask, on a bare trainer.")
     declines = {
@@ -69,35 +59,30 @@ class TRLAdapter(Adapter):
 
     def __init__(self, root: Path | None, device: torch.device, options: dict[str, Any] | None = None):
         super().__init__(root, device, options)
-        self.mods, self.facts = {}, {}  # type: dict[str, types.ModuleType], dict[str, Any]
         self.source = ""  # this version's GRPOTrainer._compute_loss
 
     # --- loading ------------------------------------------------------------------------
-    def load(self) -> dict[str, Any]:
-        root = locate("trl", "trl", GRPO, self.root, hint=PIP_HINT)
-        from_checkout = self.root is not None
-        first_on_path(root)
-        self.root = root
-        t0 = time.perf_counter()
+    def _importing(self):
         # TRL imports its vLLM / optional integrations when find_spec finds them: not another target's stubs
-        with keep_host_logging(), hidden(list(OPTIONAL)):
-            for name in (GRPO, CONFIG):
-                self.mods[name] = import_with_stubs(name, target="trl", own="trl", stubs=self.stubs,
-                                                    allowed=HEAVY_DEPS | set(self.options.get("extra_stubs") or ()),
-                                                    hint=f"{PIP_HINT}, or options.extra_stubs")
+        stack = contextlib.ExitStack()
+        stack.enter_context(keep_host_logging())
+        stack.enter_context(hidden(list(OPTIONAL)))
+        return stack
+
+    def _facts(self, root: Path) -> dict[str, Any]:
         cls = getattr(self.mods[GRPO], "GRPOTrainer", None)
         if not isinstance(cls, type) or not callable(getattr(cls, "_compute_loss", None)):
             raise TargetLoadError("trl target: GRPOTrainer._compute_loss is absent at this version "
                                   "(it arrived in v0.17)")
         self.source = inspect.getsource(cls._compute_loss)
-        version = self._version(root) if from_checkout else metadata.version("trl")
-        self.facts = {**version_facts(root, version, from_checkout), "stubs": list(self.stubs),
-                      "boundary_import_s": round(time.perf_counter() - t0, 4),
-                      "fused_lm_head": "fused_lm_head=True" in inspect.getsource(self._logps_method(cls))}
-        return dict(self.facts)
+        return {"fused_lm_head": "fused_lm_head=True" in inspect.getsource(self._logps_method(cls))}
+
+    def _version(self, root: Path, from_checkout: bool) -> dict[str, Any]:
+        version = self._checkout_version(root) if from_checkout else metadata.version("trl")
+        return version_facts(root, version, from_checkout)
 
     @staticmethod
-    def _version(root: Path) -> str | None:
+    def _checkout_version(root: Path) -> str | None:
         """A checkout's version: its VERSION file (1.x), else ``__version__`` in trl/__init__.py."""
         vfile = root / "VERSION"
         if vfile.is_file():

@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from ..base import Unsupported
+from sentinel.errors import Unsupported
 
 PROMPT = 1  # prompt tokens in front of every completion (the first completion token needs a predicting position)
 

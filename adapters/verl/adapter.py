@@ -8,22 +8,43 @@ import importlib
 import inspect
 import os
 import sys
-import time
 import types
 from pathlib import Path
 from typing import Any, Callable
 
 import torch
 
-from ..backport import backport_type_params
-from ..base import Adapter, BoundaryResult, TargetLoadError, Unsupported, implements
-from ..shims import import_with_stubs, is_stub
-from ..support import (bind, first_on_path, keep_host_logging, locate, lookup, module_exists, module_files, parameters,
-                       pip_hint, signature_text, spy, version_facts)
-from .conventions import (ACTOR_LOSSES_FILE, CORE, ESTIMATOR_ALIASES, GRPO_FAMILY, KL_NAMES, LIGHT, NEEDS_MORE,
-                          PIP_HINT, ROLLOUT_CORR, TRAINER, VECTORIZED, build, data_proto, last_valid_scores, uid_array)
-from .losses import PolicyLosses
+from sentinel.adapters.backport import backport_type_params
+from sentinel.adapters.binding import bind, parameters, signature_text
+from sentinel.adapters.contract import BoundaryResult, implements, refuse
+from sentinel.adapters.loading import (
+    keep_host_logging,
+    version_facts,
+)
+from sentinel.adapters.shims import is_stub
+from sentinel.adapters.spying import spy
+from sentinel.adapters.trainer import TrainerAdapter, shifts_rewards
+from sentinel.errors import TargetLoadError, Unsupported
+
+from .conventions import (
+    ACTOR_LOSSES_FILE,
+    CORE,
+    ESTIMATOR_ALIASES,
+    GRPO_FAMILY,
+    KL_NAMES,
+    LIGHT,
+    NEEDS_MORE,
+    PIP_HINT,
+    ROLLOUT_CORR,
+    TRAINER,
+    VECTORIZED,
+    build,
+    data_proto,
+    last_valid_scores,
+    uid_array,
+)
 from .deviations import DEVIATIONS
+from .losses import PolicyLosses
 from .surfaces import Surfaces
 
 _last_root: list[Path] = []  # where `verl` was imported from in this process
@@ -45,10 +66,13 @@ def _quiet_import():
             os.environ.pop(env_key, None)
 
 
-class VerlAdapter(PolicyLosses, Surfaces, Adapter):
+class VerlAdapter(PolicyLosses, Surfaces, TrainerAdapter):
     """volcengine/verl from a checkout (``--repo``) or the installed package."""
 
     name = "verl"
+    package, marker, extra, install_hint, light = "verl", CORE, "verl", PIP_HINT, LIGHT
+    modules = lookup_modules = (CORE,)
+    kl_names = KL_NAMES
     description = ("volcengine/verl: trainer.ppo.core_algos (estimators, policy losses, agg_loss, kl_penalty), "
                    "ray_trainer.apply_kl_penalty / compute_advantage and rollout_corr_helper, on one process.")
     loss_path_files = ("verl/trainer/ppo/core_algos.py", "verl/trainer/ppo/ray_trainer.py",
@@ -63,32 +87,24 @@ class VerlAdapter(PolicyLosses, Surfaces, Adapter):
                      "advantage)",
     }
     deviations = DEVIATIONS  # where verl departs from the reference math on purpose
+    unsupported = (
+        refuse("advantages", "mask_no_eos_with_zero", reason="verl's advantage path has no option to zero the reward "
+                                                           "of a response that hit the length limit without EOS"),
+        refuse("advantages", "reward_clip", reason="verl's advantage path does not clip rewards",
+               when=lambda c: c["reward_clip"] is not None),
+        refuse("advantages", "reward_bias", "reward_scaling",
+               reason="verl's advantage path does not shift or scale rewards",
+               when=shifts_rewards),
+    )
 
     def __init__(self, root: Path | None, device: torch.device, options: dict[str, Any] | None = None):
         super().__init__(root, device, options)
-        self.mods: dict[str, types.ModuleType] = {}
-        self.errors: dict[str, str] = {}
-        self.facts: dict[str, Any] = {}
         self.batch_info = "local"
 
     # --- loading ------------------------------------------------------------------------
     def _version(self, root: Path, from_checkout: bool) -> dict[str, Any]:
         vfile = root / "verl" / "version" / "version"
         return version_facts(root, vfile.read_text(errors="replace").strip() if vfile.is_file() else None, from_checkout)
-
-    def _import(self, name: str) -> types.ModuleType:
-        return import_with_stubs(name, target="verl", own="verl", stubs=self.stubs,
-                                 allowed=None, light=LIGHT, hint=f"install it: {pip_hint('verl')}")
-
-    def _optional(self, root: Path, name: str, enabled: bool = True) -> None:
-        """A module some boundaries need: absent at this version (or disabled), they fall back
-        or are unsupported; present but not importable, the target does not load."""
-        if not enabled:
-            self.errors[name] = "disabled by options"
-        elif not module_exists(root, name):
-            self.errors[name] = f"{name.replace('.', '/')}.py does not exist at this version"
-        else:
-            self.mods[name] = self._import(name)
 
     def _detect_batch_info(self, root: Path) -> str:
         choice = self.options.get("batch_info")
@@ -101,49 +117,31 @@ class VerlAdapter(PolicyLosses, Surfaces, Adapter):
             return "local"
         return "engine" if 'global_batch_info["global_batch_size"]' in src else "local"
 
-    def load(self) -> dict[str, Any]:
-        root = locate("verl", "verl", CORE, self.root, hint=PIP_HINT)
-        from_checkout = self.root is not None
-        t0 = time.perf_counter()
-        first_on_path(root)
-        self.root = root
+    def _prepare(self, root: Path) -> None:
         if _last_root and _last_root[0] != root:
             raise TargetLoadError(f"verl target: this process already imported verl from {_last_root[0]}")
         backport_type_params("verl")
-        with _quiet_import():
-            self.mods[CORE] = self._import(CORE)
-            boundary_s = time.perf_counter() - t0
-            self._optional(root, ROLLOUT_CORR)
-            self._optional(root, TRAINER, bool(self.options.get("trainer_module", True)))
+
+    def _importing(self):
+        return _quiet_import()
+
+    def _import_optional(self, root: Path) -> None:
+        self._optional(ROLLOUT_CORR)
+        self._optional(TRAINER, enabled=bool(self.options.get("trainer_module", True)))
+
+    def _facts(self, root: Path) -> dict[str, Any]:
         if not _last_root:
             _last_root.append(root)
         core = self.mods[CORE]
         self.batch_info = self._detect_batch_info(root)
-        files = module_files(self.mods.values(), root)
-        self.facts = {
-            **self._version(root, from_checkout),
-            "module_files": files,
-            "stubs": list(self.stubs),
-            "boundary_import_s": round(boundary_s, 4),
-            "batch_info": self.batch_info,
-            "advantage_path": "trainer" if TRAINER in self.mods else "registry",
-            "adv_estimators": sorted(getattr(core, "ADV_ESTIMATOR_REGISTRY", {}) or []),
-            "policy_losses": sorted(getattr(core, "POLICY_LOSS_REGISTRY", {}) or []),
-        }
-        if self.errors:
-            self.facts["optional_module_errors"] = dict(self.errors)
-        return dict(self.facts)
+        return {"batch_info": self.batch_info, "advantage_path": "trainer" if TRAINER in self.mods else "registry",
+                "adv_estimators": sorted(getattr(core, "ADV_ESTIMATOR_REGISTRY", {}) or []),
+                "policy_losses": sorted(getattr(core, "POLICY_LOSS_REGISTRY", {}) or [])}
 
     # --- lookups ------------------------------------------------------------------------
     @property
     def core(self) -> types.ModuleType:
         return self.mods[CORE]
-
-    def _fn(self, name: str, *modules: str, boundary: str) -> Callable:
-        """verl's function `name` from the first of `modules` that has it (default: core_algos);
-        `Unsupported` where this version has none (with the import error of a module that failed)."""
-        return lookup(self.mods, name, modules or (CORE,), target="verl", boundary=boundary,
-                      version=self.facts.get("version", "this version"), errors=self.errors)
 
     def _verl_F(self) -> types.ModuleType:
         mod = getattr(self.core, "verl_F", None)
@@ -225,15 +223,11 @@ class VerlAdapter(PolicyLosses, Surfaces, Adapter):
             raise
         return BoundaryResult({"loss": loss}, function=self._ref(fn))
 
-    @staticmethod
-    def _kl_name(kl_type: str) -> str:
-        return KL_NAMES.get(kl_type, kl_type)
-
     @implements("kl", calls=(f"{CORE}:kl_penalty",))
     def b_kl(self, inputs, config):
         """kl_penalty(logprob, ref_logprob, kl_penalty=<verl name>)."""
         fn = self._fn("kl_penalty", boundary="kl")
-        name = self._kl_name(config["kl_type"])
+        name = self._kl_name(config["kl_type"], config["kl_type"])
         kw = bind(fn, "kl", {"logprob": inputs["log_probs"], "ref_logprob": inputs["ref_log_probs"],
                                 "kl_penalty": name})
         try:
@@ -346,13 +340,6 @@ class VerlAdapter(PolicyLosses, Surfaces, Adapter):
         trainer runs them; see the module docstring for the conventions."""
         name, est_fn = self._estimator(config)
         norm = config["reward_norm"]
-        if config["mask_no_eos_with_zero"]:
-            raise Unsupported("mask_no_eos_with_zero: verl's advantage path has no option to zero the reward of a "
-                              "response that hit the length limit without EOS")
-        if config["reward_clip"] is not None:
-            raise Unsupported("reward_clip: verl's advantage path does not clip rewards")
-        if float(config["reward_bias"]) != 0.0 or float(config["reward_scaling"] or 1.0) != 1.0:
-            raise Unsupported("reward_bias / reward_scaling: verl's advantage path does not shift or scale rewards")
         whiten_wanted = bool(config["normalize_advantages"])
         adv_norm = config["adv_norm"]
         if adv_norm is not None:
@@ -381,7 +368,7 @@ class VerlAdapter(PolicyLosses, Surfaces, Adapter):
         n = int(mask.shape[0])
         rewards = inputs["rewards"]
         kl_coef = float(config["kl_coef"])
-        kl_name = self._kl_name(config["kl_type"])
+        kl_name = self._kl_name(config["kl_type"], config["kl_type"])
         scores = last_valid_scores(rewards, mask, inputs.get("attention_mask"))
         uids = uid_array(inputs.get("group"), config["group_size"], n)
         tensors: dict[str, torch.Tensor] = {"response_mask": mask, "token_level_scores": scores,

@@ -13,8 +13,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..base import Unsupported
-from ..support import group_ids, pip_hint
+from sentinel.adapters.layout import group_ids
+from sentinel.adapters.loading import pip_hint
+from sentinel.errors import Unsupported
 
 CORE = "verl.trainer.ppo.core_algos"
 TRAINER = "verl.trainer.ppo.ray_trainer"

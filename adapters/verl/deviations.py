@@ -4,7 +4,7 @@ reference` reports them as `deviation`, never as findings)."""
 
 from __future__ import annotations
 
-from ..base import deviation
+from sentinel.adapters.contract import deviation
 
 _VERL = "https://github.com/volcengine/verl/blob/v0.9.1/verl"
 _CORE = f"{_VERL}/trainer/ppo/core_algos.py"

@@ -14,8 +14,11 @@ from typing import Any, Callable
 
 import torch
 
-from ..base import BoundaryResult, Unsupported
-from ..support import bind, parameters, signature_text, spy
+from sentinel.adapters.binding import bind, parameters, signature_text
+from sentinel.adapters.contract import BoundaryResult
+from sentinel.adapters.spying import spy
+from sentinel.errors import Unsupported
+
 from .conventions import ROLLOUT_CORR, build
 
 

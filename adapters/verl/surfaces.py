@@ -35,8 +35,11 @@ from typing import Any
 
 import torch
 
-from ..base import BoundaryResult, Unsupported, implements
-from ..support import bind, module_exists, parameters
+from sentinel.adapters.binding import bind, parameters
+from sentinel.adapters.contract import BoundaryResult, implements
+from sentinel.adapters.loading import module_exists
+from sentinel.errors import Unsupported
+
 from .conventions import CORE
 
 TF = "verl.utils.torch_functional"
@@ -134,7 +137,7 @@ class Surfaces:
         if "ref_log_probs" in inputs:  # workers/utils/losses.ppo_loss: kl_penalty, then agg_loss, logged as kl_loss
             kl_fn, agg = self._fn("kl_penalty", boundary="metrics"), self._fn("agg_loss", boundary="metrics")
             kld = kl_fn(**bind(kl_fn, "metrics", {"logprob": lp, "ref_logprob": inputs["ref_log_probs"],
-                                                  "kl_penalty": self._kl_name(config["kl_type"])}))
+                                                  "kl_penalty": self._kl_name(config["kl_type"], config["kl_type"])}))
             optional = {}
             if self.batch_info == "engine":
                 optional = {"dp_size": 1, "batch_num_tokens": int(mask.sum().item()), "global_batch_size": int(mask.shape[0])}

@@ -118,7 +118,7 @@ def _check_target(target: str, plant: str | None) -> None:
     if plant:
         if target != "reference":
             raise usage_error("--plant applies to the reference target only")
-        from sentinel_adapters.plants import PLANTS
+        PLANTS = target_registry.plants()
         if plant not in PLANTS:
             raise usage_error(f"unknown plant {plant!r} (known: {', '.join(sorted(PLANTS))})")
 

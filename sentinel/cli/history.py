@@ -54,7 +54,7 @@ def _scenarios(items: list[str] | None, target: str):
 
 def _loss_path_files(target: str) -> tuple[str, ...]:
     try:
-        return tuple(getattr(target_registry.adapter_class(target), "loss_path_files", ()) or ())
+        return target_registry.loss_path_files(target)
     except (TargetError, ImportError) as e:
         raise usage_error(str(e)) from None
 

@@ -193,7 +193,7 @@ def list_(
             extra = f"pip install 'rl-sentinel[{info.extra}]'" if info.extra else ""
             install = "; ".join(x for x in (extra, info.install) if x)
             try:
-                files = getattr(target_registry.adapter_class(info.name), "loss_path_files", ())
+                files = target_registry.loss_path_files(info.name)
             except Exception:  # noqa: BLE001 - an adapter that cannot be imported here still gets its row
                 files = ()
             t.add_row(info.name, markup(info.located_by), markup(install), markup("\n".join(files) or "-"),
@@ -205,7 +205,7 @@ def list_(
         for k, cls in sorted(REGISTRY.items()):
             t.add_row(k, " ".join((cls.__doc__ or "").split()))
     else:
-        from sentinel_adapters.plants import PLANTS
+        PLANTS = target_registry.plants()
         t.title = "planted bugs (sentinel gate --plant NAME)"
         for c in ("plant", "trips", "what"):
             t.add_column(c, overflow="fold")

@@ -149,12 +149,12 @@ def _rev(req: Request, commit: str | None) -> str | None:
 
 
 def _refrename(plant: str) -> dict[str, Any]:
-    from sentinel_adapters import planted
-    from sentinel_adapters.plants import PLANTS
-    fn = planted.BUGS[plant]
-    return {f"sentinel_adapters.planted:{fn.__name__}": [f"{refrepo.PACKAGE}.ops", f"OPS[{PLANTS[plant].replaces!r}]"],
-            "sentinel_adapters.reference": f"{refrepo.PACKAGE}.reference",
-            "sentinel_adapters.planted": f"{refrepo.PACKAGE}.planted"}
+    from sentinel import targets
+    record = targets.plants()[plant]
+    fn = record.code
+    return {f"{targets.REFERENCE_PLANTS}:{fn.__name__}": [f"{refrepo.PACKAGE}.ops", f"OPS[{record.replaces!r}]"],
+            targets.REFERENCE_OPS: f"{refrepo.PACKAGE}.reference",
+            targets.REFERENCE_PLANTS: f"{refrepo.PACKAGE}.planted"}
 
 
 # --- the document ---------------------------------------------------------------------

@@ -25,10 +25,10 @@ RELATIONAL = ("masked_invariance", "agree", "unchanged_under", "group_isolation"
 
 
 def _predicates(adapter, req: dict[str, Any]):
-    import sentinel_adapters
-    adapters_dir = str(Path(sentinel_adapters.__file__).resolve().parent)
+    from sentinel import targets
+    adapters_dir = str(targets.module_file(targets.TARGETS_PACKAGE))
     if req["target"] == "reference":
-        own = {str(Path(adapters_dir, f)) for f in ("reference.py", "planted.py")}
+        own = {str(targets.module_file(m)) for m in (targets.REFERENCE_OPS, targets.REFERENCE_PLANTS)}
         def is_trainer(f: str) -> bool:
             return str(Path(f).resolve()) in own if f.endswith(".py") else False
     else:
@@ -62,7 +62,7 @@ def record(req: dict[str, Any]) -> dict[str, Any]:
     from sentinel.runner import evaluate, plan
     from sentinel.spec import load_file
     from sentinel.tensors import encode
-    from sentinel_adapters.base import PreconditionUnmet, Unsupported
+    from sentinel.errors import PreconditionUnmet, Unsupported
 
     torch.set_num_threads(1)
     sc = next(s for s in load_file(req["scenario"]) if s.id == req["id"])
@@ -210,7 +210,7 @@ def _prelude(imports: ImportLog, modules: set[str], is_trainer, adapter) -> dict
     """What validate.py sets up before importing the recorded functions' modules: permissive
     stubs for the stubbed modules their import path reached, the functional shims it reached
     (written out), and the trainer packages entered without their __init__."""
-    from sentinel_adapters import shims
+    from sentinel.adapters import shims
     reached: set[str] = set()
     for m in modules:
         reached |= imports.closure(m)

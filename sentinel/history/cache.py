@@ -44,20 +44,15 @@ def tool_version() -> str:
 
 
 def adapter_version(adapter: str) -> str:
-    """A hash of the adapter's source (its module, or its package) and the shared adapter code,
-    found without importing it."""
+    """A hash of the adapter's source (the package that holds it, or its lone module) and the
+    adapter framework (sentinel/adapters/), found without importing it."""
     module = adapter.split(":")[0]
     spec = importlib.util.find_spec(module)
     if spec is None or not spec.origin:
         return "unknown"
     origin = Path(spec.origin)
-    own = origin.parent if origin.name == "__init__.py" else origin
-    shared = [origin.parent.parent / n for n in ("base.py", "support.py", "shims.py")] if own.is_dir() else []
-    if not shared:
-        base = importlib.util.find_spec("sentinel_adapters.base")
-        if base and base.origin:
-            shared = [Path(base.origin).parent / n for n in ("base.py", "support.py", "shims.py")]
-    return _hash_files([own, *shared])
+    own = origin.parent if origin.name == "__init__.py" or "." in module else origin
+    return _hash_files([own, Path(__file__).resolve().parents[1] / "adapters"])
 
 
 def scenario_hash(sc: Scenario) -> str:

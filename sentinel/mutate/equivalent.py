@@ -3,7 +3,7 @@
 Kept beside the catalog (default `./equivalent.yaml`), a list of entries keyed as the report
 names a mutant:
 
-    - function: sentinel_adapters.reference:aggregate
+    - function: sentinel_adapters.reference.ops:aggregate
       operator: clamp-denominator
       key: 3f0c2a9b1e
       reason: "m.sum() >= 1 here: the branch above returned for an empty mask"

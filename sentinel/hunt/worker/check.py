@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from sentinel_adapters.base import Unsupported
+from sentinel.errors import Unsupported
 
 from ... import strategies as S
 from ...errors import SentinelError

@@ -28,7 +28,7 @@ from hypothesis import HealthCheck, Phase, find, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
 from hypothesis.errors import HypothesisException, NoSuchExample, Unsatisfiable
 
-from sentinel_adapters.base import PreconditionUnmet, Unsupported
+from sentinel.errors import PreconditionUnmet, Unsupported
 
 from ... import strategies as S
 from .. import properties

@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from sentinel_adapters.base import PreconditionUnmet, Unsupported
+from sentinel.errors import PreconditionUnmet, Unsupported
 
 from ...observe import observe
 from .. import properties

@@ -26,6 +26,8 @@ import sys
 import types
 from typing import Any
 
+from sentinel.errors import TargetLoadError
+
 __all__ = ["block", "hidden", "import_with_stubs", "install_stubs", "is_stub", "stubbed_names"]
 
 _STUB_MARK = "__sentinel_stub__"
@@ -243,8 +245,6 @@ def import_with_stubs(name: str, *, target: str, own: str, allowed: set[str] | f
     which the target's pip extra installs for real); `stubs` collects what was stubbed.
     Anything else missing, or the target's own package (`own`), is a load error that names
     the module and `hint` (the command that installs it)."""
-    from .base import TargetLoadError
-
     for _ in range(64):
         try:
             return importlib.import_module(name)

@@ -11,9 +11,10 @@ Two rules hold everywhere:
 - no input tensor is ever written to.
 
 `REFERENCE_OPS` at the bottom is the table of these functions through which the reference
-target's adapter (`reference_adapter.ReferenceAdapter`) calls them. A plant replaces one
-entry of it with a known-wrong variant (`planted.py`; the torch-free catalogue of plants,
-with the invariant families each should trip, is `plants.py`).
+target's adapter (`adapter.ReferenceAdapter`) calls them. A plant replaces one entry of it
+with a known-wrong variant (`plants.py`: one record per plant, with its code, the invariant
+families it should trip and the boundary a hunt finds it on; torch-free to list, so the CLI
+checks a plant's name without torch).
 
 Layers: this module imports neither of those; the bugs build on this math, and the
 adapter on both.
@@ -22,7 +23,6 @@ adapter on both.
 from __future__ import annotations
 
 import torch
-
 
 # --- masked helpers ---------------------------------------------------------------------
 

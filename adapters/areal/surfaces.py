@@ -31,12 +31,12 @@ per-token values outside the engine.
 from __future__ import annotations
 
 import contextlib
-from typing import Any
 
 import torch
 
-from .base import BoundaryResult, Unsupported, implements
-from .support import bind
+from sentinel.adapters.binding import bind
+from sentinel.adapters.contract import BoundaryResult, implements
+from sentinel.errors import Unsupported
 
 FUNCTIONAL = "areal.utils.functional"
 ACTOR = "areal.trainer.ppo.actor"

@@ -1,8 +1,8 @@
 """The bundled reference target's adapter: each boundary composed from the correct math of
-`reference.py`, called through its table `REFERENCE_OPS`.
+`ops.py`, called through its table `REFERENCE_OPS`.
 
-With options {"plant": NAME} one entry of that table is replaced by a known-wrong function
-(`planted.py`; the catalogue of plants, torch-free, is `plants.py`).
+With options {"plant": NAME} one entry of that table is replaced by the plant's known-wrong
+function (`plants.py`: one record per plant).
 """
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ from typing import Any
 
 import torch
 
-from . import reference as R
-from .base import Adapter, BoundaryResult, FunctionRef, TargetLoadError, Unsupported, implements
-from .planted import BUGS
-from .plants import PLANTS
-from .reference import REFERENCE_OPS, keep
+from sentinel.adapters.contract import Adapter, BoundaryResult, FunctionRef, implements
+from sentinel.errors import TargetLoadError, Unsupported
 
+from . import ops as R
+from .ops import REFERENCE_OPS, keep
+from .plants import PLANTS
 
 # --- the table, with a plant ------------------------------------------------------------
 
@@ -27,7 +27,7 @@ def ops_for(plant: str | None) -> SimpleNamespace:
         return SimpleNamespace(**REFERENCE_OPS)
     if plant not in PLANTS:
         raise TargetLoadError(f"unknown plant {plant!r} (known: {', '.join(sorted(PLANTS))})")
-    return SimpleNamespace(**{**REFERENCE_OPS, PLANTS[plant].replaces: BUGS[plant]})
+    return SimpleNamespace(**{**REFERENCE_OPS, PLANTS[plant].replaces: PLANTS[plant].code})
 
 
 # --- the adapter ------------------------------------------------------------------------

@@ -6,12 +6,14 @@ target's real function and translates the outputs back.
 
 Where a boundary is mapped to a trainer's functions: the `@implements` decorator on the
 adapter's method for it, and the adapter's `declines` table for the boundaries it does not
-offer, with the reason. Where a trainer differs from the reference math on purpose (its
+offer, with the reason; the `unsupported` table (`Refusal`) for the config choices a boundary
+it offers has no counterpart for. Where a trainer differs from the reference math on purpose (its
 documented convention), the adapter's `deviations` table says so once, with a reason and a
 link: `sentinel hunt --against reference` reports such a difference as a `deviation`, never
 as a finding. `Adapter.mapping()` reads both back (no target import needed);
-`Adapter.supported()` and `Adapter.call()` dispatch through them. Shared helpers for
-writing an adapter live in `support.py`.
+`Adapter.supported()` and `Adapter.call()` dispatch through them. The base class of the real
+trainers' adapters is `trainer.TrainerAdapter`; the helpers for writing one are the other
+modules of this package (binding, layout, loading, shims, spying, frames, backport).
 
 An adapter translates layout only; it never trims, drops or refuses an input the trainer's
 function accepts. Where a trainer's real data path can never carry some input (a layout its
@@ -31,7 +33,7 @@ from typing import Any, Callable, ClassVar, Mapping
 import torch
 
 from sentinel import boundaries
-from sentinel.errors import PreconditionUnmet, TargetLoadError, Unsupported  # noqa: F401 - adapters import them from here
+from sentinel.errors import PreconditionUnmet, Unsupported
 
 
 @dataclass
@@ -136,6 +138,30 @@ def deviation(boundary: str, *, reason: str, link: str, observables: tuple[str, 
     return Deviation(boundary, reason, link, tuple(observables), {k: tuple(v) for k, v in (when or {}).items()})
 
 
+@dataclass(frozen=True)
+class Refusal:
+    """A config choice the target has no counterpart for, declared once (an adapter's
+    `unsupported` table): `Adapter.call` raises `Unsupported` ("OPTIONS: reason") before any
+    target code runs. `when(config)` decides (default: any of `options` is set)."""
+
+    boundary: str
+    options: tuple[str, ...]
+    reason: str
+    when: Callable[[Mapping[str, Any]], bool] | None = None
+
+    def refuses(self, config: Mapping[str, Any]) -> bool:
+        return self.when(config) if self.when is not None else any(config.get(o) for o in self.options)
+
+    @property
+    def message(self) -> str:
+        return f"{' / '.join(self.options)}: {self.reason}"
+
+
+def refuse(boundary: str, *options: str, reason: str,
+           when: Callable[[Mapping[str, Any]], bool] | None = None) -> Refusal:
+    return Refusal(boundary, options, reason, when)
+
+
 _MARK = "__sentinel_implements__"
 
 
@@ -173,6 +199,8 @@ class Adapter:
     declines: ClassVar[Mapping[str, str]] = {}
     preconditions: ClassVar[Mapping[str, Precondition]] = {}
     deviations: ClassVar[Mapping[str, Deviation]] = {}  # name -> a documented difference from the reference
+    unsupported: ClassVar[tuple[Refusal, ...]] = ()  # config choices refused before any target code runs
+    loss_path_files: ClassVar[tuple[str, ...]] = ()  # what `sentinel history` watches (empty: every commit)
     _implemented: ClassVar[dict[str, Implementation]] = {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -201,6 +229,9 @@ class Adapter:
                 raise TypeError(f"{cls.__name__}.preconditions[{pname!r}] is not a Precondition")
             for b in pre.boundaries:
                 boundaries.get(b)
+        for ref in cls.unsupported:
+            if not isinstance(ref, Refusal) or any(boundaries.get(ref.boundary).option(o) is None for o in ref.options):
+                raise TypeError(f"{cls.__name__}.unsupported: {ref!r} is not a Refusal of options of its boundary")
         both = sorted(set(table) & set(cls.declines))
         if both:
             raise TypeError(f"{cls.__name__} both implements and declines {', '.join(both)}")
@@ -267,6 +298,9 @@ class Adapter:
         unmet = self.unmet(boundary, inputs, config)
         if unmet is not None:  # before any target code: the trainer never receives this input
             raise unmet
+        refused = next((r for r in self.unsupported if r.boundary == boundary and r.refuses(config)), None)
+        if refused is not None:
+            raise Unsupported(refused.message)
         return getattr(self, impl.method)(inputs, config)
 
     def _ref(self, fn: Callable) -> FunctionRef:

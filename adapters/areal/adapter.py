@@ -1,77 +1,5 @@
-"""AReaL adapter: calls AReaL's own PPO loss-path code at the canonical boundaries.
-
-Target: https://github.com/areal-project/AReaL (``areal`` on PyPI), either the installed
-package (``root=None``) or a checkout (``root`` = the folder holding ``areal/``).
-
-What each boundary reaches (nothing here re-implements AReaL's math):
-
-=================  ==========================================================================
-advantages         ``PPOActor.compute_advantages`` (public; it wraps ``_compute_advantages``),
-                   on a ``PPOActor`` built from AReaL's ``PPOActorConfig`` / ``NormConfig``
-gae                ``areal.trainer.ppo.gae._compute_token_level_gae`` (absent before #1600)
-reward_norm        ``areal.utils.data.Normalization`` built from ``NormConfig``
-policy_loss        ``areal.utils.functional.ppo_actor_loss_fn`` (token or sequence level IS,
-                   optional decoupled loss with rejection sampling)
-cispo_loss         ``areal.utils.functional.cispo_loss_fn`` (absent before #1412: unsupported)
-is_correction      ``ppo_actor_loss_fn`` with a ``RejectionSamplingConfig`` (vanilla_tis =
-                   token clamp, icepop = token mask)
-kl                 ``areal.utils.data.KLEstimator``
-=================  ==========================================================================
-
-Token alignment (the one convention that needs translating)
------------------------------------------------------------
-Canonical token tensors are aligned to the token they describe: ``x[b, t]`` is about token
-``t`` (``log_probs[b, t] = log pi(token t | tokens < t)``). AReaL's training tensors are
-aligned to the position that *predicts* a token: index ``p`` describes token ``p + 1``.
-Rollout tensors (``loss_mask``, inference ``logprobs``) arrive token-aligned and
-``_compute_advantages`` rolls them left by one itself
-(``loss_mask = torch.roll(loss_mask, shifts=-1)``); tensors produced by AReaL's engines
-(``ref_logp``, critic ``values``) are already predict-aligned. So the canonical
-``loss_mask`` is exactly AReaL's before-roll mask, and for ``advantages`` the adapter
-hands AReaL a batch one column wider, with one prompt token in front:
-
-* token-aligned inputs (``attention_mask``, ``loss_mask``, ``log_probs`` as ``logprobs``)
-  get a leading column (attention 1, loss 0, log-prob 0);
-* predict-aligned inputs (``ref_log_probs`` as ``ref_logp``, ``values``) are placed as
-  they are (AReaL column ``p`` predicts canonical token ``p``) with a trailing 0 column:
-  the slot past the last token, which AReaL reads as the bootstrap value of a row that
-  ran out of length (no canonical input holds it, so it is 0);
-* every token output (``advantages``, ``returns``, ``tot_rewards``, ``kl_rewards``) is
-  AReaL's columns ``0 .. T-1``: predicting position ``p`` is canonical token ``p``.
-  Untrained positions hold whatever AReaL leaves there (its GAE carries the first
-  trained token's advantage back over the prompt); only ``loss_mask`` positions mean
-  anything.
-
-Every canonical token, the first included, then has a predicting position, and AReaL's
-own roll wraps only the prompt column. Row lengths grow by one for every row alike, so the
-no-EOS test (``attention_mask.sum(-1) == width``) is unchanged.
-
-The loss functions (``ppo_actor_loss_fn``, ``cispo_loss_fn``, ``KLEstimator``) are
-element-wise or per-row over tensors that share one alignment, so canonical tensors are
-passed as they are.
-
-Rows and groups
----------------
-AReaL's public ``compute_advantages`` takes a list of trajectory dicts, one per prompt
-group (``[group_size, T]`` each). The adapter builds that list from the canonical
-``group`` ids (rows of a group laid out contiguously, in order of first appearance, and
-put back in canonical order afterwards), else from ``config.group_size`` (consecutive
-chunks), else one dict per row. Versions with variable-size group support (#1454) read the
-group sizes from that list; older ones slice by ``NormConfig.group_size``.
-
-Import shims
-------------
-``import areal`` pulls in its whole runtime (ray, transformers, tracking clients, async
-HTTP, ...). The boundary code needs none of it: `_STUBS` are replaced by permissive stubs
-(see ``shims.py``) when not installed; the ``areal`` extra (``pip install 'rl-sentinel[areal]'``,
-pyproject.toml) lists the light packages
-that are imported for real. Two more side effects of the import are contained:
-AReaL reconfigures process-wide logging (``areal.utils.logging.getLogger`` replaces
-``Logger.root`` / ``Logger.manager``), which the adapter restores afterwards (and quiets
-AReaL's INFO lines); and AReaL calls ``torch.compile`` at import time on helpers that no
-boundary uses, which loads dynamo and inductor, so during the import ``torch.compile`` on a
-plain function is deferred to that function's first call (`_deferred_torch_compile`).
-"""
+"""`ArealAdapter`: AReaL's PPO loss-path code at the canonical boundaries (see the package
+docstring for what each boundary reaches and the token alignment translated)."""
 
 from __future__ import annotations
 
@@ -89,38 +17,17 @@ from typing import Any
 
 import torch
 
-from .backport import backport_type_params
-from .areal_surfaces import Surfaces
-from .base import Adapter, BoundaryResult, TargetLoadError, Unsupported, implements
-from .shims import import_with_stubs, install_stubs
-from .support import (bare_package, bind, first_on_path, group_ids, group_layout, keep_host_logging, locate,
-                      module_exists, pip_hint, unpermute)
+from sentinel.adapters.backport import backport_type_params
+from sentinel.adapters.binding import bind
+from sentinel.adapters.contract import BoundaryResult, implements
+from sentinel.adapters.layout import group_ids, group_layout, unpermute
+from sentinel.adapters.loading import bare_package, first_on_path, keep_host_logging, locate, module_exists
+from sentinel.adapters.shims import install_stubs
+from sentinel.adapters.trainer import TrainerAdapter, floating
+from sentinel.errors import TargetLoadError, Unsupported
 
-# Heavy runtime dependencies that `import areal.trainer.ppo.actor` reaches at module level
-# but that no boundary calls (found by importing 1.0.4 and git HEAD in an environment with
-# only torch, RL-Sentinel's dependencies and the `areal` extra).
-_STUBS = [
-    "ray", "transformers", "datasets", "torchdata", "hydra", "numba", "PIL",
-    "wandb", "swanlab", "trackio", "tensorboardX", "torch_memory_saver",
-    "aiohttp", "httpx", "aiofiles", "uvloop", "openai", "pybase64", "psutil",
-    "flask", "werkzeug", "requests", "orjson",
-]
-
-ACTOR, DATA, FUNCTIONAL = "areal.trainer.ppo.actor", "areal.utils.data", "areal.utils.functional"
-# where each module lives at a version, the first that exists wins (the PPO actor sat in
-# areal/engine/ppo/ before areal/trainer/ppo/)
-# The light third-party modules AReaL's import path needs for real: the `areal` extra
-# (pyproject.toml); any other missing one is stubbed on the way (`shims.import_with_stubs`).
-_LIGHT = frozenset({"omegaconf", "colorlog", "einops", "tabulate", "lark", "tenacity"})
-_HOMES = {"areal.api.cli_args": ("areal.api.cli_args",), DATA: (DATA,), FUNCTIONAL: (FUNCTIONAL,),
-          ACTOR: (ACTOR, "areal.engine.ppo.actor")}
-
-_PIP_HINT = pip_hint("areal", "pip install --no-deps areal==1.0.4")
-
-# Canonical KL type -> AReaL KLEstimator name (same formulas, same +-10 clamp).
-_KL_TYPES = {"k1": "k1", "kl": "k1", "k2": "k2", "mse": "k2", "k3": "k3", "low_var_kl": "k3"}
-
-_LEVELS = {"batch": "batch", "group": "group", None: None, "none": None}
+from .conventions import ACTOR, DATA, FUNCTIONAL, HOMES, LEVELS, LIGHT, PIP_HINT, STUBS
+from .surfaces import Surfaces
 
 _last_root: list[Path | None] = []  # the location `areal` was last imported from
 
@@ -135,11 +42,6 @@ def _prepend(x: torch.Tensor, value: Any) -> torch.Tensor:
 def _append(x: torch.Tensor, value: Any) -> torch.Tensor:
     """Predict-aligned tensor -> AReaL width T + 1, the column past the end set to `value`."""
     return torch.cat([x, torch.full_like(x[:, :1], value)], dim=1)
-
-
-def _floating(x: torch.Tensor) -> torch.Tensor:
-    """A float tensor as is (keeping its autograd graph); an integer one as float32."""
-    return x if x.is_floating_point() else x.float()
 
 
 def _layout(group: torch.Tensor | None, batch: int, group_size: int | None) -> tuple[list[int], list[int]]:
@@ -188,8 +90,9 @@ class _NoEngine:
 
 # --- the adapter -------------------------------------------------------------------------
 
-class ArealAdapter(Surfaces, Adapter):
+class ArealAdapter(Surfaces, TrainerAdapter):
     name = "areal"
+    package, marker, extra, install_hint, light = "areal", "areal.api.cli_args", "areal", PIP_HINT, LIGHT
     description = ("AReaL PPOActor advantages, Normalization, ppo_actor_loss_fn / cispo_loss_fn "
                    "and KLEstimator, called through import shims on CPU or GPU.")
     loss_path_files = ("areal/trainer/ppo/actor.py", "areal/engine/ppo/actor.py", "areal/trainer/ppo/gae.py",
@@ -198,10 +101,10 @@ class ArealAdapter(Surfaces, Adapter):
 
     # --- loading ------------------------------------------------------------------------
 
-    def _locate(self) -> str:
+    def _find(self) -> str:
         """Where AReaL comes from, for messages; a checkout goes first on sys.path (an
         installed package stays where it is: `self.root` stays None)."""
-        found = locate("areal", "areal", "areal.api.cli_args", self.root, hint=_PIP_HINT, one_version=False)
+        found = locate("areal", "areal", self.marker, self.root, hint=PIP_HINT, one_version=False)
         self._found = found
         if self.root is None:
             return "installed package"
@@ -229,19 +132,17 @@ class ArealAdapter(Surfaces, Adapter):
         importlib.invalidate_caches()
 
     def load(self) -> dict[str, Any]:
-        where = self._locate()
+        where = self._find()
         self._forget_other_areal()
-        self.stubs = install_stubs(_STUBS + list(self.options.get("stubs", [])))
+        self.stubs = install_stubs(STUBS + list(self.options.get("stubs", [])))
         backport_type_params("areal")  # AReaL used Python 3.12 generics for a while (2026-01 to 03)
         if self.root is not None and not (self._found / "areal" / "__init__.py").is_file():
             bare_package("areal", self._found)  # early AReaL: no __init__.py; the installed one must not win
-        homes = {k: next((m for m in c if module_exists(self._found, m)), c[0]) for k, c in _HOMES.items()}
+        homes = {k: next((m for m in c if module_exists(self._found, m)), c[0]) for k, c in HOMES.items()}
         t0 = time.perf_counter()
         try:
             with keep_host_logging(), _deferred_torch_compile():
-                mods = {k: import_with_stubs(m, target="areal", own="areal", allowed=None, light=_LIGHT,
-                                             stubs=self.stubs, hint=f"install it: {pip_hint('areal')}")
-                        for k, m in {"areal": "areal", **homes}.items()}
+                mods = {k: self._import(m) for k, m in {"areal": "areal", **homes}.items()}
         except TargetLoadError as e:  # a light dependency is missing: the message names the extra
             raise TargetLoadError(f"target 'areal' ({where}): {e}") from e
         except SyntaxError as e:  # newer syntax than this interpreter reads, beyond PEP 695 generics
@@ -297,8 +198,8 @@ class ArealAdapter(Surfaces, Adapter):
         if spec is None or spec is False:
             return None
         spec = dict(spec) if isinstance(spec, dict) else {}
-        mean_level = _LEVELS[spec.get("mean_level", "batch")]
-        std_level = _LEVELS[spec.get("std_level", "batch")]
+        mean_level = LEVELS[spec.get("mean_level", "batch")]
+        std_level = LEVELS[spec.get("std_level", "batch")]
         gs = spec.get("group_size") or group_size
         if "group" in (mean_level, std_level):
             if not has_groups:
@@ -351,7 +252,7 @@ class ArealAdapter(Surfaces, Adapter):
     def b_advantages(self, inputs: dict[str, torch.Tensor], config: dict[str, Any]) -> BoundaryResult:
         if config["estimator"] != "gae":
             raise Unsupported(f"AReaL's PPOActor computes GAE only, not estimator {config['estimator']!r}")
-        kl_type = _KL_TYPES.get(config["kl_type"])
+        kl_type = self._kl_name(config["kl_type"])
         if kl_type is None:
             raise Unsupported(f"AReaL's KLEstimator has no {config['kl_type']!r}")
 
@@ -485,16 +386,16 @@ class ArealAdapter(Surfaces, Adapter):
         """The tensors every AReaL actor loss takes (ppo_actor_loss_fn's names)."""
         if config["loss_agg"] != "token-mean":
             raise Unsupported(f"AReaL's actor losses aggregate token-mean only, not {config['loss_agg']!r}")
-        old = _floating(inputs["old_log_probs"])
+        old = floating(inputs["old_log_probs"])
         behave = old
         if config["use_decoupled_loss"]:
             # Decoupled PPO: proximal = recomputed pi_old, behave = the rollout engine's.
             behave = inputs.get("rollout_log_probs")
             if behave is None:
                 raise ValueError("use_decoupled_loss needs input rollout_log_probs (behaviour log-probs)")
-            behave = _floating(behave)
-        return {"logprobs": _floating(inputs["log_probs"]), "proximal_logprobs": old, "old_logprobs": behave,
-                "advantages": _floating(inputs["advantages"]), "loss_mask": inputs["loss_mask"].bool()}
+            behave = floating(behave)
+        return {"logprobs": floating(inputs["log_probs"]), "proximal_logprobs": old, "old_logprobs": behave,
+                "advantages": floating(inputs["advantages"]), "loss_mask": inputs["loss_mask"].bool()}
 
     @staticmethod
     def _loss_outputs(loss: torch.Tensor, stat: dict[str, Any]) -> dict[str, Any]:
@@ -553,9 +454,9 @@ class ArealAdapter(Surfaces, Adapter):
 
     @implements("kl", calls=(f"{DATA}:KLEstimator",))
     def b_kl(self, inputs: dict[str, torch.Tensor], config: dict[str, Any]) -> BoundaryResult:
-        kl_type = _KL_TYPES.get(config["kl_type"])
+        kl_type = self._kl_name(config["kl_type"])
         if kl_type is None:
             raise Unsupported(f"AReaL's KLEstimator has no {config['kl_type']!r} (k1, k2, k3)")
         est = self._need(self._data, "KLEstimator", "kl")(kl_type)
-        kl = est(_floating(inputs["log_probs"]), _floating(inputs["ref_log_probs"]))
+        kl = est(floating(inputs["log_probs"]), floating(inputs["ref_log_probs"]))
         return BoundaryResult({"kl": kl}, {}, self._ref(self._data.KLEstimator._compute_approx_kl))

@@ -1,0 +1,96 @@
+"""Calling a target function whose signature drifts between versions, and finding it.
+
+- `parameters`, `signature_text`, `bind`: a canonical call bound to a target signature (a name
+  it lacks is signature drift: `Unsupported`, never silently dropped);
+- `lookup`: a function by name in the target's loaded modules, else `Unsupported`;
+- `resolve`: what a declared ``module:qualname`` call (`@implements`) names in this process.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import types
+from typing import Any, Callable
+
+from sentinel.errors import Unsupported
+
+
+def parameters(fn: Callable) -> dict[str, inspect.Parameter]:
+    """A target function's parameters ({} when it has no inspectable signature)."""
+    try:
+        return dict(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return {}
+
+
+def signature_text(fn: Callable) -> str:
+    """`qualname(signature)` for drift messages."""
+    try:
+        return f"{getattr(fn, '__qualname__', fn)}{inspect.signature(fn)}"
+    except (TypeError, ValueError):
+        return repr(fn)
+
+
+def bind(fn: Callable, boundary: str, required: dict[str, Any], optional: dict[str, Any] | None = None,
+         aliases: dict[str, tuple[str, ...]] | None = None) -> dict[str, Any]:
+    """Keyword arguments for `fn` (a function or a config class) at this target version.
+
+    required: passed as given (None included) under the name, or the first of its
+      `aliases` the signature has; a name it has neither way is signature drift.
+    optional: None means "leave the target's default" (not passed); any other value is
+      passed where the signature has the name or takes ``**kwargs``, and is signature
+      drift where it does not (never silently dropped).
+    A parameter without a default that nothing supplies is drift too.
+    Drift raises `Unsupported` naming the signature and the boundary."""
+    params = parameters(fn)
+    has_var_kw = any(p.kind is p.VAR_KEYWORD for p in params.values())
+    out: dict[str, Any] = {}
+    for key, value in required.items():
+        names = (key, *((aliases or {}).get(key, ())))
+        hit = next((n for n in names if n in params), None)
+        if hit is None:
+            raise Unsupported(f"signature drift: {signature_text(fn)} has no parameter {key!r} (boundary {boundary!r})")
+        out[hit] = value
+    for key, value in (optional or {}).items():
+        if value is None:
+            continue
+        if key not in params and not has_var_kw:
+            raise Unsupported(f"signature drift: {signature_text(fn)} has no parameter {key!r}, so {key}={value!r} "
+                              f"cannot be applied (boundary {boundary!r})")
+        out[key] = value
+    for name, p in params.items():
+        if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and name not in out:
+            raise Unsupported(f"signature drift: {signature_text(fn)} requires {name!r}, which the adapter cannot "
+                              f"supply (boundary {boundary!r})")
+    return out
+
+
+def lookup(mods: dict[str, types.ModuleType], name: str, modules: tuple[str, ...], *, target: str, boundary: str,
+           version: str, errors: dict[str, str] | None = None) -> Callable:
+    """The callable `name` from the first of `modules` (loaded, in `mods`) that has it;
+    else `Unsupported` naming the files searched, the version and, for a module that did
+    not import, why (`errors`)."""
+    for mod in modules:
+        fn = getattr(mods.get(mod), name, None)
+        if callable(fn):
+            return fn
+    where = " or ".join(m.replace(".", "/") + ".py" for m in modules)
+    why = "".join(f" ({errors[m]})" for m in modules if errors and m in errors)
+    raise Unsupported(f"{target} has no {name} in {where} at {version}{why} (needed by boundary {boundary!r})")
+
+
+def resolve(call: str) -> Any:
+    """The object a declared call (``"module:qualname"``, as in `@implements`) names in this
+    process, importing its module if need be; None where the module does not import or
+    lacks the name (a target version without it)."""
+    module, _, qualname = call.partition(":")
+    try:
+        obj: Any = importlib.import_module(module)
+    except Exception:  # noqa: BLE001 - any import failure means: not here
+        return None
+    for part in qualname.split("."):
+        obj = getattr(obj, part, None)
+        if obj is None:
+            return None
+    return obj

@@ -1,0 +1,50 @@
+"""Recording the calls of a target function while calling through (`spy`)."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+from typing import Any, Callable, Iterator
+
+
+@contextlib.contextmanager
+def spy(module: Any, name: str,
+        before: Callable[[dict[str, Any]], None] | None = None) -> Iterator[list[tuple[dict[str, Any], Any]]]:
+    """Replace ``module.name`` (a module's or class's attribute, or the entry `name` of a dict
+    such as a trainer's function registry) by a call-through wrapper for the duration; yields
+    the list of (bound arguments, result) of every call. `before` sees the bound arguments
+    before the real call (to copy what the call may change). Target code that looks the name
+    up at call time reaches the wrapper. Where there is no `name`, nothing changes (no calls)."""
+    calls: list[tuple[dict[str, Any], Any]] = []
+    if isinstance(module, dict):
+        get, put = module.get, module.__setitem__
+    else:
+        get, put = (lambda k, d=None: getattr(module, k, d)), (lambda k, v: setattr(module, k, v))
+    real = get(name, None)
+    if real is None:
+        yield calls
+        return
+    sig = inspect.signature(real)
+
+    def arguments(args: tuple, kwargs: dict) -> dict[str, Any]:
+        try:
+            bound = sig.bind(*args, **kwargs)
+        except TypeError:
+            return {}
+        bound.apply_defaults()
+        return dict(bound.arguments)
+
+    @functools.wraps(real)
+    def wrapper(*args, **kwargs):
+        if before is not None:
+            before(arguments(args, kwargs))
+        out = real(*args, **kwargs)
+        calls.append((arguments(args, kwargs), out))
+        return out
+
+    put(name, wrapper)
+    try:
+        yield calls
+    finally:
+        put(name, real)
