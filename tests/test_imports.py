@@ -164,6 +164,59 @@ def test_the_hunt_modules_say_the_process_they_run_in():
         assert not (reach(g, m) - {m}) & set(driver + worker), m
 
 
+def _under(module: str, *packages: str) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in packages)
+
+
+# The front: what a person or a CI step calls, and the layer that turns reports into text.
+FRONT = ("sentinel.cli", "sentinel.launch", "sentinel.__main__", "sentinel.pytest_plugin", "sentinel.views")
+TARGETS = ("sentinel_adapters",)  # the target packages, found through sentinel/targets.py's registry
+FRAMEWORK = ("sentinel.adapters",)  # the adapter framework: contract, loading, binding, layout
+
+
+def layer_violations(g: dict[str, set[str]]) -> dict[str, list[str]]:
+    """Module -> the imports its layer forbids: the core (spec, invariants, runner, worker, hunt,
+    history, mutate, export, ...) imports no target (it reaches one through the registry:
+    module names as data, imported by the worker), no view and no CLI; a view imports no target
+    and no CLI; the adapter framework and the targets import no hunt, view, CLI or runner."""
+    out = {}
+    for m, deps in g.items():
+        if _under(m, *FRAMEWORK, *TARGETS):
+            forbidden = ("sentinel.hunt", "sentinel.views", "sentinel.cli", "sentinel.runner")
+        elif _under(m, "sentinel.views"):
+            forbidden = (*TARGETS, "sentinel.cli")
+        elif _under(m, "sentinel") and m != "sentinel" and not _under(m, *FRONT):
+            forbidden = (*TARGETS, "sentinel.views", "sentinel.cli")
+        else:
+            continue
+        if bad := sorted(d for d in deps if _under(d, *forbidden)):
+            out[m] = bad
+    return out
+
+
+def test_layers_core_adapters_and_views_import_only_down():
+    g = graph(deep=True)
+    assert {"sentinel.runner", "sentinel.hunt.driver.engine", "sentinel.adapters.contract",
+            "sentinel_adapters.reference.adapter", "sentinel.views.registry"} <= set(g)
+    assert layer_violations(g) == {}
+
+
+def test_the_layer_check_can_fail(tmp_path, monkeypatch):
+    """A core module that imports a view, and an adapter that imports the hunt (deferred), are
+    caught."""
+    for pkg in ("sentinel", "sentinel/views", "sentinel/hunt", "adapters"):
+        (tmp_path / pkg).mkdir()
+        (tmp_path / pkg / "__init__.py").write_text("")
+    (tmp_path / "sentinel" / "views" / "registry.py").write_text("")
+    (tmp_path / "sentinel" / "hunt" / "properties.py").write_text("")
+    (tmp_path / "sentinel" / "runner_x.py").write_text("from .views import registry\n")
+    (tmp_path / "adapters" / "toy.py").write_text("def f():\n    from sentinel.hunt import properties\n")
+    monkeypatch.setitem(PACKAGES, "sentinel", tmp_path / "sentinel")
+    monkeypatch.setitem(PACKAGES, "sentinel_adapters", tmp_path / "adapters")
+    assert layer_violations(graph(deep=True)) == {"sentinel.runner_x": ["sentinel.views", "sentinel.views.registry"],
+                                                  "sentinel_adapters.toy": ["sentinel.hunt", "sentinel.hunt.properties"]}
+
+
 def test_no_source_file_over_600_lines():
     long = {str(p.relative_to(ROOT)): n for p in [*ROOT.joinpath("sentinel").rglob("*.py"), *ROOT.joinpath("adapters").rglob("*.py")]
             if (n := len(p.read_text().splitlines())) > 600}

@@ -21,7 +21,7 @@ from typing import Any
 from .. import inert, targets
 from ..catalog import catalog_path
 from ..errors import SentinelError
-from ..views.locations import github_url
+from ..links import github_url
 from ..spec import load_file
 from . import dupes, generate, refrepo, sides
 

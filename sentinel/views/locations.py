@@ -5,10 +5,10 @@ path of this machine."""
 from __future__ import annotations
 
 import re
-from functools import lru_cache
 from pathlib import Path, PurePosixPath
 from typing import Iterable
 
+from ..links import github_url
 from ..report import Report, Target
 
 # An absolute POSIX path inside free text: not part of a URL (`https://host/a/b`), of a
@@ -16,23 +16,6 @@ from ..report import Report, Target
 _ABS = re.compile(r"(?<![\w.~:/@+-])/(?:[^\s/'\"`()<>\[\]{}|,;:*?=]+/)+[^\s/'\"`()<>\[\]{}|,;:*?=]*")
 _WORKTREE = re.compile(r"/sentinel-wt-[^/]+/[0-9a-f]{7,40}(?:/|$)")  # sentinel/git.py temporary worktrees
 _PACKAGES = re.compile(r"/(?:site|dist)-packages/")
-_GITHUB = re.compile(r"github\.com[:/]+([\w.-]+)/([\w.-]+?)(?:\.git)?/?$")
-
-
-@lru_cache(maxsize=64)
-def github_url(repo: str) -> str | None:
-    """`https://github.com/owner/name` when the repository at `repo` has its remote (origin,
-    else the first) on GitHub; None for any other remote, no remote, or no repository."""
-    try:
-        import git
-        r = git.Repo(repo)
-        remotes = list(r.remotes)
-        remote = next((x for x in remotes if x.name == "origin"), remotes[0] if remotes else None)
-        url = remote.url if remote is not None else ""
-    except Exception:  # noqa: BLE001 - no git, no repository, unreadable config: plain text then
-        return None
-    m = _GITHUB.search(url)
-    return f"https://github.com/{m.group(1)}/{m.group(2)}" if m else None
 
 
 def _toplevel(path: Path) -> Path:

@@ -5,7 +5,7 @@ survivors' diffs, a bisect log, a conformance matrix. Every string passes inert.
 from __future__ import annotations
 
 from ... import inert
-from ..locations import github_url
+from ...links import github_url
 from ..palette import colour, symbol
 from .scenarios import badge
 

@@ -9,7 +9,7 @@ import json
 from ...inert import md_code, md_text
 from ...report import HistoryFlip, ScenarioResult
 from ..grids import short
-from ..locations import github_url
+from ...links import github_url
 
 
 def _commit_link(sha: str | None, base: str | None) -> str:
