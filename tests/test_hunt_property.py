@@ -69,3 +69,25 @@ def test_a_property_declared_in_a_test_is_found_by_the_registry_cli_and_report(t
     assert (p["property"], p["family"], p["status"]) == (NAME, "toy_shape", "holds") and p["examples"] >= 10, p
     (r,) = rep["results"]
     assert (r["id"], r["verdict"]) == (NAME, "holds")
+
+
+def test_the_toy_family_is_found_by_list_run_and_every_report_format(tmp_path):
+    """The family half of the same declaration: `sentinel list invariants` shows it, a scenario
+    names it, `sentinel run` evaluates it and every report format renders its verdict."""
+    from sentinel.cli import app
+    listed = CliRunner().invoke(app, ["list", "invariants"], catch_exceptions=False, env={"COLUMNS": "300"})
+    assert listed.exit_code == 0 and "toy_shape" in listed.output, listed.output
+    (tmp_path / "t.yaml").write_text("id: toy\ntitle: t\nboundary: kl\ninputs: {log_probs: [[-0.5, -1.0]], "
+                                     "ref_log_probs: [[-0.25, -1.0]], loss_mask: [[1, 1]]}\n"
+                                     "invariants: [{toy_shape: {}}]\n")
+    report = tmp_path / "r.json"
+    done = CliRunner().invoke(app, ["run", str(tmp_path / "t.yaml"), "-o", str(report)], catch_exceptions=False)
+    assert done.exit_code == 0, done.output
+    (r,) = json.loads(report.read_text())["results"]
+    assert r["verdict"] == "holds" and [i["family"] for i in r["invariants"]] == ["toy_shape"]
+    for fmt in ("text", "markdown", "junit", "html"):
+        shown = CliRunner().invoke(app, ["report", str(report), "-f", fmt, "-v", "-o", str(tmp_path / f"r.{fmt}")])
+        assert shown.exit_code == 0, (fmt, shown.output)
+        # markdown and JUnit name a passing scenario (its invariants folded); text -v and HTML each invariant
+        assert ('name="toy"' if fmt == "junit" else "`toy`" if fmt == "markdown" else "toy_shape") in \
+            (tmp_path / f"r.{fmt}").read_text(), fmt
