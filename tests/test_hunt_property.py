@@ -1,38 +1,37 @@
-"""Adding a hunt property is one declaration: a family (here a toy one, defined in this file)
-with `hunt = (hunted(...),)` beside it. The registry finds it, `sentinel hunt --list` lists it,
-`sentinel hunt --property NAME` hunts it (the worker imports this module, where the family is
-declared), and the hunt report has its verdict."""
+"""Adding a hunt property is one declaration: a family (here a toy one, in tests/toy_family.py,
+outside sentinel as a plugin's would be) with `hunt = (hunted(...),)` beside it. The registry
+finds it, `sentinel hunt --list` lists it, `sentinel hunt --property NAME` hunts it (the worker
+imports the family's module), and the hunt report has its verdict; `sentinel list invariants`,
+`sentinel run` and every report format know the family."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 from pathlib import Path
 
 import numpy as np
+import pytest
 from typer.testing import CliRunner
 
+from sentinel.hunt.properties import PROPERTIES
 from sentinel.invariants import REGISTRY, RunObservation
-from sentinel.invariants.base import Invariant, Outcome, hunted
 
 HERE = Path(__file__).resolve().parent
 NAME = "kl.toy_shape"
 
 
-class ToyShape(Invariant):
-    """Every token output has the shape of `like` (a toy family: the property this test adds)."""
-
-    family = "toy_shape"
-    hunt = (hunted("kl", doc="a toy property: the KL has the shape of the log-probs", body={"like": "log_probs"}),)
-    like: str = "log_probs"
-
-    def evaluate(self, obs, sc):
-        want = sc.inputs[self.like].shape
-        for name, out in obs["base"].outputs.items():
-            if np.shape(out) != want:
-                return Outcome("violated", f"{name} has shape {np.shape(out)}, {self.like} {want}",
-                               list(np.shape(out)), list(want))
-        return Outcome("held")
+@pytest.fixture(autouse=True)
+def toy():
+    """The toy family registered for each test here and removed afterwards: a family left in
+    the registry would change every other test's view of it (the schema, the teeth)."""
+    import toy_family
+    if "toy_shape" not in REGISTRY:  # unregistered after an earlier test here: register it again
+        importlib.reload(toy_family)
+    yield toy_family.ToyShape
+    REGISTRY.pop("toy_shape", None)
+    PROPERTIES.forget("toy_shape")
 
 
 def test_the_toy_family_can_fail():
@@ -46,18 +45,18 @@ def test_the_toy_family_can_fail():
     assert inv.evaluate(run(np.zeros((1, 3))), sc).verdict == "violated"
 
 
-def test_a_property_declared_in_a_test_is_found_by_the_registry_cli_and_report(tmp_path, monkeypatch):
+def test_a_property_declared_in_a_test_is_found_by_the_registry_cli_and_report(toy, tmp_path, monkeypatch):
     from sentinel import hunt as H
     from sentinel.cli import app
-    assert REGISTRY["toy_shape"] is ToyShape
+    assert REGISTRY["toy_shape"] is toy
     prop = H.PROPERTIES[NAME]
-    assert (prop.family, prop.boundary, prop.origin) == ("toy_shape", "kl", __name__)
+    assert (prop.family, prop.boundary, prop.origin) == ("toy_shape", "kl", "toy_family")
     assert NAME in [p.name for p in H.select(families=["toy_shape"])]
 
     listed = CliRunner().invoke(app, ["hunt", "--list"], catch_exceptions=False, env={"COLUMNS": "300"})
     assert listed.exit_code == 0 and NAME in listed.output, listed.output
 
-    # the worker imports this module (the family's origin) from PYTHONPATH to find the property
+    # the worker imports the family's module (its origin) from PYTHONPATH to find the property
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")])))
     report = tmp_path / "hunt.json"
     done = CliRunner().invoke(app, ["hunt", "--property", NAME, "--seed", "0", "--no-db", "-n", "30",

@@ -95,6 +95,11 @@ class Properties(Mapping[str, Property]):
                         raise RegistryError(f"hunt property {name!r} is declared twice")
                     self._table[name] = Property(name, boundary, cls.family, h.doc, dict(h.draw), body, cls.__module__)
 
+    def forget(self, family: str) -> None:
+        """Drop a family's properties (a plugin or a test that unregisters the family)."""
+        self._table = {n: p for n, p in self._table.items() if p.family != family}
+        self._seen = {c for c in self._seen if c.family != family}
+
     def __getitem__(self, name: str) -> Property:
         self._collect()
         return self._table[name]
