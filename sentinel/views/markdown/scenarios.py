@@ -7,7 +7,6 @@ SUMMARY_OVER violations open with a summary table, each scenario's details colla
 from __future__ import annotations
 
 import json
-import shlex
 
 from ... import inert
 from ...inert import md_code, md_text
@@ -222,7 +221,8 @@ def run(view, source: str | None = None, limit: int = MARKDOWN_LIMIT, **_: objec
     # in a compare report the compare table already lists what holds on both sides
     sections += [_md_rest(report, rest, v, loc) for v in ("unsupported", "excluded", "holds") if not (v == "holds" and report.comparisons)]
     sections = [s for s in sections if s]
-    tail = ["Reproduce:", "", *inert.md_fence(shlex.join(loc.command(report.command)), "bash")] if report.command else []
+    tail = (["Reproduce (from the folder the command ran in):", "", *inert.md_fence(loc.reproduce(report.command), "bash")]
+            if report.command else [])
     budget = limit - len("\n".join(head + tail).encode()) - 400
     body: list[str] = []
     for i, sec in enumerate(sections):
