@@ -54,6 +54,9 @@ def history_with_a_skipped_commit():
                             role="skipped")
     rep.history.commits.insert(2, skipped)
     rep.history.cost.skipped_no_loss_path = 1
+    # the flip at the newest commit, as a fix at the end of a range is: its label beside the legend
+    flip = rep.history.flips[0]
+    flip.commit, flip.date = rep.history.commits[-1].id, rep.history.commits[-1].date
     return rep
 
 
@@ -148,7 +151,7 @@ def test_the_history_page_marks_flips_and_shows_skipped_commits(dom):
     chart = page["charts"]["history-timeline"]
     words = texts(chart)
     assert "scenario" in words and any(w.startswith("commit (committer date") for w in words)  # axis titles
-    assert {"2026-01-03", "3333333"} <= words  # a date and its commit on the axis
+    assert {"2026-01-05", "5555555"} <= words  # a date and its commit on the axis
     assert "✔ fixed: fix opsm (#42)" in words  # the flip, marked where it was bisected to, with its subject
     assert {"✔ fixed here (flip)", "✘ regressed here (flip)", "skipped: no loss-path change"} <= words  # legend
     assert overlapping(chart, words) == []

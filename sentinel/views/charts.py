@@ -189,8 +189,10 @@ def history_figure(view):
         up = f.change == "fixed"
         ax.scatter([x[f.commit]], [names.index(f.scenario)], marker="^" if up else "v", s=260, facecolors="none",
                    edgecolors=colour(f.change), linewidths=2, zorder=3)
+        left = x[f.commit] > len(commits) / 2  # on the right half the label reads leftwards: not into the legend
         ax.annotate(f"{label(f.change)}: {_t(f.subject, 40)}", (x[f.commit], names.index(f.scenario)),
-                    xytext=(10, 10), textcoords="offset points", fontsize=8, color=colour(f.change))
+                    xytext=(-12 if left else 12, 10), textcoords="offset points", ha="right" if left else "left",
+                    fontsize=8, color=colour(f.change))
     rest = len(names)
     for role, m, text in (("skipped", "|", "skipped: no loss-path change"), ("between", ".", "between samples: not evaluated")):
         xs = [x[c.id] for c in commits if c.role == role]
