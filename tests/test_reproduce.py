@@ -62,3 +62,16 @@ def test_a_compare_pins_both_revisions_but_the_working_tree():
     assert shown(markdown(rep)) == f"sentinel compare --base {'a' * 40} --head {'b' * 40}"
     rep.command = ["sentinel", "compare", "--base", "HEAD^", "--head", "WORKTREE"]
     assert shown(markdown(rep)).endswith("--head WORKTREE")
+
+
+def test_a_differential_hunt_pins_each_side_and_every_kind_shows_its_command():
+    from report_fakes import history_report, hunt_report, mutate_report
+    rep = hunt_report()
+    rep.targets = {"base:slime": Target(name="slime", commit="a" * 40), "head:slime": Target(name="slime", commit="b" * 40)}
+    rep.command = ["sentinel", "hunt", "--target", "slime", "--base", "v1", "--head", "main", "--time", "30"]
+    assert shown(markdown(rep)) == f"sentinel hunt --target slime --base {'a' * 40} --head {'b' * 40} --time 30"
+    for make in (history_report, mutate_report):
+        r = make()
+        r.command = ["sentinel", make.__name__.split("_")[0], "--seed", "1"]
+        assert shown(markdown(r)) == " ".join(r.command)
+        assert f'<pre class="reproduce">{" ".join(r.command)}</pre>' in page(r)

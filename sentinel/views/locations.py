@@ -114,8 +114,9 @@ class Locations:
     def _argument(self, option: str | None, value: str, here: Path) -> str:
         pinned = {"--commit": "", "--base": "base", "--head": "head"}
         if option in pinned and value != "WORKTREE":  # the revision that ran, resolved
-            t = self.report.targets.get(pinned[option]) or (next(iter(self.report.targets.values()))
-                                                            if len(self.report.targets) == 1 else None)
+            ts = self.report.targets
+            side = [t for k, t in ts.items() if pinned[option] and k.partition(":")[0] == pinned[option]]  # base:slime
+            t = side[0] if len(side) == 1 else next(iter(ts.values())) if len(ts) == 1 and not pinned[option] else None
             return shlex.quote(t.commit if t and t.commit and not t.dirty else value)
         p = here / value
         if option in _WRITES:  # written, not read: relative to the folder, else its name there

@@ -21,6 +21,7 @@ import jinja2
 from markupsafe import Markup
 
 from ... import inert
+from ..locations import Locations
 from ..registry import Format, by_kind
 from ..palette import TONES, colour, label, symbol
 from . import kinds, scenarios
@@ -54,8 +55,11 @@ def _own(template: str, section):
     def page(view) -> str:
         head = view.headline()
         code = view.exit_code()
+        report = view.report  # None for a bisect log
         return _page(template, {"title": f"RL-Sentinel {head}", "word": {0: "PASS", 1: "FAIL"}.get(code, "TARGET ERROR"),
-                                "tone": {0: "holds", 1: "violated"}.get(code, "error"), "line": head, **section(view)})
+                                "tone": {0: "holds", 1: "violated"}.get(code, "error"), "line": head,
+                                "reproduce": Locations(report).reproduce(report.command) if report else "",
+                                **section(view)})
     return page
 
 

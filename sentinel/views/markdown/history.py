@@ -9,7 +9,8 @@ import json
 from ...inert import md_code, md_text
 from ...report import HistoryFlip, ScenarioResult
 from ..grids import short
-from ..locations import github_url
+from ..locations import Locations, github_url
+from .scenarios import reproduce
 
 
 def _commit_link(sha: str | None, base: str | None) -> str:
@@ -75,5 +76,5 @@ def history(view, **_: object) -> str:
         lines.append(f"| {_commit_link(c.id, base)} | {_pr_link(c.pr, base)} | {md_text(c.date[:10])} | {c.role} | {counts} | "
                      f"{md_text(c.subject)} |")
     lines += ["", "</details>", ""]
-    return "\n".join(lines)
+    return "\n".join(lines + reproduce(view.report, Locations(view.report)))
 
