@@ -22,7 +22,9 @@ try:  # the installed distribution's version: from git tags at build time (pypro
     __version__ = metadata.version("rl-sentinel")
 except metadata.PackageNotFoundError:  # a checkout on sys.path, not installed
     __version__ = "0+unknown"
-REPORT_SCHEMA_VERSION = "1.0"
+REPORT_SCHEMA_VERSION = "1.1"  # 1.1 added hunt.properties[].progress
+# versions `sentinel report` reads: each differs from the current by fields it adds (their defaults fill in)
+REPORT_SCHEMA_READS = ("1.0", REPORT_SCHEMA_VERSION)
 
 # public name -> module that defines it
 _API = {

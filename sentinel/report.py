@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from . import REPORT_SCHEMA_VERSION, __version__, cleanup, verdicts
+from . import REPORT_SCHEMA_READS, REPORT_SCHEMA_VERSION, __version__, cleanup, verdicts
 from .errors import SentinelError
 from .verdicts import CompareVerdict, DiffVerdict, HuntVerdict, InvariantVerdict, ScenarioVerdict
 
@@ -210,6 +210,14 @@ class HuntDeviation(_Model):
     example: dict[str, Any] = Field(default_factory=dict, description="the first such input (config and inputs)")
 
 
+class HuntSample(_Model):
+    """Where a property stood at one moment of a hunt (at each round's start and end)."""
+
+    s: float = Field(description="search seconds of the whole hunt")
+    examples: int = Field(description="examples of this property so far")
+    findings: int = Field(description="findings of this property so far")
+
+
 class HuntProperty(_Model):
     """One property hunted: a generic invariant family on a boundary, over generated inputs."""
 
@@ -229,6 +237,8 @@ class HuntProperty(_Model):
     rounds: int = 0
     duration_s: float = Field(0.0, description="this property's own search seconds (all rounds)")
     findings: int = Field(0, description="distinct findings (signatures) on this property")
+    progress: list[HuntSample] = Field(default_factory=list, description="examples and findings over the hunt's "
+                                       "search seconds (schema 1.1; empty in a 1.0 report)")
     excluded_known: dict[str, int] = Field(default_factory=dict,
                                            description="violations passed over as a known signature, by signature")
     unsupported_reasons: list[str] = Field(default_factory=list)
@@ -281,6 +291,13 @@ class HuntSummary(_Model):
     differential: HuntDifferential | None = None
 
 
+def _cwd() -> str | None:
+    try:
+        return os.getcwd()
+    except OSError:  # the folder was removed under the process
+        return None
+
+
 class Report(_Model):
     schema_version: str = REPORT_SCHEMA_VERSION
     kind: Literal["run", "compare", "hunt", "history", "mutate"] = "run"
@@ -288,6 +305,8 @@ class Report(_Model):
     created_at: str
     duration_s: float
     command: list[str] = Field(default_factory=list)
+    cwd: str | None = Field(default_factory=lambda: _cwd(), description="the folder the command ran in: its relative "
+                            "paths are relative to it, and so are the reproduce commands shown (schema 1.1)")
     environment: Environment
     targets: dict[str, Target]
     results: list[ScenarioResult]
@@ -387,11 +406,11 @@ def load(path: str | Path) -> Report:
         if not text[e.pos:].strip() or e.msg.startswith("Unterminated string"):
             raise ReportError(f"truncated at byte {len(raw)} (line {text.count(chr(10)) + 1}): {e.msg}") from None
         raise ReportError(f"invalid JSON at byte {at} (line {e.lineno}, column {e.colno}): {e.msg}") from None
-    if isinstance(data, dict) and data.get("schema_version") != REPORT_SCHEMA_VERSION:
+    if isinstance(data, dict) and data.get("schema_version") not in REPORT_SCHEMA_READS:
         # another layout: its fields would be misread, not refused
         got = repr(data["schema_version"])[:40] if "schema_version" in data else "missing"
-        raise ReportError(f"field schema_version: {got}, not the report schema this version reads "
-                          f"({REPORT_SCHEMA_VERSION!r})")
+        raise ReportError(f"field schema_version: {got}, not a report schema this version reads "
+                          f"({', '.join(map(repr, REPORT_SCHEMA_READS))})")
     try:
         return Report.model_validate_json(text, strict=True)
     except ValidationError as e:

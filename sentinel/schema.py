@@ -10,10 +10,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from . import REPORT_SCHEMA_VERSION, boundaries
+from . import boundaries
 from .invariants import REGISTRY
 
-SCENARIO_SCHEMA_ID = f"https://rl-sentinel.dev/schema/scenario-{REPORT_SCHEMA_VERSION}.json"
+SCENARIO_SCHEMA_VERSION = "1.0"  # the scenario layout, versioned apart from the report's
+SCENARIO_SCHEMA_ID = f"https://rl-sentinel.dev/schema/scenario-{SCENARIO_SCHEMA_VERSION}.json"
 _NUMBER = {"anyOf": [{"type": "number"}, {"enum": ["nan", "inf", "+inf", "-inf"]}]}
 
 

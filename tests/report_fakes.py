@@ -6,7 +6,7 @@ import subprocess
 from pathlib import Path
 
 from sentinel.report import (Comparison, Environment, ExceptionInfo, FunctionInfo, HistoryCommit, HistoryCost, HistoryFlip,
-                             HistorySummary, HuntFinding, HuntProperty, HuntSummary, InvariantResult, MutantRecord,
+                             HistorySummary, HuntFinding, HuntProperty, HuntSample, HuntSummary, InvariantResult, MutantRecord,
                              MutateCount, MutateSummary, Report, ScenarioResult, Target, statistics)
 
 MASKED_GRID = [[0.0, 1.0, 0.5], [1.0, -1.0, 0.25]]
@@ -77,13 +77,20 @@ def compare_report() -> Report:
     return report(results, targets, kind="compare", comparisons=comparisons)
 
 
-def hunt_report() -> Report:
+def hunt_report(progress: bool = False) -> Report:
+    """Two properties; with `progress`, each has its samples over the hunt (schema 1.1): the
+    OPSM property finds its bug in its second round, kl.finite waits for a worker between rounds."""
+    samples = {"opsm_mask.sequence_uniform": [(0.0, 0, 0), (0.5, 10, 0), (1.2, 10, 0), (1.6, 18, 1)],
+               "kl.finite": [(0.0, 0, 0), (0.6, 100, 0), (0.6, 100, 0), (1.5, 200, 0), (2.0, 200, 0), (3.3, 300, 0)]}
+    progress_of = lambda name: [HuntSample(s=t, examples=n, findings=f) for t, n, f in samples[name]] if progress else []  # noqa: E731
     props = [HuntProperty(property="opsm_mask.sequence_uniform", boundary="opsm_mask", family="sequence_uniform",
-                          status="violated", examples=18, duration_s=0.9, rounds=2),
+                          status="violated", examples=18, duration_s=0.9, rounds=2,
+                          progress=progress_of("opsm_mask.sequence_uniform")),
              HuntProperty(property="kl.finite", boundary="kl", family="finite", status="holds", examples=300,
-                          duration_s=2.5, rounds=4)]
+                          duration_s=2.5, rounds=4, progress=progress_of("kl.finite"))]
     finding = HuntFinding(property="opsm_mask.sequence_uniform", boundary="opsm_mask", family="sequence_uniform",
                           scenario_id="hunt-opsm", rows=1, tokens=2, examples_to_first=18, time_to_first_s=3.2,
+                          hunt_elapsed_s=1.55 if progress else None,
                           message="opsm_mask differs within a sequence at 1 valid token(s)")
     summary = HuntSummary(seed=0, max_examples=300, time_budget_s=10, examples=318, search_s=3.4, examples_per_s=93.5,
                           properties=props, findings=[finding])

@@ -3,6 +3,7 @@ headless browser (Chromium: `apt-get install chromium`; the browser tests skip w
 
 from __future__ import annotations
 
+import html
 import re
 import shutil
 import subprocess
@@ -98,16 +99,52 @@ def test_every_string_is_escaped_and_no_local_path_shown(tmp_path, monkeypatch):
     assert f'href="https://github.com/THUDM/slime/blob/{sha}/slime/utils/ppo_utils.py#L1"' in text
 
 
+def chart_texts(text: str, name: str) -> list[str]:
+    """The text elements of the chart `name` (matplotlib's SVG keeps its text as <text>)."""
+    svg = re.search(rf'<svg class="chart {name}".*?</svg>', text, re.S).group()
+    return [html.unescape(t) for t in re.findall(r"<text[^>]*>([^<]*)</text>", svg)]
+
+
 def test_compare_timeline():
+    pytest.importorskip("matplotlib", reason="pip install 'rl-sentinel[plot]'")
     text = page(compare_report())
-    svg = re.search(r'<svg class="timeline".*?</svg>', text, re.S).group()
-    assert svg.index("kl-k2") < svg.index("opsm-masked") < svg.index("kl-k1")  # regressed first
-    assert "regressed" in svg and "fixed" in svg and "holds-both" in svg
+    words = chart_texts(text, "compare-timeline")
+    assert words.index("kl-k2") < words.index("opsm-masked") < words.index("kl-k1")  # regressed first, at the top
+    assert {"✘ regressed", "✔ fixed", "✔ holds-both"} <= set(words)  # symbol and word, not colour alone
+    assert "scenario" in words and any(w.startswith("revision (base → head)") for w in words)  # axis titles
+    assert {"✔ holds", "✘ violated"} <= set(words)  # the legend
     assert text.index("<h2>Compare") < text.index("<h2>Violations")
 
 
-def test_hunt_progress_marks_the_first_finding():
+def test_hunt_progress_over_time():
+    pytest.importorskip("matplotlib", reason="pip install 'rl-sentinel[plot]'")
+    text = page(hunt_report(progress=True))
+    words = chart_texts(text, "hunt-progress")
+    assert {"examples (count)", "findings (count)", "hunt search time (s)"} <= set(words)  # axis titles with units
+    assert {"opsm_mask.sequence_uniform", "kl.finite", "✘ violated: first finding"} <= set(words)  # one line each
+    svg = re.search(r'<svg class="chart hunt-progress".*?</svg>', text, re.S).group()
+    # each property's line goes through its recorded samples (not a straight line from the origin)
+    assert len(re.findall(r'<g id="hunt-progress-line2d_\d+">', svg)) >= 4
+
+
+def test_a_hunt_report_without_progress_says_so_instead_of_drawing():
     text = page(hunt_report())
-    svg = re.search(r'<svg class="hunt-progress".*?</svg>', text, re.S).group()
-    assert svg.count("<polyline") == 2
-    assert '<circle class="finding"' in svg and "first finding: opsm_mask.sequence_uniform after 18 examples" in svg
+    assert '<svg class="chart hunt-progress"' not in text
+    assert "No progress over time in this report" in text and "<td>300</td>" in text  # the table still has the numbers
+
+
+def test_without_matplotlib_the_page_has_a_note_where_the_chart_would_be():
+    """matplotlib is an extra: in a process where it cannot be imported, every kind still renders."""
+    script = """
+import sys
+sys.modules["matplotlib"] = None  # import matplotlib raises ImportError, as where it is not installed
+sys.path.insert(0, "tests")
+from report_fakes import compare_report, history_report, hunt_report
+from render_helpers import page
+for make in (compare_report, history_report, lambda: hunt_report(progress=True)):
+    print(page(make()))
+"""
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "<svg" not in done.stdout and done.stdout.count("Chart not drawn: matplotlib is not installed") == 3
+    assert '<tr data-compare="regressed">' in done.stdout and '<tr data-change="fixed">' in done.stdout  # the tables

@@ -159,6 +159,14 @@ def test_cli_hunt_writes_reproducible_yaml(tmp_path):
     f, = rep["hunt"]["findings"]
     assert rep["hunt"]["database"] and (tmp_path / "db").is_dir()
     assert f["reproduced"] is True
+    # progress over time: samples at each round's start and end, in time order, ending at the totals
+    prop, = rep["hunt"]["properties"]
+    samples = prop["progress"]
+    assert len(samples) == 2 * prop["rounds"] and samples[0]["examples"] == 0
+    assert [s["s"] for s in samples] == sorted(s["s"] for s in samples)
+    assert [s["examples"] for s in samples] == sorted(s["examples"] for s in samples)
+    assert (samples[-1]["examples"], samples[-1]["findings"]) == (prop["examples"], 1)
+    assert samples[0]["s"] <= f["hunt_elapsed_s"] <= samples[-1]["s"]
     run_ = [sys.executable, "-m", "sentinel.cli", "run", f["file"], "-o", "-", "--json", "--plant", "opsm-token-level"]
     bad = subprocess.Popen(run_, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
     # meanwhile, a seeded hunt replays the known failure from the database before its own search

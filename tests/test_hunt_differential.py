@@ -69,6 +69,8 @@ def test_reference_against_itself_differs_nowhere(tmp_path):
     assert rep.hunt.findings == [] and rep.exit_code() == 0
     assert rep.hunt.differential.compared > 0 and rep.hunt.differential.differing == 0
     assert set(rep.targets) == {"base:reference", "head:reference"}  # one key each, though both are the same
+    for p in rep.hunt.properties:  # progress over time: a sample at each round's start and end
+        assert len(p.progress) == 2 * p.rounds and p.progress[-1].examples == p.examples
 
 
 # A difference a differential hunt found on GSPO, shrunk: one partially masked row whose valid

@@ -140,3 +140,18 @@ def test_the_cli_shows_a_hostile_title_as_text(tmp_path):
             assert_inert_markdown(done.stdout)
         if fmt == "junit":
             ET.fromstring(done.stdout.split("\n", 1)[1])
+
+
+def test_chart_labels_from_a_report_are_text_in_the_svg():
+    """Commit subjects, scenario ids and property names become chart labels: matplotlib gets
+    them as plain text (no mathtext: `$` is a dollar), its SVG escapes them."""
+    pytest.importorskip("matplotlib", reason="pip install 'rl-sentinel[plot]'")
+    from report_fakes import history_report, hunt_report
+    hist = history_report()
+    hist.history.flips[0].subject = HOSTILE + " $x^2$"
+    hunt = hunt_report(progress=True)
+    hunt.hunt.properties[0].property = HOSTILE + " $\\alpha$"
+    for doc in (page(hist), page(hunt)):
+        assert "<svg" in doc and HTML not in doc and "&lt;img src=x onerror=alert(1)&gt;" in doc
+        assert not any(raw in doc for raw in ("\x1b", "\x07", "\b", "\u202e"))
+    assert "$x^2$" in page(hist) and "$\\alpha$" in page(hunt)

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from sentinel import REPORT_SCHEMA_VERSION
 from sentinel.cli import app
 from sentinel.report import (Environment, ExceptionInfo, Report, ReportError, ScenarioResult, Statistics, Target,
                              dump, load, write_atomic)
@@ -175,6 +176,14 @@ def good_report() -> str:
                        results=[], statistics=Statistics()))
 
 
+def test_a_report_of_the_previous_schema_still_reads(tmp_path):
+    """1.1 only added fields (hunt progress): a 1.0 file reads, their defaults fill in."""
+    text = good_report().replace(f'"schema_version": "{REPORT_SCHEMA_VERSION}"', '"schema_version": "1.0"')
+    assert '"1.0"' in text
+    (tmp_path / "r.json").write_text(text, encoding="utf-8")
+    assert load(tmp_path / "r.json").schema_version == "1.0"
+
+
 @pytest.mark.parametrize("mutate, words", [
     (lambda t: t[: len(t) // 2], "truncated at byte"),
     (lambda t: t[:-3], "truncated at byte"),
@@ -187,9 +196,9 @@ def good_report() -> str:
     (lambda t: t.replace('"success": true', '"success" true'), "invalid JSON at byte"),
     (lambda t: "", "an empty file"),
     (lambda t: "[]", "field (top level): expected object"),
-    (lambda t: t.replace('"schema_version": "1.0"', '"schema_version": "9.9"'), "field schema_version: '9.9'"),
-    (lambda t: t.replace('"schema_version": "1.0"', '"schema_version": 1.0'), "field schema_version: 1.0"),
-    (lambda t: t.replace('"schema_version": "1.0",', ''), "field schema_version: missing"),
+    (lambda t: t.replace(f'"schema_version": "{REPORT_SCHEMA_VERSION}"', '"schema_version": "9.9"'), "field schema_version: '9.9'"),
+    (lambda t: t.replace(f'"schema_version": "{REPORT_SCHEMA_VERSION}"', '"schema_version": 1.0'), "field schema_version: 1.0"),
+    (lambda t: t.replace(f'"schema_version": "{REPORT_SCHEMA_VERSION}",', ''), "field schema_version: missing"),
 ])
 def test_a_bad_report_exits_2_saying_what_and_where(tmp_path, mutate, words):
     text = mutate(good_report())

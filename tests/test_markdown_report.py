@@ -82,7 +82,9 @@ def test_a_checkout_run_links_sources_to_the_commit_and_leaks_no_local_path(tmp_
     assert "`scenarios/opsm.yaml`" in md
     assert "boom in slime/x.py and slime/utils/ppo_utils.py and …/y.py" in md
     assert "; also `torch.where`" in md  # a file outside every root is not shown
-    assert "--repo slime -o r.json" in md
+    # reproduce: each path relative to where the command ran (and there), the commit that ran pinned
+    line = f"sentinel run {repo.relative_to(tmp_path)}/scenarios --repo {repo.relative_to(tmp_path)} -o r.json --commit {sha}"
+    assert line in md and (tmp_path / repo.relative_to(tmp_path)).is_dir()
     # violations first, then errors, then the holds collapsed
     assert md.index("### `opsm-masked`") < md.index("### `raises`") < md.index("<details><summary>1 hold</summary>")
 

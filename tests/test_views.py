@@ -100,7 +100,7 @@ def test_a_history_report_shows_its_flips(tmp_path):
     md = cli("report", str(path), "-f", "markdown").stdout
     assert "| fixed | `opsm-masked` |" in md and "#42" in md
     html = cli("report", str(path), "-f", "html").stdout
-    assert 'class="cell flip"' in html and "2026-01-03" in html
+    assert '<tr data-change="fixed">' in html and "✔ fixed here" in html and "2026-01-03" in html
     xml = cli("report", str(path), "-f", "junit").stdout
     assert "fixed at 3333333333" in xml
 

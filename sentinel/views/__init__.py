@@ -4,7 +4,9 @@
   hunt, history, mutate), built from a report file or a live command's report;
 - `registry`: the formats by name (text, markdown, junit, json, html, and any registered);
 - one package or module per format, each dispatching on the view's kind: `terminal`,
-  `markdown`, `junit`, `jsonfile`, `html`; `plot` draws a history with matplotlib;
+  `markdown`, `junit`, `jsonfile`, `html` (jinja2 templates, autoescaped), `github`;
+- `charts`: every chart (compare, hunt progress, history timeline), drawn by matplotlib;
+  `plot` writes the history chart to a file (`sentinel history --plot`);
 - `palette`: verdict colours and symbols; `locations`: paths and links as reports show
   them; `grids`: per-token values; `plain`: a failure as plain text lines.
 

@@ -4,7 +4,9 @@ path of this machine."""
 
 from __future__ import annotations
 
+import os
 import re
+import shlex
 from pathlib import Path, PurePosixPath
 from typing import Iterable
 
@@ -16,6 +18,12 @@ from ..report import Report, Target
 _ABS = re.compile(r"(?<![\w.~:/@+-])/(?:[^\s/'\"`()<>\[\]{}|,;:*?=]+/)+[^\s/'\"`()<>\[\]{}|,;:*?=]*")
 _WORKTREE = re.compile(r"/sentinel-wt-[^/]+/[0-9a-f]{7,40}(?:/|$)")  # sentinel/git.py temporary worktrees
 _PACKAGES = re.compile(r"/(?:site|dist)-packages/")
+# options whose value is a file written (needs not exist), a path read, or nothing at all
+_WRITES = {"-o", "--output", "--junit", "--plot", "--out", "--db", "--cache", "--bundles", "--dir", "--markdown"}
+_PATHS = {"--repo", "--known", "--equivalent", "--path", "-p", "--catalog"}
+_FLAGS = {"--all-commits", "--compile", "--first", "-x", "--force", "--json", "--list", "--list-operators", "--no-cache",
+          "--no-db", "--verbose", "-v", "--version"}
+_CATALOG = "catalog=\"$(python -c 'from sentinel.catalog import catalog_path; print(catalog_path())')\""
 
 
 def _toplevel(path: Path) -> Path:
@@ -65,6 +73,63 @@ class Locations:
 
     def command(self, argv: Iterable[str]) -> list[str]:
         return [self.scrub(a, elide="") for a in argv]
+
+    def reproduce(self, argv: list[str]) -> str:
+        """The report's command as shell lines to run from the folder it ran in (Report.cwd):
+        each path relative to that folder; outside it, a target checkout as its
+        `$SENTINEL_<NAME>_REPO` variable, a bundled scenario under `$catalog` (defined on a line
+        before), any other path as a `<path to NAME>` to fill in (never a path of this
+        machine); the revision that ran pinned (`--commit SHA`, or the resolved `--base` and
+        `--head` of a compare). "" when the report has no command."""
+        if not argv:
+            return ""
+        here = Path(self.report.cwd) if self.report.cwd and Path(self.report.cwd).is_dir() else Path.cwd()
+        self._catalog = False
+        words, opt = [], None
+        for a in argv:
+            flag, eq, value = a.partition("=") if a.startswith("--") and "=" in a else (None, "", a)
+            shown = self._argument(flag or opt, value, here) if (flag or not a.startswith("-") or opt) else shlex.quote(a)
+            words.append(f"{flag}={shown}" if flag else shown)
+            opt = a if a.startswith("-") and not eq and a not in _FLAGS else None
+        line = " ".join(words + self._pins(argv))
+        return (_CATALOG + "\n" + line) if self._catalog else line
+
+    def _argument(self, option: str | None, value: str, here: Path) -> str:
+        pinned = {"--commit": "", "--base": "base", "--head": "head"}
+        if option in pinned and value != "WORKTREE":  # the revision that ran, resolved
+            ts = self.report.targets
+            side = [t for k, t in ts.items() if pinned[option] and k.partition(":")[0] == pinned[option]]  # base:slime
+            t = side[0] if len(side) == 1 else next(iter(ts.values())) if len(ts) == 1 and not pinned[option] else None
+            return shlex.quote(t.commit if t and t.commit and not t.dirty else value)
+        p = here / value
+        if option in _WRITES:  # written, not read: relative to the folder, else its name there
+            return shlex.quote(os.path.relpath(p, here) if p.resolve().is_relative_to(here.resolve()) else p.name)
+        if not (value.startswith("/") or (p.exists() and "/" in value) or option in _PATHS):
+            return shlex.quote(value)
+        p, home = p.resolve(), here.resolve()
+        if p.is_relative_to(home):
+            return shlex.quote(os.path.relpath(p, home))
+        for t in self.report.targets.values():
+            if t.repo and Path(t.repo).is_absolute() and Path(t.repo).resolve() == p:
+                return f'"$SENTINEL_{re.sub(r"[^A-Z0-9]", "_", t.name.upper())}_REPO"'
+        from ..catalog import catalog_path
+        bundled = catalog_path().resolve()
+        if p.is_relative_to(bundled):
+            self._catalog = True
+            return '"$catalog"' + ("/" + shlex.quote(str(p.relative_to(bundled))) if p != bundled else "")
+        if len(Path(os.path.commonpath([p, home])).parts) > 2:  # a neighbour (../other/x.yaml), not via /
+            return shlex.quote(os.path.relpath(p, home))
+        return shlex.quote(f"<path to {p.name}>")
+
+    def _pins(self, argv: list[str]) -> list[str]:
+        """`--commit SHA` for a one-target report that ran a commit of a checkout and did not name it."""
+        given = {a.partition("=")[0] for a in argv}
+        ts = list(self.report.targets.values())
+        if self.report.kind in ("run", "hunt", "mutate") and len(ts) == 1 and not given & {"--commit", "--base", "--head"}:
+            t = ts[0]
+            if t.repo and t.commit and not t.dirty and "--repo" in given:
+                return ["--commit", t.commit]
+        return []
 
     def target(self, key: str) -> Target | None:
         return self.report.targets.get(key)

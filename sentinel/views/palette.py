@@ -16,16 +16,17 @@ class Tone:
     symbol: str  # one character, shown beside the word
     style: str  # Rich style (terminal)
     colour: str  # hex (HTML, plots)
+    marker: str = "o"  # matplotlib marker (charts): the shape carries the verdict beside the colour
 
 
-GOOD = Tone("✔", "green", "#00734f")  # bluish green
-BAD = Tone("✘", "bold red", "#b84600")  # vermillion
-WEAK_BAD = Tone("✘", "red", "#b84600")
-BROKEN = Tone("!", "bold magenta", "#a3457c")  # reddish purple: the tool or the target failed, not a verdict
-NOT_RUN = Tone("·", "yellow", "#8a6d00")  # dark yellow: nothing decided
-EXCLUDED = Tone("⊘", "cyan", "#0066a6")  # blue
-CHANGED = Tone("≠", "yellow", "#c77c00")  # orange: different, not judged
-GREY = Tone("░", "grey50", "#8c959f")
+GOOD = Tone("✔", "green", "#00734f", "o")  # bluish green
+BAD = Tone("✘", "bold red", "#b84600", "X")  # vermillion
+WEAK_BAD = Tone("✘", "red", "#b84600", "X")
+BROKEN = Tone("!", "bold magenta", "#a3457c", "D")  # reddish purple: the tool or the target failed, not a verdict
+NOT_RUN = Tone("·", "yellow", "#8a6d00", "s")  # dark yellow: nothing decided
+EXCLUDED = Tone("⊘", "cyan", "#0066a6", "P")  # blue
+CHANGED = Tone("≠", "yellow", "#c77c00", "d")  # orange: different, not judged
+GREY = Tone("░", "grey50", "#8c959f", ".")
 NEUTRAL = Tone("•", "", "#656d76")
 
 TONES: dict[str, Tone] = {
@@ -66,6 +67,14 @@ def colour(verdict: str) -> str:
 
 def symbol(verdict: str) -> str:
     return tone(verdict).symbol
+
+
+def marker(verdict: str) -> str:
+    return tone(verdict).marker
+
+
+# lines that carry no verdict (one per hunt property): the Okabe-Ito hues, then again dashed, ...
+SERIES = ("#0072b2", "#e69f00", "#009e73", "#cc79a7", "#56b4e9", "#d55e00", "#f0e442", "#000000")
 
 
 def label(verdict: str) -> str:

@@ -191,6 +191,7 @@ class DiffHunter(Hunt):
         st, b = self.settings, s.prop.boundary
         t0 = time.perf_counter()
         before_s = time.perf_counter() - self.t_search
+        s.sample(before_s)
         if s.exclude is None:
             s.exclude = self._probe_config(b)
             self._replay(s)
@@ -223,6 +224,7 @@ class DiffHunter(Hunt):
         if search.best:
             self._found(s, search, before_s)
         s.duration_s += time.perf_counter() - t0
+        s.sample(time.perf_counter() - self.t_search)
         if s.examples >= st.max_examples:
             s.status = "finished"
         elif search.st["examples"] == 0 and not search.st["timed_out"]:

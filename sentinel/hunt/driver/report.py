@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from ... import verdicts
 from ...boundaries import get as get_boundary
 from ...report import (Environment, ExceptionInfo, FunctionInfo, HuntDeviation, HuntDifferential, HuntFinding, HuntKnown,
-                       HuntProperty, HuntSide, HuntSignature,
+                       HuntProperty, HuntSample, HuntSide, HuntSignature,
                       HuntSummary, InvariantResult, Report, ScenarioResult, Target, statistics)
 from ...runner import TargetSpec
 from ..signature import Signature
@@ -105,7 +105,8 @@ def _property(s: PropertyState) -> HuntProperty:
     return HuntProperty(property=p.name, boundary=p.boundary, family=p.family, doc=p.doc, status=s.verdict or "untested",
                         reason=s.reason, examples=s.examples, rejected=s.rejected, rejections=dict(s.reasons.most_common(20)),
                         errors=s.errors, shrink_calls=s.shrink_calls, rounds=s.rounds,
-                        duration_s=round(s.duration_s, 4), findings=len(s.found), excluded_known=dict(s.excluded),
+                        duration_s=round(s.duration_s, 4), findings=len(s.found),
+                        progress=[HuntSample(s=t, examples=n, findings=f) for t, n, f in s.progress], excluded_known=dict(s.excluded),
                         preconditions=dict(s.preconditions),
                         unsupported_reasons=[f"config {k} excluded: {r}" for k, r in s.exclude_reasons.items()]
                         + [f"{r} (x{n})" for r, n in s.reasons.most_common(5)],

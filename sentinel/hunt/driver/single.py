@@ -229,6 +229,7 @@ class Hunter(Hunt):
             share = left * self.lanes / max(1, sum(1 for x in self.states if not x.done))
             time_limit = max(0.2, min(left, max(share, 0.5) * (1 + s.rounds)))
             s.search_before = time.perf_counter() - self.t_search
+            s.sample(s.search_before)
         first = s.exclude is None
         msg = {"type": "hunt", "scenario": s.prop.name, "property": s.prop.name, "max_examples": n,
                "time_limit": time_limit, "shrink_time": st.shrink_time, "db": st.database,
@@ -248,6 +249,7 @@ class Hunter(Hunt):
             res = {"status": "error", "error": {"type": "WorkerDied", "message": str(e), "traceback": ""}}
         with self.lock:
             found = s.merge(res, st.max_examples, s.search_before)
+            s.sample(time.perf_counter() - self.t_search)
             self.merge_deviations(res.get("deviations") or {})
             self.emit({"event": "round", "property": s.prop.name, "status": s.status, "examples": s.examples,
                        "hunt_elapsed_s": time.perf_counter() - self.t_search, "round": s.rounds,

@@ -82,6 +82,13 @@ class PropertyState:
     known: list[dict[str, Any]] = field(default_factory=list)  # signatures (with their source) not to report
     excluded: Counter = field(default_factory=Counter)  # known signature text -> violations passed over
     found: list[Found] = field(default_factory=list)
+    # (hunt search seconds, examples so far, findings so far) at each round's start and end: the
+    # report's progress over time (a round's examples arrive between its two samples)
+    progress: list[tuple[float, int, int]] = field(default_factory=list)
+
+    def sample(self, hunt_s: float) -> None:
+        """Record where this property stands `hunt_s` search seconds into the hunt."""
+        self.progress.append((round(hunt_s, 3), self.examples, len(self.found)))
 
     @property
     def done(self) -> bool:

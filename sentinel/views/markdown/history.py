@@ -10,6 +10,8 @@ from ...inert import md_code, md_text
 from ...report import HistoryFlip, ScenarioResult
 from ..grids import short
 from ...links import github_url
+from ..locations import Locations
+from .scenarios import reproduce
 
 
 def _commit_link(sha: str | None, base: str | None) -> str:
@@ -75,5 +77,5 @@ def history(view, **_: object) -> str:
         lines.append(f"| {_commit_link(c.id, base)} | {_pr_link(c.pr, base)} | {md_text(c.date[:10])} | {c.role} | {counts} | "
                      f"{md_text(c.subject)} |")
     lines += ["", "</details>", ""]
-    return "\n".join(lines)
+    return "\n".join(lines + reproduce(view.report, Locations(view.report)))
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from ...inert import md_code, md_text
 from ..locations import Locations
+from .scenarios import reproduce
 
 
 def _signature(sig) -> str:
@@ -49,4 +50,4 @@ def hunt(view, **_: object) -> str:
         lines += ["Declared deviations met (not findings):", ""]
         lines += [f"- {md_code(d.name)} ({md_text(d.boundary)}): {d.met} example(s): {md_text(d.reason)}" for d in met]
         lines.append("")
-    return "\n".join(lines)
+    return "\n".join(lines + reproduce(report, loc))

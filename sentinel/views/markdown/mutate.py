@@ -4,7 +4,9 @@ each with its diff in a code block, equivalents and stale equivalence claims."""
 from __future__ import annotations
 
 from ...inert import md_code, md_fence, md_text
+from ..locations import Locations
 from ..model import MUTATE_HEAD as HEAD, pct
+from .scenarios import reproduce
 
 
 def _md_table(title: str, rows: list[list[str]]) -> list[str]:
@@ -34,6 +36,6 @@ def mutate(view, limit: int = 60, **_: object) -> str:
         lines += ["### Equivalent", "", *(f"- {md_code(m.id)}: {md_text(m.reason)}" for m in eq), ""]
     if s.stale_equivalents:
         lines += ["### Equivalence claims not honoured", "", *(f"- {md_text(x)}" for x in s.stale_equivalents), ""]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + reproduce(view.report, Locations(view.report))).rstrip("\n") + "\n"
 
 

@@ -7,7 +7,6 @@ SUMMARY_OVER violations open with a summary table, each scenario's details colla
 from __future__ import annotations
 
 import json
-import shlex
 
 from ... import inert
 from ...inert import md_code, md_text
@@ -205,6 +204,13 @@ def _md_summary(violations: list[ScenarioResult], loc: Locations, many: bool) ->
     return out + [""]
 
 
+def reproduce(report: Report, loc: Locations) -> list[str]:
+    """The command that made the report, to run again from the folder it ran in (Locations.reproduce)."""
+    if not report.command:
+        return []
+    return ["Reproduce (from the folder the command ran in):", "", *inert.md_fence(loc.reproduce(report.command), "bash")]
+
+
 def run(view, source: str | None = None, limit: int = MARKDOWN_LIMIT, **_: object) -> str:
     """The report as a pull-request section, at most `limit` bytes: cut at a section, with a
     pointer to the full report (`source`, the JSON file) when it does not fit."""
@@ -222,7 +228,7 @@ def run(view, source: str | None = None, limit: int = MARKDOWN_LIMIT, **_: objec
     # in a compare report the compare table already lists what holds on both sides
     sections += [_md_rest(report, rest, v, loc) for v in ("unsupported", "excluded", "holds") if not (v == "holds" and report.comparisons)]
     sections = [s for s in sections if s]
-    tail = ["Reproduce:", "", *inert.md_fence(shlex.join(loc.command(report.command)), "bash")] if report.command else []
+    tail = reproduce(report, loc)
     budget = limit - len("\n".join(head + tail).encode()) - 400
     body: list[str] = []
     for i, sec in enumerate(sections):

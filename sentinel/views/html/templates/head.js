@@ -1,0 +1,1 @@
+window.onerror = function (msg) { document.documentElement.dataset.error = String(msg); };
