@@ -22,7 +22,8 @@ class KnownError(UsageError):
 
 
 class RegistryError(SentinelError):
-    """A registry declared twice: a hunt property name two families (or one family twice) declare."""
+    """A registry entry declared twice: an invariant family name two classes claim, or a hunt
+    property name two families (or one family twice) declare."""
 
 
 class GitError(SentinelError):

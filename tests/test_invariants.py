@@ -569,3 +569,12 @@ def test_a_float64_output_is_compared_in_float64(tmp_path):
     assert (equals["verdict"], close["verdict"], unmutated["verdict"]) == ("violated", "held", "held"), result
     assert equals["observed"][0][0] == 1.0000000001
     assert equals["difference"][0][0] == pytest.approx(1e-10, rel=1e-5)
+
+
+def test_a_family_name_claimed_twice_is_a_registry_error():
+    """Every error a user can meet is a SentinelError: a plugin redefining a family too."""
+    from sentinel.errors import RegistryError, SentinelError
+    from sentinel.invariants.base import Invariant
+    with pytest.raises(RegistryError, match="'close' is defined twice") as e:
+        type("Close2", (Invariant,), {"__annotations__": {}, "family": "close", "__doc__": "x"})
+    assert isinstance(e.value, SentinelError)

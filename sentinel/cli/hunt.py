@@ -115,7 +115,7 @@ def hunt(
     try:
         pinned = parse_config(config or [], boundary or sorted({p.boundary for p in H.select(boundary, invariant, prop)}))
         known_findings = H.load_known(known or [])
-    except (ValueError, UsageError, SpecError) as e:  # a bad --config pair; a bad --known path
+    except (UsageError, SpecError) as e:  # a bad --config pair; a bad --known path
         raise usage_error(str(e)) from None
     spec = TargetSpec(target, str(repo.resolve()) if repo else None, commit, device.value, plant, compile_)
     if differential:
@@ -231,18 +231,18 @@ def parse_config(pairs: list[str], boundary_names: list[str]) -> dict:
         key, sep, text = pair.partition("=")
         key = key.strip()
         if not sep or not key:
-            raise ValueError(f"--config {pair!r}: write KEY=VALUE")
+            raise UsageError(f"--config {pair!r}: write KEY=VALUE")
         try:  # the scenario loader's YAML: 1e-3 is a number, as in a scenario file
             value = yaml.load(text, Loader=LOADERS[0]) if text.strip() else None
         except yaml.YAMLError as e:
-            raise ValueError(f"--config {pair!r}: the value is not YAML: {e}") from None
+            raise UsageError(f"--config {pair!r}: the value is not YAML: {e}") from None
         having = [b for b in boundary_names if boundaries.get(b).option(key) is not None]
         if not having:
-            raise ValueError(f"--config {key}: no option {key!r} on the hunted boundaries ({', '.join(boundary_names)}); "
+            raise UsageError(f"--config {key}: no option {key!r} on the hunted boundaries ({', '.join(boundary_names)}); "
                              "see `sentinel list boundaries`")
         for b in having:
             why = boundaries.get(b).option(key).problem(value)
             if why:
-                raise ValueError(f"--config {key}: {why} (boundary {b})")
+                raise UsageError(f"--config {key}: {why} (boundary {b})")
         out[key] = value
     return out

@@ -15,7 +15,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from .. import expr
-from ..errors import SentinelError
+from ..errors import RegistryError, SentinelError
 
 if TYPE_CHECKING:
     from ..spec import Scenario
@@ -184,7 +184,7 @@ class Invariant(BaseModel):
         super().__pydantic_init_subclass__(**kwargs)
         if "family" in cls.__dict__:
             if cls.family in REGISTRY:
-                raise ValueError(f"invariant family {cls.family!r} is defined twice")
+                raise RegistryError(f"invariant family {cls.family!r} is defined twice")
             REGISTRY[cls.family] = cls
 
     def check(self, sc: "Scenario") -> list[tuple[str, str]]:
