@@ -14,7 +14,7 @@ from ..report import Report, Target
 # An absolute POSIX path inside free text: not part of a URL (`https://host/a/b`), of a
 # relative path (`a/b/c`) or of a fraction; at least two components.
 _ABS = re.compile(r"(?<![\w.~:/@+-])/(?:[^\s/'\"`()<>\[\]{}|,;:*?=]+/)+[^\s/'\"`()<>\[\]{}|,;:*?=]*")
-_WORKTREE = re.compile(r"/sentinel-wt-[^/]+/[0-9a-f]{7,40}(?:/|$)")  # sentinel/git.py temporary worktrees
+_WORKTREE = re.compile(r"/sentinel-(?:wt|co)-[^/]+/[0-9a-f]{7,40}(?:/|$)")  # temporary worktrees, cached checkouts
 _PACKAGES = re.compile(r"/(?:site|dist)-packages/")
 _GITHUB = re.compile(r"github\.com[:/]+([\w.-]+)/([\w.-]+?)(?:\.git)?/?$")
 
