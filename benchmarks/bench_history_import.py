@@ -94,7 +94,7 @@ def _reason(message: str) -> str:
     """A failure's first line, without what differs between commits (the temporary worktree,
     line numbers), so one cause is counted once."""
     line = message.splitlines()[0]
-    line = re.sub(r"\S*sentinel-wt-[^/\s]+/[0-9a-f]+", "<checkout>", line)
+    line = re.sub(r"\S*sentinel-(?:wt|co)-[^/\s]+/[0-9a-f]+", "<checkout>", line)
     return re.sub(r"line \d+", "line N", line)[:300]
 
 

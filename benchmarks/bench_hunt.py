@@ -16,6 +16,9 @@ Sections (--sections, comma separated; default all that the given targets allow)
   and by the one property that catches it), slime HEAD's OPSM leak and the KL aliasing at
   045310b2b^, AReaL's no-EOS leak (--areal / --areal-repo): time and examples to the first
   violation (median of --seeds seeds). Aim: each within 10 s.
+- `profile` (not in the default list): cProfile of in-process hunt rounds on the reference:
+  the share of an example's time in the trainer's call, observe, plan, invariant evaluation,
+  drawing, and Hypothesis's engine with the search's bookkeeping, and the IPC per round.
 - `done` (the differential and multi-bug checks): `--against reference` on each plant; with
   --slime: 045310b2b^ -> 045310b2b (a `fixed` finding on advantages) and 763f18d5b^ ->
   763f18d5b (a `fixed` finding on policy_loss), each within 60 s of search; 16c15fc20^ ->
@@ -225,6 +228,69 @@ def section_done(args, tmp: Path, result: dict) -> None:
     result["done"] = rows
 
 
+# the per-example path, as cProfile names it: (category, [(file suffix, function), ...]) with
+# cumulative times; each category is its own functions minus the categories nested inside it
+_PATH = {
+    "target": [("adapters/base.py", "call")],  # the adapter's boundary call: the trainer's own time
+    "observe": [("sentinel/observe.py", "observe")],  # tensors in and out, gradients, input copies
+    "plan": [("hunt/worker/check.py", "scenario_for"), ("sentinel/runner.py", "plan")],
+    "check": [("hunt/worker/check.py", "check")],  # plan + observe + invariant evaluation
+    "drawing": [("sentinel/strategies.py", "draw_example")],
+    "round": [("hunt/worker/round.py", "run_round")],
+}
+
+
+def _cumulative(stats, wanted) -> float:
+    """Summed over `wanted`; of same-named functions in one file (a method wrapping its
+    module's function) the outermost, so nothing is counted twice."""
+    return sum(max((ct for (f, _, fn), (_, _, _, ct, _) in stats.stats.items() if f.endswith(suffix) and fn == name),
+                   default=0.0) for suffix, name in wanted)
+
+
+def section_profile(args, tmp: Path, result: dict) -> None:
+    """cProfile of hunt rounds on the reference, in this process (the worker's forked child runs
+    the same code): where an example's time goes. Profiling slows Python code more than the
+    trainer's tensor kernels, so the target's share here is a lower bound."""
+    import cProfile
+    import pstats
+    import torch
+    from sentinel import targets
+    from sentinel.hunt import properties
+    from sentinel.hunt.worker.round import run_round, warm
+    print("\n## the per-example path of a reference hunt (cProfile, in-process rounds, every 8th property)")
+    torch.set_num_threads(1)
+    adapter = targets.adapter_class("reference")(None, torch.device("cpu"), {})
+    adapter.load()
+    names = [p.name for p in properties.select()][::8]
+    for n in names:
+        warm(n)
+    prof, examples, emits = cProfile.Profile(), 0, []
+    t0 = time.perf_counter()
+    prof.enable()
+    for n in names:
+        job = {"property": n, "time_limit": args.profile_time, "max_examples": 400, "seed": "0", "db_key": n,
+               "shrink_time": 0.5, "probe": True}
+        examples += run_round(adapter, torch.device("cpu"), job, emits.append)["examples"]
+    prof.disable()
+    wall = time.perf_counter() - t0
+    st = pstats.Stats(prof)
+    c = {k: _cumulative(st, v) for k, v in _PATH.items()}
+    split = {"trainer (adapter call)": c["target"], "observe (tensors, grads, copies)": c["observe"] - c["target"],
+             "plan (scenario, runs)": c["plan"], "invariant evaluation": c["check"] - c["observe"] - c["plan"],
+             "drawing (strategies)": c["drawing"],
+             "Hypothesis engine, search bookkeeping": c["round"] - c["check"] - c["drawing"]}
+    total = c["round"]
+    row = {"examples": examples, "profiled_s": round(wall, 2), "examples_per_s_profiled": round(examples / wall, 1),
+           "progress_messages": len(emits), "load": round(os.getloadavg()[0], 1),
+           "split": {k: round(v / total, 3) for k, v in split.items()}}
+    result["profile"] = row
+    print(f"  {examples} examples over {len(names)} properties in {wall:.1f} s profiled "
+          f"({row['examples_per_s_profiled']:.0f}/s under cProfile; load average {row['load']}); "
+          f"IPC: {len(emits)} progress messages, one result per round (none per example)")
+    for k, v in split.items():
+        print(f"  {k:34s} {v / total:6.1%}  ({v / max(examples, 1) * 1e3:.2f} ms per example)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--time", type=float, default=20.0, help="seconds of each throughput hunt")
@@ -232,7 +298,9 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=1, help="also measure throughput with this many workers")
     ap.add_argument("--budget", type=float, default=30.0, help="search budget per seed-bug hunt")
     ap.add_argument("--modes", default="property,boundary")
-    ap.add_argument("--sections", default="throughput,differential,seeds,done")
+    ap.add_argument("--sections", default="throughput,differential,seeds,done",
+                    help="also: profile (the per-example split, cProfile)")
+    ap.add_argument("--profile-time", type=float, default=5.0, help="seconds per property in the profile section")
     ap.add_argument("--slime", default=os.environ.get("SENTINEL_SLIME_REPO"))
     ap.add_argument("--areal", action="store_true", help="hunt the installed areal package")
     ap.add_argument("--areal-repo", default=os.environ.get("SENTINEL_AREAL_REPO"))
@@ -242,7 +310,7 @@ def main() -> None:
     result: dict = {"cpu_count": os.cpu_count(), "throughput": [], "differential": [], "seed_bugs": []}
     print(f"# sentinel hunt benchmark ({os.cpu_count()} CPUs)\n")
     sections = {"throughput": section_throughput, "differential": section_differential, "seeds": section_seeds,
-                "done": section_done}
+                "done": section_done, "profile": section_profile}
     for name in args.sections.split(","):
         sections[name](args, tmp, result)
     if args.json:

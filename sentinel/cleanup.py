@@ -70,12 +70,13 @@ def mark(folder: Path, **facts) -> None:
     os.replace(part, folder / OWNER_FILE)
 
 
-def stale_worktree_folders(tmp: Path | None = None, young_s: float = YOUNG_S) -> list[tuple[Path, dict]]:
-    """(folder, owner) of every `sentinel-wt-*` folder whose owner is gone, and (folder, {}) of
+def stale_worktree_folders(tmp: Path | None = None, young_s: float = YOUNG_S,
+                           prefix: str = WORKTREE_PREFIX) -> list[tuple[Path, dict]]:
+    """(folder, owner) of every `sentinel-wt-*` (`prefix`) folder whose owner is gone, and (folder, {}) of
     every one killed before its mark was written: nothing in it but a partial mark, made more
     than `young_s` ago (a younger one may be a live run about to write its mark)."""
     out = []
-    for d in sorted(Path(tmp or tempfile.gettempdir()).glob(WORKTREE_PREFIX + "*")):
+    for d in sorted(Path(tmp or tempfile.gettempdir()).glob(prefix + "*")):
         try:
             owner = json.loads((d / OWNER_FILE).read_text())
         except (OSError, ValueError):

@@ -1,9 +1,11 @@
-"""Git work for targets: a revision of a repository as a temporary worktree.
+"""Git work for targets: a revision of a repository as a tree to import from.
 
-The user's checkout, branch, index and stash are never touched: a requested revision is
-checked out detached into a temporary folder that is removed on success, failure and Ctrl-C.
-Nor are the user's own worktrees: nothing here runs `git worktree prune`; only worktrees in a
-`sentinel-wt-*` folder are removed, or their registration where the folder is gone.
+The user's checkout, branch, index and stash are never touched: a requested revision comes
+from the checkout cache (sentinel/checkouts.py: a detached clone kept per commit, never in the
+user's worktree list), or, with the cache off or unusable, is checked out detached into a
+temporary worktree that is removed on success, failure and Ctrl-C. Nor are the user's own
+worktrees: nothing here runs `git worktree prune`; only worktrees in a `sentinel-wt-*` folder
+are removed, or their registration where the folder is gone.
 """
 
 from __future__ import annotations
@@ -13,12 +15,12 @@ import os
 import shutil
 import tempfile
 import threading
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from . import cleanup
+from . import checkouts, cleanup
 from .errors import GitError  # noqa: F401 - a repository or revision that cannot be used
 
 WORKTREE = "WORKTREE"  # names the working tree itself, uncommitted changes included
@@ -54,9 +56,10 @@ def resolve(repo: Path, rev: str) -> tuple[str, str]:
 
 
 @contextmanager
-def checkout(repo: Path, rev: str | None) -> Iterator[Checkout]:
+def checkout(repo: Path, rev: str | None, private: bool = False) -> Iterator[Checkout]:
     """The tree to import from. No rev (or WORKTREE): the working tree as it is (a bare
-    repository: HEAD). Otherwise a temporary detached worktree at rev."""
+    repository: HEAD). Otherwise the cached checkout of rev (`private`: never the cache, for a
+    caller that writes in the tree), else a temporary detached worktree at rev."""
     repo = Path(repo).expanduser().resolve()
     if not repo.exists():
         raise GitError(f"repository {repo} does not exist")
@@ -75,6 +78,11 @@ def checkout(repo: Path, rev: str | None) -> Iterator[Checkout]:
     import git
     sha, subject = resolve(repo, rev)
     r = _repo(repo)
+    with ExitStack() as stack:
+        cached = None if private or not checkouts.enabled() else _cached(stack, repo, r, sha)
+        if cached is not None:
+            yield Checkout(cached, sha, subject, False)
+            return
     tmp = path = None
     try:
         # made, marked, registered and due for removal in one step: an interrupt waits for it
@@ -94,6 +102,15 @@ def checkout(repo: Path, rev: str | None) -> Iterator[Checkout]:
         if tmp is not None:
             with cleanup.deferred_interrupts():
                 _remove(r, repo, tmp)
+
+
+def _cached(stack: ExitStack, repo: Path, r, sha: str) -> Path | None:
+    """The cache's tree of `sha`, held while `stack` is open; None when the cache cannot serve
+    (not writable, or a damaged entry another command is using)."""
+    try:
+        return stack.enter_context(checkouts.use(repo, str(r.common_dir), sha))
+    except (checkouts.Busy, OSError):
+        return None
 
 
 def _remove(r, repo: Path, folder: Path) -> None:
@@ -155,7 +172,7 @@ def sweep_stale() -> list[str]:
         removed.append(str(folder))
     if removed:
         cleanup.sweep_lock_files()
-    return removed
+    return removed + checkouts.sweep()
 
 
 _THREADS = threading.Lock()

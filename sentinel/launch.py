@@ -1,8 +1,9 @@
 """Console entry point: for commands that run targets, start the worker process first.
 
 A worker's start is mostly `import torch` (~1 s); the CLI's own imports and scenario
-loading take ~0.5 s more. Started before them (`process.prestart`), the worker imports
-torch while the CLI gets ready, and `process.WorkerHandle` adopts it. Commands that never
+loading take ~0.5 s more. Started before them (`process.prestart`), the zygote (or, without
+fork, a spare worker) imports torch while the CLI gets ready, and `process.WorkerHandle` has
+its worker forked there (or adopts the spare). Commands that never
 start a worker (list, report, schema, --help) spawn nothing. No library code imports this
 module: it is the top of the import graph.
 """
@@ -15,7 +16,7 @@ import sys
 from . import cleanup, process
 
 # how many workers each command starts at once (compare: base and head side by side)
-WORKER_COMMANDS = {"run": 1, "gate": 1, "compare": 2, "bisect": 1, "matrix": 1, "hunt": 1}
+WORKER_COMMANDS = {"run": 1, "gate": 1, "compare": 2, "bisect": 1, "matrix": 1, "hunt": 1, "mutate": 1}
 
 
 def entry() -> None:

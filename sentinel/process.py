@@ -1,9 +1,11 @@
 """The worker process, seen from the parent: spawning it, the pre-started pool, the handle.
 
-A worker's start is mostly `import torch` (~1 s). The console entry (`sentinel.launch`)
-pre-starts workers (`prestart`) before the CLI's own imports, so the worker imports torch
-while the CLI gets ready; a `WorkerHandle` adopts one (`take`) or spawns its own. Spares
-nobody took are killed at exit (`discard`).
+A worker's start is mostly `import torch` (~1 s). Where fork is possible, a worker is forked by
+the zygote (sentinel/zygote.py: torch imported once per CLI process, a target's heavy libraries
+once per target); the console entry (`sentinel.launch`) starts the zygote (`prestart`) before
+the CLI's own imports, so it imports torch while the CLI gets ready. Without the zygote,
+`prestart` spawns spare workers that a `WorkerHandle` adopts (`take`) or it spawns its own;
+spares nobody took are killed at exit (`discard`).
 
 The worker belongs to the worker, not to the target code it runs: it runs in its own session
 (a target that signals its process group cannot reach the CLI), its answers are signed lines
@@ -23,7 +25,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from . import channel, reaper
+from . import channel, reaper, zygote
 from .errors import ChannelError, WorkerDied  # noqa: F401 - the worker exited, or gave no answer in time
 
 START_TIMEOUT = 300.0  # the worker's own start (import torch) on a cold, busy machine
@@ -68,9 +70,27 @@ def keep_hypothesis_home() -> None:
 
 
 def prestart(count: int) -> None:
-    """Start `count` spare workers now; those nobody takes are killed at exit."""
+    """Start the zygote now, else `count` spare workers (those nobody takes are killed at exit)."""
+    if zygote.start() is not None:
+        return
     _spares.extend(spawn_worker() for _ in range(count))
     atexit.register(discard)
+
+
+def new_worker(target: str | None) -> subprocess.Popen | zygote.Forked:
+    """A worker for `target`: forked by the zygote (its libraries imported there first), else
+    a pre-started spare, else spawned."""
+    if _stopping.is_set():
+        raise WorkerDied("interrupted: no new worker is started")
+    proc = None
+    if zygote.enabled():
+        from .targets import preload
+        proc = zygote.fork(preload(target) if target else ())
+    if proc is None:
+        return take() or spawn_worker()
+    with _lock:
+        _live.add(proc)
+    return proc
 
 
 def take() -> subprocess.Popen | None:
@@ -99,7 +119,7 @@ class WorkerHandle:
     def __init__(self, header: dict[str, Any]):
         self.header = header
         self.key = channel.new_key()  # the worker signs its answers with it
-        self.proc = take() or spawn_worker()  # the console script may have started one
+        self.proc = new_worker(header.get("target"))
         self.lines: queue.Queue[bytes | None] = queue.Queue()
         self.stderr: collections.deque[str] = collections.deque(maxlen=200)
         self.phase: str | None = None  # what the worker said it is doing while it loads the target

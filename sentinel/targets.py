@@ -49,6 +49,9 @@ class TargetInfo:
     extra: str | None = None  # `pip install 'rl-sentinel[EXTRA]'`: the light packages its import path needs
     repo_env: str | None = None  # environment variable naming a checkout (matrix, tests)
     install: str = ""  # what else to install (a package pip must take with --no-deps)
+    # libraries (never the trainer's own modules) its import path spends seconds on: imported
+    # once into the zygote (sentinel/zygote.py) and inherited by every worker it forks
+    preload: tuple[str, ...] = ()
 
     @property
     def located_by(self) -> str:
@@ -73,7 +76,7 @@ BUILTIN = (
     TargetInfo("trl", "sentinel_adapters.trl:TRLAdapter", "huggingface/trl (GRPOTrainer._compute_loss on a bare trainer)",
                package="trl", extra="trl", repo_env="SENTINEL_TRL_REPO", install="pip install --no-deps trl==1.16.0"),
     TargetInfo("slime", "sentinel_adapters.slime:SlimeAdapter", "THUDM/slime (Megatron loss path, shimmed)",
-               needs_repo=True, extra="slime", repo_env="SENTINEL_SLIME_REPO"),
+               needs_repo=True, extra="slime", repo_env="SENTINEL_SLIME_REPO", preload=("torch._dynamo", "ray")),
 )
 
 
@@ -99,6 +102,12 @@ def get(name: str) -> TargetInfo:
     if ":" in name:
         return TargetInfo(name, name, "your own adapter (module:Class)")
     raise UsageError(f"unknown target {name!r} (known: {', '.join(table)}; or module:Class for your own adapter)")
+
+
+def preload(name: str) -> tuple[str, ...]:
+    """The libraries target `name` declares for the zygote to import (none when unknown)."""
+    info = registry().get(name)
+    return info.preload if info else ()
 
 
 def adapter_spec(name: str) -> str:

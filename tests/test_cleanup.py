@@ -48,7 +48,9 @@ def setup(tmp_path):
         _git(repo, "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q", "-m", f"c{i}")
     (tmp_path / "hang.yaml").write_text(HANG)
     (tmp_path / "pids").mkdir()
+    # the checkout cache off: these tests watch the temporary worktrees it falls back to
     env = {**os.environ, "TMPDIR": str(tmp), "FAULTY_PID_DIR": str(tmp_path / "pids"),
+           "SENTINEL_CHECKOUT_CACHE": "off", "SENTINEL_CACHE_DIR": str(tmp_path / "cache"),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")]))}
     cmd = [SENTINEL, "compare", str(tmp_path / "hang.yaml"), "--target", "faulty_adapter:FaultyAdapter",
            "--repo", str(repo), "--base", "HEAD~1", "--head", "HEAD", "--timeout", "120", "-o", str(tmp_path / "r.json")]
@@ -83,16 +85,16 @@ def _alive(pids: set[int]) -> set[int]:
     return out
 
 
-def _start_and_wait_for_the_hang(repo, env, cmd) -> tuple[subprocess.Popen, set[int]]:
+def _start_and_wait_for_the_hang(repo, env, cmd, worktrees: int = 3) -> tuple[subprocess.Popen, set[int]]:
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
     pids = Path(env["FAULTY_PID_DIR"])
     while time.monotonic() < deadline:
         wts = _git(repo, "worktree", "list").splitlines()
         grandchildren = {int(f.read_text()) for f in pids.glob("setsid-hang.*.pid")}
-        # two worktrees, and each side's worker has forked the hanging scenario's child, which
-        # has forked its grandchild (in a session of its own)
-        if len(wts) == 3 and len(grandchildren) == 2:
+        # two worktrees (none with the checkout cache), and each side's worker has forked the
+        # hanging scenario's child, which has forked its grandchild (in a session of its own)
+        if len(wts) == worktrees and len(grandchildren) == 2:
             time.sleep(0.5)
             return proc, _descendants(proc.pid) | grandchildren
         time.sleep(0.1)
@@ -137,6 +139,7 @@ def test_sigkill_mid_compare_then_the_next_command_sweeps(setup):
 def test_the_sweep_leaves_a_live_runs_worktrees_alone(tmp_path, monkeypatch):
     from sentinel import cleanup, git
     monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setenv("SENTINEL_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr("tempfile.tempdir", None)
     live = tmp_path / f"{cleanup.WORKTREE_PREFIX}live"
     live.mkdir()
@@ -195,6 +198,7 @@ def test_our_worktree_whose_folder_is_gone_is_unregistered_alone(setup, tmp_path
     from sentinel import cleanup, git
     repo, tmp, _, _ = setup
     monkeypatch.setenv("TMPDIR", str(tmp))
+    monkeypatch.setenv("SENTINEL_CACHE_DIR", str(tmp / "cache"))
     monkeypatch.setattr("tempfile.tempdir", None)
     listed = _user_worktree_gone(repo, tmp_path)
     ours = _dead_run_folder(tmp, repo)
@@ -208,6 +212,7 @@ def test_our_worktree_whose_folder_is_gone_is_unregistered_alone(setup, tmp_path
 def test_an_empty_folder_a_kill_left_before_its_mark_is_swept(tmp_path, monkeypatch):
     from sentinel import cleanup, git
     monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setenv("SENTINEL_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr("tempfile.tempdir", None)
     old = tmp_path / f"{cleanup.WORKTREE_PREFIX}killed-before-mark"
     old.mkdir()
@@ -224,6 +229,29 @@ def test_an_empty_folder_a_kill_left_before_its_mark_is_swept(tmp_path, monkeypa
     assert not old.exists() and young.exists() and full.exists()
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc for the process table")
+def test_sigkill_mid_compare_with_the_checkout_cache_never_touches_the_worktree_list(setup, tmp_path):
+    """With the cache on, nothing is registered in the repository at any moment: a SIGKILL
+    leaves `git worktree list` as it was, and both cached trees whole and free for reuse."""
+    import json
+    repo, tmp, env, cmd = setup
+    env = {**env, "SENTINEL_CHECKOUT_CACHE": "on"}
+    before = _git(repo, "worktree", "list", "--porcelain")
+    proc, kids = _start_and_wait_for_the_hang(repo, env, cmd, worktrees=1)
+    assert _git(repo, "worktree", "list", "--porcelain") == before  # mid-run too
+    proc.kill()
+    proc.wait(timeout=10)
+    assert not _wait_gone(kids), "worker processes outlived a SIGKILLed CLI"
+    assert _git(repo, "worktree", "list", "--porcelain") == before
+    done = subprocess.run([SENTINEL, "cache", "info", "--json"], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    entries = json.loads(done.stdout)["entries"]
+    assert {e["commit"] for e in entries} == {_git(repo, "rev-parse", r).strip() for r in ("HEAD~1", "HEAD")}
+    assert not any(e["in_use"] for e in entries)  # the killed command's locks went with it
+    assert not list((tmp_path / "cache").glob("sentinel-build-*"))
+    assert sorted(os.listdir(tmp)) == []
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc for the process table")
 def test_ctrl_c_at_any_moment_of_a_bisect_leaves_no_worktree(tmp_path):
@@ -237,7 +265,7 @@ def test_ctrl_c_at_any_moment_of_a_bisect_leaves_no_worktree(tmp_path):
         _git(repo, "add", "-A")
         _git(repo, "commit", "-q", "-m", f"c{i}")
     (tmp_path / "tiny.yaml").write_text(SCENARIO)
-    env = {**os.environ, "TMPDIR": str(tmp), "PYTHONPATH": os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")]))}
+    env = {**os.environ, "TMPDIR": str(tmp), "SENTINEL_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")]))}
     cmd = [SENTINEL, "bisect", str(tmp_path / "tiny.yaml"), "--target", "tiny_adapter:TinyAdapter", "--repo", str(repo),
            "--good", "HEAD~5", "--bad", "HEAD"]
     before = _git(repo, "worktree", "list", "--porcelain")

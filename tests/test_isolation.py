@@ -187,8 +187,10 @@ def test_unknown_adapter_module_is_a_load_error(unloadable):
 # --- the pre-started worker (sentinel/process.py) ---------------------------------------
 
 def test_a_pre_started_worker_is_adopted_once(monkeypatch):
+    """Without the zygote (sentinel/zygote.py; tests/test_zygote.py), a spare is adopted."""
     from sentinel import process
     from sentinel.process import WorkerHandle
+    monkeypatch.setenv("SENTINEL_ZYGOTE", "off")
     spare = process.spawn_worker()
     monkeypatch.setattr(process, "_spares", [spare])
     handle = WorkerHandle({"target": "reference", "root": None, "device": "cpu", "timeout": 10, "options": {}})

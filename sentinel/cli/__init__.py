@@ -18,6 +18,7 @@ from . import history  # noqa: F401, E402
 from . import mutate  # noqa: F401, E402
 from . import info  # noqa: F401, E402
 from . import export  # noqa: F401, E402
+from . import cache  # noqa: F401, E402
 from .common import app, err
 
 __all__ = ["app", "entry"]

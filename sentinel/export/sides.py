@@ -45,7 +45,7 @@ def tree(repo: str | None, rev: str | None, patch: str | None = None) -> Iterato
     if not repo:
         yield None, None
         return
-    with git.checkout(Path(repo), rev or "HEAD") as co:
+    with git.checkout(Path(repo), rev or "HEAD", private=True) as co:  # the patch is written there
         if patch is not None:
             proc = subprocess.run(["git", "-C", str(co.path), "apply", "--whitespace=nowarn", "-"], input=patch,
                                   text=True, capture_output=True)

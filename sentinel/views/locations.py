@@ -16,7 +16,7 @@ from ..report import Report, Target
 # An absolute POSIX path inside free text: not part of a URL (`https://host/a/b`), of a
 # relative path (`a/b/c`) or of a fraction; at least two components.
 _ABS = re.compile(r"(?<![\w.~:/@+-])/(?:[^\s/'\"`()<>\[\]{}|,;:*?=]+/)+[^\s/'\"`()<>\[\]{}|,;:*?=]*")
-_WORKTREE = re.compile(r"/sentinel-wt-[^/]+/[0-9a-f]{7,40}(?:/|$)")  # sentinel/git.py temporary worktrees
+_WORKTREE = re.compile(r"/sentinel-(?:wt|co)-[^/]+/[0-9a-f]{7,40}(?:/|$)")  # temporary worktrees, cached checkouts
 _PACKAGES = re.compile(r"/(?:site|dist)-packages/")
 # options whose value is a file written (needs not exist), a path read, or nothing at all
 _WRITES = {"-o", "--output", "--junit", "--plot", "--out", "--db", "--cache", "--bundles", "--dir", "--markdown"}

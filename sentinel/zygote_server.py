@@ -1,0 +1,106 @@
+"""The zygote's own side (`python -m sentinel.zygote_server`): import torch, then fork a
+worker per request; see sentinel/zygote.py for the whole picture and the CLI's side."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import signal
+import socket
+import sys
+from typing import Any
+
+from .zygote import MSG_BYTES
+
+def _import(names: list[str], done: set[str]) -> None:
+    for name in names:
+        if name not in done:
+            done.add(name)
+            try:
+                importlib.import_module(name)
+            except Exception:  # noqa: BLE001 - not installed here: the fork's own import will say so
+                pass
+
+
+def _become_worker(sock: socket.socket, fds: list[int], request: dict[str, Any], start_cwd: str) -> None:
+    """In the fork: the CLI's pipes as 0, 1, 2, its environment and folder; then the worker."""
+    sock.close()
+    os.setsid()
+    for i, fd in enumerate(fds):
+        os.dup2(fd, i)
+        os.close(fd)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    old_path = os.environ.get("PYTHONPATH", "")
+    os.environ.clear()
+    os.environ.update(request["env"])
+    os.chdir(request["cwd"])
+    # sys.path as a new interpreter here would have it: the CLI's PYTHONPATH and folder
+    new_path = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    gone = {p for p in old_path.split(os.pathsep) if p} - set(new_path)
+    sys.path[:] = [request["cwd"] if p == start_cwd else p for p in sys.path if p not in gone]
+    sys.path[1:1] = [p for p in new_path if p not in sys.path]
+    importlib.invalidate_caches()
+    from .worker import main
+    try:
+        main()
+    finally:
+        os._exit(0)
+
+
+def serve(fd: int) -> None:
+    # no parent-death signal: it fires when the *thread* that started us ends (a pool thread);
+    # the loop below notices the CLI's end instead
+    parent = os.getppid()
+    sock = socket.socket(fileno=fd)
+    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")  # as the worker: no CUDA before fork
+    start_cwd = os.getcwd()
+    imported: set[str] = set()
+    _import(["torch", "sentinel.worker"], imported)
+    forks: set[int] = set()
+    sock.settimeout(0.2)
+    while True:
+        for pid in list(forks):
+            try:
+                done, status = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                done, status = pid, None
+            if done:
+                forks.discard(pid)
+                _send(sock, {"exit": pid, "status": status})
+        if os.getppid() != parent:
+            break
+        try:
+            data, fds, _, _ = socket.recv_fds(sock, MSG_BYTES, 3)
+        except TimeoutError:
+            continue
+        except OSError:
+            break
+        if not data:
+            break
+        request = json.loads(data)
+        if request.get("op") != "fork" or len(fds) != 3:
+            for f in fds:
+                os.close(f)
+            continue
+        _import(request.get("preload") or [], imported)
+        pid = os.fork()
+        if pid == 0:
+            _become_worker(sock, fds, request, start_cwd)
+        for f in fds:
+            os.close(f)
+        forks.add(pid)
+        _send(sock, {"pid": pid})
+    from . import reaper
+    reaper.kill_descendants(os.getpid())  # every worker and what it left (a grandchild under it too)
+
+
+def _send(sock: socket.socket, msg: dict[str, Any]) -> None:
+    try:
+        sock.send(json.dumps(msg).encode())
+    except OSError:
+        pass
+
+
+if __name__ == "__main__":
+    serve(int(sys.argv[1]))

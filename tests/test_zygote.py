@@ -1,0 +1,71 @@
+"""Imports once (sentinel/zygote.py): workers are forked by one process that imported torch;
+a trainer's modules are imported in each fork, never in the zygote, so the next commit's
+worker sees its own code; the CLI's environment of the moment reaches the fork."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from test_compare import BUGGY, FIXED, SCENARIO, git, new_repo
+
+HERE = Path(__file__).parent
+RECORD = '''
+import os
+with open(os.environ["TINY_IMPORTED_BY"], "a") as _f:  # who imported the trainer: pid and parent
+    _f.write(f"{os.getpid()} {os.getppid()}\\n")
+'''
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="the zygote forks")
+
+
+def test_each_commit_is_imported_in_a_fork_of_the_zygote_never_in_it(tmp_path, monkeypatch):
+    from sentinel import process, spec, zygote
+    from sentinel.runner import TargetSpec, run_group
+    monkeypatch.setenv("SENTINEL_ZYGOTE", "on")
+    monkeypatch.setenv("SENTINEL_CACHE_DIR", str(tmp_path / "cache"))
+    record = tmp_path / "imported-by.txt"
+    repo = new_repo(tmp_path / "trainer")
+    for text in (BUGGY, FIXED):
+        (repo / "tinytrainer.py").write_text(RECORD + text)
+        git(repo, "add", "-A")
+        git(repo, "commit", "-q", "-m", "c")
+    client = zygote.start()
+    # set after the zygote started: the fork must still get them (and find tiny_adapter)
+    monkeypatch.setenv("PYTHONPATH", str(HERE))
+    monkeypatch.setenv("TINY_IMPORTED_BY", str(record))
+    scenarios = spec.load_text(SCENARIO)
+    verdicts = [run_group(scenarios, TargetSpec("tiny_adapter:TinyAdapter", str(repo), rev)).results[0].verdict
+                for rev in ("HEAD~1", "HEAD", "HEAD~1")]
+    assert verdicts == ["violated", "holds", "violated"]  # each worker has its commit's code, none stale
+    importers = [tuple(map(int, line.split())) for line in record.read_text().splitlines()]
+    assert len(importers) == 3
+    assert all(parent == client.proc.pid for _, parent in importers)  # forked by the zygote ...
+    assert client.proc.pid not in {pid for pid, _ in importers}  # ... which never imported the trainer
+    assert client.alive and client.proc.poll() is None  # one zygote served the three
+    assert not process._live or all(p.poll() is not None for p in process._live)
+
+
+def test_a_worker_the_zygote_forked_reports_its_exit(tmp_path, monkeypatch):
+    from sentinel import process, zygote
+    monkeypatch.setenv("SENTINEL_ZYGOTE", "on")
+    handle = process.WorkerHandle({"target": "reference", "root": None, "device": "cpu", "timeout": 10, "options": {}})
+    try:
+        assert isinstance(handle.proc, zygote.Forked)
+        assert handle.receive(120)["event"] == "ready"
+        assert handle.proc.poll() is None
+    finally:
+        handle.kill()
+    assert handle.proc.wait(10) == -9
+
+
+def test_the_zygote_off_spawns_workers(monkeypatch):
+    from sentinel import process
+    monkeypatch.setenv("SENTINEL_ZYGOTE", "off")
+    handle = process.WorkerHandle({"target": "reference", "root": None, "device": "cpu", "timeout": 10, "options": {}})
+    try:
+        assert not hasattr(handle.proc, "_exited") and handle.receive(120)["event"] == "ready"
+    finally:
+        handle.close()
