@@ -13,6 +13,7 @@ from typing import Any
 
 from .zygote import MSG_BYTES
 
+
 def _import(names: list[str], done: set[str]) -> None:
     for name in names:
         if name not in done:
@@ -34,6 +35,9 @@ def _become_worker(sock: socket.socket, fds: list[int], request: dict[str, Any],
     old_path = os.environ.get("PYTHONPATH", "")
     os.environ.clear()
     os.environ.update(request["env"])
+    # the worker's own rule (sentinel/worker.py), which the CLI's environment does not carry:
+    # torch.cuda.is_available asks NVML, so this process never initialises CUDA before its forks
+    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
     os.chdir(request["cwd"])
     # sys.path as a new interpreter here would have it: the CLI's PYTHONPATH and folder
     new_path = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
