@@ -261,6 +261,7 @@ def kl_runs(tmp_path_factory):
         git("worktree", "prune")
 
 
+@pytest.mark.slow  # two slime worktrees; test_real_targets' compare of the fix stays in the default set
 def test_kl_aliasing_before_fix(kl_runs):
     """045310b2b^: `k *= kl_coef` aliases rollout_data["kl"]: the logged KL is the shaped reward."""
     out = kl_runs[f"{KL_FIX}^"]["outputs"]
@@ -270,6 +271,7 @@ def test_kl_aliasing_before_fix(kl_runs):
     assert out["logged_kl"][0] == pytest.approx([-0.005, -0.01, -0.015, 1.0], abs=1e-6)
 
 
+@pytest.mark.slow  # two slime worktrees; test_real_targets' compare of the fix stays in the default set
 def test_kl_aliasing_fixed(kl_runs):
     """045310b2b: the logged KL is the raw k1 KL; the advantages are the same as before the fix."""
     fixed, before = kl_runs[KL_FIX]["outputs"], kl_runs[f"{KL_FIX}^"]["outputs"]
@@ -290,6 +292,7 @@ out["opsm"] = call("opsm_mask", inputs, {})
 """
 
 
+@pytest.mark.slow  # a slime worktree at an old commit
 def test_signature_drift_old_commit(worktree):
     """2025-07 slime: compute_policy_loss(log_probs, old_logprobs, ...), k1 spelled "kl", no OPSM."""
     out = run_slime(worktree(OLD_SIGNATURES), DRIFT_BODY)

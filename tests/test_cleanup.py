@@ -121,6 +121,7 @@ def test_sigterm_mid_compare_leaves_nothing(setup):
     assert sorted(os.listdir(tmp)) == []
 
 
+@pytest.mark.slow  # two compares; test_sigterm_mid_compare_leaves_nothing stays in the default set
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc for the process table")
 def test_sigkill_mid_compare_then_the_next_command_sweeps(setup):
     repo, tmp, env, cmd = setup
@@ -175,6 +176,7 @@ def _dead_run_folder(tmp: Path, repo: Path) -> Path:
     return dead
 
 
+@pytest.mark.slow  # a whole compare
 def test_the_users_own_worktrees_are_never_pruned(setup, tmp_path):
     repo, tmp, env, cmd = setup
     listed = _user_worktree_gone(repo, tmp_path)

@@ -143,6 +143,7 @@ def test_crash_is_an_error_and_unsupported_is_not_a_finding(reference_hunts):
     assert rep.hunt.findings == [] and rep.exit_code() == 3
 
 
+@pytest.mark.slow  # two CLI hunts; the CLI hunt runs in the default set via test_exit_codes and the docs' hunt guide
 def test_cli_hunt_writes_reproducible_yaml(tmp_path):
     """The command line end to end: progress, report, a YAML that `sentinel run` reproduces;
     a second hunt replays the known failure from the example database first."""
@@ -285,6 +286,7 @@ def _has_commit(repo: str, rev: str) -> bool:
                           capture_output=True).returncode == 0
 
 
+@pytest.mark.slow  # a real trainer's hunt
 @needs_slime
 def test_slime_head_opsm_leak_rediscovered(tmp_path):
     rep = hunt(TargetSpec("slime", SLIME), tmp_path, names=["opsm_mask.sequence_uniform"], max_examples=100)
@@ -292,6 +294,7 @@ def test_slime_head_opsm_leak_rediscovered(tmp_path):
     assert f.rows == 1 and f.tokens <= 3 and f.reproduced is True
 
 
+@pytest.mark.slow  # two real trainer hunts
 @needs_slime
 def test_slime_kl_aliasing_before_fix_and_not_after(tmp_path):
     if not _has_commit(SLIME, "045310b2b"):
@@ -315,11 +318,13 @@ def _areal_no_eos(spec: TargetSpec, out: Path):
     return f
 
 
+@pytest.mark.slow  # a real trainer's hunt (its run: test_real_targets)
 @needs_areal
 def test_areal_no_eos_leak_rediscovered(tmp_path):
     _areal_no_eos(TargetSpec("areal"), tmp_path)
 
 
+@pytest.mark.slow  # a real trainer's hunt
 @needs_areal
 @pytest.mark.skipif(not os.environ.get("SENTINEL_AREAL_REPO"), reason="set SENTINEL_AREAL_REPO to an AReaL checkout")
 def test_areal_head_no_eos_leak_rediscovered(tmp_path):

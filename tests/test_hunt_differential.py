@@ -100,6 +100,7 @@ def test_the_reference_violates_no_property_where_a_differential_hunt_asks():
     assert "policy_loss.sequence_uniform" not in verdicts  # outside its claim: not checked at all
 
 
+@pytest.mark.slow  # a differential hunt; one stays in the default set
 def test_a_config_one_side_lacks_is_excluded_and_counted(tmp_path):
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))
     rep = H.differential(REFERENCE, TargetSpec("hunt_crash_adapter:CrashAdapter"), ["kl"], DIFFERENTIAL_SECONDS, 0,
@@ -189,6 +190,7 @@ def test_refused_with_a_reason(args, says):
     assert p.returncode == 2 and says in p.stderr, p.stderr
 
 
+@pytest.mark.slow  # a differential hunt; one stays in the default set
 def test_a_yaml_1_2_number_pins_a_config(tmp_path):
     # 1e-3 is a number in a scenario file (YAML 1.2), and so in --config; nothing is left in the folder
     p = _cli("-b", "advantages", "-c", "kl_coef=1e-3", "--time", "1", "-n", "5", "--no-db", "-o", "-",

@@ -41,6 +41,7 @@ def _bug(f) -> str:
     return "masked-row" if "masked-row" in f.signature.position else "hole"
 
 
+@pytest.mark.slow  # three hunts; signatures stay in the default set (test_one_hunt_lists_every_distinct_finding)
 def test_a_second_bug_on_a_property_that_fails_for_a_known_reason_is_found(tmp_path):
     first = two_bug_hunt(tmp_path / "first", first=True)
     f, = first.hunt.findings

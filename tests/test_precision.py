@@ -105,6 +105,7 @@ def test_the_plant_changes_nothing_in_fp32():
     assert all(r.verdict == "holds" for r in report.results), [(r.id, r.reason) for r in report.results]
 
 
+@pytest.mark.slow  # two hunts; the plant's run stays in the default set
 def test_hunt_finds_the_plant_and_nothing_on_the_reference(tmp_path):
     props = ["policy_loss.precision.bf16", "policy_loss.precision.fp16"]
     kw = {**untimed.HUNT, "max_examples": 80, "names": props}

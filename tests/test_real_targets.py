@@ -58,6 +58,7 @@ def test_areal_pypi_no_eos_leak():
     _no_eos_shift(*sentinel("run", str(SEEDS / "no-eos-outlier-reward-norm.yaml"), "--target", "areal"))
 
 
+@pytest.mark.slow  # a real trainer; test_areal_pypi_no_eos_leak stays in the default set
 @needs_areal
 def test_areal_decoupled_loss_has_no_behaviour_weight_without_rejection_sampling():
     code, rep = sentinel("run", str(FINDINGS / "decoupled-loss-behaviour-weight.yaml"), "--target", "areal")
@@ -71,6 +72,7 @@ def test_areal_decoupled_loss_has_no_behaviour_weight_without_rejection_sampling
     assert inv(r, "detached")["verdict"] == "skipped"
 
 
+@pytest.mark.slow  # a real trainer; test_areal_pypi_no_eos_leak stays in the default set
 @needs_areal
 def test_areal_single_trajectory_ref_logp_mutated_in_place():
     code, rep = sentinel("run", str(FINDINGS / "single-trajectory-ref-logp-mutated.yaml"),
@@ -82,6 +84,7 @@ def test_areal_single_trajectory_ref_logp_mutated_in_place():
     assert inv(result(rep, "ppo-kl-metric-aliasing"), "unmutated")["verdict"] == "held"
 
 
+@pytest.mark.slow  # the checkout's run; test_adapter_areal checks the checkout in the default set
 @needs_areal
 @pytest.mark.skipif(not AREAL_REPO, reason="set SENTINEL_AREAL_REPO to an AReaL checkout")
 def test_areal_head_no_eos_leak():

@@ -1,7 +1,9 @@
 """Teeth: the whole catalog holds on the reference and turns `violated` on every planted bug,
 through the families the plant says should catch it; and every invariant family is seen to
 fail at least once (a check that cannot fail is a defect). One `run` call, all targets in
-parallel workers."""
+parallel workers. The whole catalog on every plant takes the better part of a minute: those
+tests are slow (`pytest -m slow`, CI runs it); the seed bugs' numbers need only their own
+scenario on their own plant, run in the default set."""
 
 from __future__ import annotations
 
@@ -19,20 +21,39 @@ def catalog():
     return load_paths([catalog_path()])
 
 
+def _by_target(report) -> dict[str, dict]:
+    by_target: dict[str, dict] = {}
+    for r in report.results:
+        by_target.setdefault(r.target, {})[r.id] = r
+    return by_target
+
+
 @pytest.fixture(scope="module")
 def teeth(catalog):
     targets = [TargetSpec("reference")] + [TargetSpec("reference", plant=p) for p in PLANTS]
     report = run(catalog, targets)
-    by_target: dict[str, dict] = {}
-    for r in report.results:
-        by_target.setdefault(r.target, {})[r.id] = r
-    return report, by_target
+    return report, _by_target(report)
+
+
+# The seed bugs: each plant and the catalog scenario whose numbers are checked below.
+SEEDS = {"opsm-token-level": "opsm-mixed-advantage", "reward-norm-before-no-eos": "no-eos-outlier-reward-norm",
+         "kl-inplace-shaping": "ppo-kl-metric-aliasing", "is-weight-attached": "off-policy-is-correction"}
+
+
+@pytest.fixture(scope="module")
+def seeds(catalog):
+    """The seed scenarios on the reference and on their plants (the same runner, a few scenarios)."""
+    scenarios = [sc for sc in catalog if sc.id in SEEDS.values()]
+    assert {sc.id for sc in scenarios} == set(SEEDS.values())
+    report = run(scenarios, [TargetSpec("reference")] + [TargetSpec("reference", plant=p) for p in SEEDS])
+    return report, _by_target(report)
 
 
 def plant_key(name: str) -> str:
     return TargetSpec("reference", plant=name).key
 
 
+@pytest.mark.slow  # the whole catalog on every plant
 def test_the_catalog_holds_on_the_reference(teeth, catalog):
     _, by_target = teeth
     results = by_target["reference"]
@@ -43,6 +64,7 @@ def test_the_catalog_holds_on_the_reference(teeth, catalog):
         assert r.invariants and all(i.verdict == "held" for i in r.invariants), r.id
 
 
+@pytest.mark.slow  # the whole catalog on every plant
 def test_every_target_ran_every_scenario(teeth, catalog):
     report, by_target = teeth
     assert set(by_target) == {"reference", *map(plant_key, PLANTS)}
@@ -65,6 +87,7 @@ def _reached(reference: dict, planted: dict) -> set[str]:
             or [i.verdict for i in r.invariants] != [i.verdict for i in reference[sid].invariants]}
 
 
+@pytest.mark.slow  # the whole catalog on every plant
 @pytest.mark.parametrize("name", sorted(PLANTS))
 def test_every_plant_is_caught_by_the_families_it_trips(teeth, catalog, name):
     _, by_target = teeth
@@ -82,6 +105,7 @@ def test_every_plant_is_caught_by_the_families_it_trips(teeth, catalog, name):
     assert not missed, f"plant {name!r}: {sorted(missed)} held on every scenario the plant reaches"
 
 
+@pytest.mark.slow  # the whole catalog on every plant
 def test_every_family_is_violated_by_some_plant(teeth):
     _, by_target = teeth
     seen: set[str] = set()
@@ -107,8 +131,8 @@ def _inv(result, family, output=None):
     raise AssertionError(f"{result.id} has no {family} on {output}")
 
 
-def test_opsm_token_level_seed_numbers(teeth):
-    _, by_target = teeth
+def test_opsm_token_level_seed_numbers(seeds):
+    _, by_target = seeds
     r = by_target[plant_key("opsm-token-level")]["opsm-mixed-advantage"]
     assert r.verdict == "violated"
     assert r.observations["opsm_mask"] == [[0.0, 1.0, 0.0]]
@@ -130,8 +154,8 @@ def test_opsm_token_level_seed_numbers(teeth):
     assert ok.observations["opsm_clipfrac"] == 1.0
 
 
-def test_no_eos_seed_difference_at_the_valid_row(teeth):
-    _, by_target = teeth
+def test_no_eos_seed_difference_at_the_valid_row(seeds):
+    _, by_target = seeds
     r = by_target[plant_key("reward-norm-before-no-eos")]["no-eos-outlier-reward-norm"]
     assert r.verdict == "violated"
     inv = _inv(r, "unchanged_under", "advantages")
@@ -142,8 +166,8 @@ def test_no_eos_seed_difference_at_the_valid_row(teeth):
     assert by_target["reference"]["no-eos-outlier-reward-norm"].verdict == "holds"
 
 
-def test_kl_inplace_shaping_logs_the_shaped_reward(teeth):
-    _, by_target = teeth
+def test_kl_inplace_shaping_logs_the_shaped_reward(seeds):
+    _, by_target = seeds
     r = by_target[plant_key("kl-inplace-shaping")]["ppo-kl-metric-aliasing"]
     assert r.verdict == "violated"
     assert r.observations["logged_kl"] == r.observations["token_rewards"]
@@ -152,8 +176,8 @@ def test_kl_inplace_shaping_logs_the_shaped_reward(teeth):
     assert ok.observations["logged_kl"] != ok.observations["token_rewards"]
 
 
-def test_is_weight_attached_leaks_gradient(teeth):
-    _, by_target = teeth
+def test_is_weight_attached_leaks_gradient(seeds):
+    _, by_target = seeds
     r = by_target[plant_key("is-weight-attached")]["off-policy-is-correction"]
     det = _inv(r, "detached", "weights")
     assert det.verdict == "violated" and det.details["requires_grad"] is True
