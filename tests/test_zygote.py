@@ -15,7 +15,7 @@ HERE = Path(__file__).parent
 RECORD = '''
 import os
 with open(os.environ["TINY_IMPORTED_BY"], "a") as _f:  # who imported the trainer: pid and parent
-    _f.write(f"{os.getpid()} {os.getppid()}\\n")
+    _f.write(f"{os.getpid()} {os.getppid()} {os.environ.get('PYTORCH_NVML_BASED_CUDA_CHECK')}\\n")
 '''
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="the zygote forks")
@@ -36,11 +36,16 @@ def test_each_commit_is_imported_in_a_fork_of_the_zygote_never_in_it(tmp_path, m
     # set after the zygote started: the fork must still get them (and find tiny_adapter)
     monkeypatch.setenv("PYTHONPATH", str(HERE))
     monkeypatch.setenv("TINY_IMPORTED_BY", str(record))
+    # the CLI's environment need not carry the worker's CUDA rule: the fork must set it again (a
+    # worker that initialised CUDA made every CUDA scenario fail: "Cannot re-initialize CUDA")
+    monkeypatch.delenv("PYTORCH_NVML_BASED_CUDA_CHECK", raising=False)
     scenarios = spec.load_text(SCENARIO)
     verdicts = [run_group(scenarios, TargetSpec("tiny_adapter:TinyAdapter", str(repo), rev)).results[0].verdict
                 for rev in ("HEAD~1", "HEAD", "HEAD~1")]
     assert verdicts == ["violated", "holds", "violated"]  # each worker has its commit's code, none stale
-    importers = [tuple(map(int, line.split())) for line in record.read_text().splitlines()]
+    lines = [line.split() for line in record.read_text().splitlines()]
+    assert [nvml for *_, nvml in lines] == ["1", "1", "1"]
+    importers = [(int(pid), int(parent)) for pid, parent, _ in lines]
     assert len(importers) == 3
     assert all(parent == client.proc.pid for _, parent in importers)  # forked by the zygote ...
     assert client.proc.pid not in {pid for pid, _ in importers}  # ... which never imported the trainer
