@@ -31,6 +31,8 @@ def logits_for(lp: torch.Tensor) -> torch.Tensor:
     ``d + (lp - d) / (1 - p)``: its value is ``d`` and the log-prob's gradient reaches ``lp``
     unscaled. Where p == 1 in float32 (lp == 0) softmax saturates and nothing flows; the
     caller supplies those tokens' gradient (`GradAt`). Non-finite log-probs pass as they are."""
+    if lp.dtype in (torch.bfloat16, torch.float16):  # the route's own arithmetic in float32: slime's
+        lp = lp.float()  # log-prob code sees float32 logits, so rounding here would be the adapter's, not slime's
     d = lp.detach()
     p = d.exp()
     scale = torch.where(p < 1, 1 / (1 - p).clamp_min(1e-30), torch.zeros_like(p))

@@ -177,6 +177,9 @@ class Invariant(BaseModel):
     # it perturbs masked positions itself, and its `at` field restricts which kind: a hunt
     # finding's signature probes each kind through `at` (sentinel/hunt/signature.py)
     perturbs_masked: ClassVar[bool] = False
+    # its verdict is about calls other than the drawn one (another dtype): it cannot explain a
+    # difference between two sides called on the drawn input (the differential hunt skips it)
+    judges_other_calls: ClassVar[bool] = False
 
     @classmethod
     def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:

@@ -67,6 +67,7 @@ class Precision(Invariant):
     values (bound and derivation in the module docstring)."""
 
     family = "precision"
+    judges_other_calls = True  # bf16/fp16 and float64 runs, not the fp32 call two sides are compared on
     hunt = (hunted("policy_loss", name="precision.bf16",
                    doc="with bf16 log-probs beside fp32 old log-probs and advantages, the loss is computed "
                        "at fp32 accuracy (no operand rounded to bf16)",

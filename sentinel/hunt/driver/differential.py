@@ -35,6 +35,7 @@ from hypothesis.errors import Flaky, NoSuchExample
 from ... import strategies as S, verdicts
 from ...boundaries import BOUNDARIES
 from ...errors import SideDied, UsageError
+from ...invariants import REGISTRY
 from ...report import Report, Target
 from ...runner import TargetSpec
 from ...spec import load_text
@@ -329,7 +330,8 @@ class DiffHunter(Hunt):
             related = set(_related(b, d.observable))
             relevant = {n for n in checked if (xa.get(n, {}).get("observable") in related or
                                                xb.get(n, {}).get("observable") in related)
-                        and (not perturbs(PROPERTIES[n].family) or d.non_finite)}
+                        and (not perturbs(PROPERTIES[n].family) or d.non_finite)
+                        and not REGISTRY[PROPERTIES[n].family].judges_other_calls}
             viol = {side: [n for n in v if n in relevant] for side, v in viol.items()}
             verdict = verdicts.differential_verdict(viol["base"], viol["head"], self.against)
             explain = sorted(set(viol["base"]) ^ set(viol["head"]))
