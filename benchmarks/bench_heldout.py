@@ -61,6 +61,13 @@ def _run(cmd: list[str], log: Path) -> tuple[int, float, float]:
     return p.returncode, wall, _load()
 
 
+def _load_errors(rep: dict) -> dict[str, str]:
+    """Each side that did not load: the error's type and message (the traceback stays in the JSON)."""
+    return {side: f"{t['load_error'].get('type')}: "
+                  f"{t['load_error'].get('message', '').replace(sys.prefix, '<venv>')[:160]}"
+            for side, t in (rep.get("targets") or {}).items() if t.get("load_error")}
+
+
 def catalog(entry: dict, repo: str, out: Path, catalog_dir: str) -> dict:
     report = out / f"{entry['id']}-compare.json"
     cmd = [*SENTINEL, "compare", catalog_dir, "--target", entry["target"], "--repo", repo,
@@ -68,8 +75,8 @@ def catalog(entry: dict, repo: str, out: Path, catalog_dir: str) -> dict:
     rc, wall, load = _run(cmd, out / f"{entry['id']}-compare.log")
     rep = json.loads(report.read_text())
     flips = [f"{c['id']} {c['base']}->{c['head']}" for c in rep["comparisons"] if c["base"] != c["head"]]
-    load_errors = {side: t.get("load_error") for side, t in rep["targets"].items() if t.get("load_error")}
-    ran = {side: sum(1 for c in rep["comparisons"] if c[side] not in ("unsupported", "excluded"))
+    load_errors = _load_errors(rep)
+    ran = {side: sum(1 for c in rep["comparisons"] if c[side] in ("holds", "violated"))
            for side in ("base", "head")}
     return {"exit": rc, "wall_s": round(wall, 1), "load": load, "flips": flips, "detected": bool(flips),
             "ran": ran, "scenarios": len(rep["comparisons"]), "load_errors": load_errors}
@@ -91,7 +98,7 @@ def hunt(entry: dict, repo: str, out: Path, args) -> dict:
     h = rep.get("hunt") or {}
     findings = [f"{f['property']} {f.get('classification') or ''}: {f['message'][:90]}" for f in h.get("findings", [])]
     props = {p["property"]: p["status"] for p in h.get("properties", [])}
-    load_errors = {side: t.get("load_error") for side, t in rep.get("targets", {}).items() if t.get("load_error")}
+    load_errors = _load_errors(rep)
     return {"exit": rc, "wall_s": round(wall, 1), "load": load, "findings": findings, "detected": bool(findings),
             "properties": props, "examples": h.get("examples", 0), "load_errors": load_errors}
 
@@ -106,7 +113,7 @@ def table(rows: list[dict]) -> str:
         c, h = r["catalog"], r["hunt"]
         lines.append(f"{r['id']:30} {'YES' if c['detected'] else 'no':7} {'YES' if h['detected'] else 'no':5} "
                      f"{c['wall_s']:6.1f} {h['wall_s']:6.1f} {h['load']:5.1f}")
-        lines.append(f"    catalog: {_cell(c['detected'], c['flips'])}  (ran base {c['ran']['base']}, "
+        lines.append(f"    catalog: {_cell(c['detected'], c['flips'])}  (decided base {c['ran']['base']}, "
                      f"head {c['ran']['head']} of {c['scenarios']}; exit {c['exit']})"
                      + (f"  load errors: {c['load_errors']}" if c["load_errors"] else ""))
         lines.append(f"    hunt: {_cell(h['detected'], h['findings'])}  ({h['examples']} examples; "
@@ -140,7 +147,9 @@ def main() -> None:
         entries = [e for e in entries if e["id"] in args.only]
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="heldout-"))
     out.mkdir(parents=True, exist_ok=True)
-    print(f"held-out set {args.set}: {len(entries)} entries; hunt --time {args.time} --max-examples "
+    shown = Path(args.set).resolve()
+    shown = shown.relative_to(ROOT) if shown.is_relative_to(ROOT) else shown
+    print(f"held-out set {shown}: {len(entries)} entries; hunt --time {args.time} --max-examples "
           f"{args.max_examples} --seed {args.seed} --shrink-time {args.shrink_time}; load {_load()}; raw JSON in {out}",
           flush=True)
     t0 = time.perf_counter()
