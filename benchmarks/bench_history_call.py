@@ -15,8 +15,10 @@ grep``): decided by the symbol, wherever it moved, never by a version table. Cou
 
 - ok: the call returned (verdict holds or violated: the invariant was evaluated);
 - absent: `unsupported` and the symbol does not exist at that commit (not counted);
-- failed: an error, or `unsupported` although the symbol exists (signature drift, a moved
-  function not found, a contract error), or a load error.
+- no-option: `unsupported` naming an option (or a helper) that commit lacks although the
+  symbol exists (listed with its reason, not counted: the reader judges each);
+- failed: an error (an adapter defect included), `unsupported` for signature drift, or a load
+  error, while the symbol exists.
 
 Prints per target ok / (ok + failed) and the failures grouped by reason (first line, without
 what differs between commits) with the commits they hit. Aim: >= 95 % on every target.
@@ -150,8 +152,10 @@ def run_commit(name: str, repo: str | None, sha: str | None, probes, symbols: di
         there = True if repo is None or sym is None else exists(repo, sha, sym)
         if r.verdict in ("holds", "violated"):
             kind, why = "ok", ""
-        elif r.verdict == "unsupported" and not there:
+        elif not there:  # unsupported, or a load that needs the missing symbol
             kind, why = "absent", r.reason
+        elif r.verdict == "unsupported" and "signature drift" not in r.reason:
+            kind, why = "no-option", f"unsupported: {r.reason}"  # the symbol is there, the probed option not
         else:
             exc = r.exception_info
             why = f"{r.verdict}: {exc.type + ': ' + exc.message if exc else r.reason}"
@@ -200,15 +204,22 @@ def main() -> None:
         ok = sum(r["kind"] == "ok" for r in rows)
         failed = [r for r in rows if r["kind"] == "failed"]
         absent = sum(r["kind"] == "absent" for r in rows)
+        options = [r for r in rows if r["kind"] == "no-option"]
         total = ok + len(failed)
         rate = 100 * ok / total if total else 100.0
         print(f"{name}: {ok}/{total} calls succeed where the symbol exists ({rate:.1f} %), {absent} absent "
-              f"(unsupported, symbol missing), aim >= 95 %")
+              f"(symbol missing), "
+              f"{len(options)} option missing, aim >= 95 %")
         groups: dict[str, list[str]] = defaultdict(list)
         for r in failed:
             groups[f"{r['boundary']}: {r['reason']}"].append(r["commit"])
         for why, shas in sorted(groups.items(), key=lambda kv: -len(kv[1])):
             print(f"  {len(shas)} x {why}  [{', '.join(shas[:8])}{' ...' if len(shas) > 8 else ''}]")
+        opt: dict[str, list[str]] = defaultdict(list)
+        for r in options:
+            opt[f"{r['boundary']}: {r['reason']}"].append(r["commit"])
+        for why, shas in sorted(opt.items(), key=lambda kv: -len(kv[1])):
+            print(f"  not counted, {len(shas)} x {why}  [{', '.join(shas[:8])}{' ...' if len(shas) > 8 else ''}]")
     if args.json:
         Path(args.json).write_text(json.dumps(per, indent=1))
 

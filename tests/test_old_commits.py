@@ -1,7 +1,7 @@
 """Old commits run (issue 19, item 12), on a toy trainer repository built here:
 
-- a commit that imports a name the installed version of a heavy dependency no longer has
-  loads, with that name stubbed on the real module (as a missing module would be);
+- a commit that imports a name (or a submodule) the installed version of a heavy dependency
+  no longer has loads, with that name stubbed on the real module (as a missing module would be);
 - a `TypeError` raised in the adapter's own frame (a keyword the old function lacks) is an
   adapter defect naming the adapter's line, in `sentinel compare`'s report, never the
   target's error; the target's own TypeError stays the target's."""
@@ -23,6 +23,7 @@ HEAVY = "VERSION = '2.0'\nclass StillHere:\n    pass\n"  # the installed heavyli
 OLD = '''
 import torch
 from heavylib import GoneName, StillHere   # GoneName existed in heavylib 1.x
+from heavylib.gone_module import helper    # so did this submodule
 
 def token_mean(values, m):
     return (values * m).sum() / m.sum().clamp_min(1)
@@ -52,7 +53,8 @@ invariants:
 def toy(tmp_path_factory) -> dict:
     base = tmp_path_factory.mktemp("old")
     (base / "lib").mkdir()
-    (base / "lib" / "heavylib.py").write_text(HEAVY)
+    (base / "lib" / "heavylib").mkdir()
+    (base / "lib" / "heavylib" / "__init__.py").write_text(HEAVY)
     repo = new_repo(base / "trainer")
     (repo / "oldtrainer").mkdir()
     (repo / "oldtrainer" / "__init__.py").write_text("")
@@ -92,6 +94,7 @@ def test_a_removed_name_of_a_heavy_dependency_is_stubbed(toy):
                                                                  repo=str(toy["repo"]), commit=toy["shas"]["old"]))
     assert group.target.load_error is None, group.target.load_error
     assert "heavylib.GoneName" in group.target.stubs  # stubbed on the real heavylib, which stays
+    assert "heavylib.gone_module" in group.target.stubs and "heavylib" not in group.target.stubs
     # the old function loads and is reached: the adapter's keyword call then fails (next test)
     assert group.results[0].verdict == "error"
 

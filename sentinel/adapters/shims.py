@@ -270,7 +270,8 @@ def import_with_stubs(name: str, *, target: str, own: str, allowed: set[str] | f
     which the target's pip extra installs for real); `stubs` collects what was stubbed.
     Anything else missing, or the target's own package (`own`), is a load error that names
     the module and `hint` (the command that installs it). A name an allowed module's installed
-    version lacks (`from transformers import Gone`) is stubbed on that module (`_stub_name`)."""
+    version lacks (`from transformers import Gone`) is stubbed on that module (`_stub_name`), and
+    a submodule it lacks (`transformers.deepspeed`) is stubbed by its dotted name."""
     def may_stub(root: str) -> bool:
         return root not in light if allowed is None else root in allowed
 
@@ -289,6 +290,10 @@ def import_with_stubs(name: str, *, target: str, own: str, allowed: set[str] | f
             if missing in stubs:
                 raise TargetLoadError(f"{target} target: importing {name} failed inside stubbed {missing!r}: {e}") from e
             stubs += [x for x in install_stubs([missing]) if x not in stubs]
+            if missing not in stubs and e.name and e.name != missing and e.name not in stubs:
+                # a submodule the installed version no longer has (transformers.deepspeed): stubbed alone
+                stubs += [x for x in install_stubs([e.name]) if x not in stubs]
+                continue
             if missing not in stubs:
                 raise TargetLoadError(f"{target} target: importing {name} failed on {e.name!r}: {e}") from e
         except ImportError as e:
