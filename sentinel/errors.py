@@ -69,5 +69,11 @@ class PreconditionUnmet(TargetError):
         return (type(self), (self.name, self.reason, self.link))
 
 
+# The error type an adapter defect is reported as (sentinel/adapters/defects.py): the adapter's
+# fault at that version (a keyword the trainer's function lacks, a broken output contract), never
+# the target's; a compare, history or differential hunt does not count it against the target.
+ADAPTER_DEFECT = "AdapterDefect"
+
+
 class ContractError(TargetError):
     """A boundary call returned something its output contract forbids (sentinel/contracts.py)."""

@@ -46,6 +46,7 @@ from typing import Any, Callable
 os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
 
 from . import channel, reaper, targets  # noqa: E402
+from .adapters.defects import as_error  # noqa: E402
 from .observe import observe  # noqa: E402
 from .tensors import decode, encode  # noqa: E402
 
@@ -157,7 +158,10 @@ class Worker:
         except BaseException as e:  # noqa: BLE001 - sys.exit in target code is an error verdict too
             if isinstance(e, KeyboardInterrupt):
                 raise
-            return {"status": "error", "error": _error(e), "runs": runs, "function": function,
+            # the adapter's own fault (a keyword this version lacks, a broken contract): named by its line
+            defect = as_error(self.adapter, job["boundary"], e)
+            error = {**_error(e), **defect} if defect else _error(e)
+            return {"status": "error", "error": error, "runs": runs, "function": function,
                     "duration_s": time.perf_counter() - t0}
         return {"status": "ok", "runs": runs, "function": function, "duration_s": time.perf_counter() - t0}
 

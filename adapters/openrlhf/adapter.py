@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 import torch
 
-from sentinel.adapters.binding import bind, parameters
+from sentinel.adapters.binding import bind, parameters, signature_text
 from sentinel.adapters.contract import BoundaryResult, implements, refuse
 from sentinel.adapters.frames import locals_on_return
 from sentinel.adapters.layout import group_ids, group_layout, unpermute
@@ -103,22 +103,34 @@ class OpenRLHFAdapter(TrainerAdapter):
         raise Unsupported("openrlhf's Experience dataclass did not import")
 
     # --- KL -----------------------------------------------------------------------------
-    def _approx_kl(self, boundary: str, lp: torch.Tensor, ref: torch.Tensor, kl_type: str) -> torch.Tensor:
+    def _approx_kl(self, boundary: str, lp: torch.Tensor, ref: torch.Tensor, kl_type: str,
+                   mask: torch.Tensor) -> torch.Tensor:
+        """compute_approx_kl bound by name at this version: ``kl_estimator`` (k1/k2/k3), or
+        ``use_kl_estimator_k3`` (k1/k3) before it, or neither (k1 only, the earliest, which
+        multiplies by its ``action_mask``: the mask is passed wherever the function takes it)."""
         fn = self._fn("compute_approx_kl", boundary=boundary)
         name = self._kl_name(kl_type)
         if name is None:
             raise Unsupported(f"OpenRLHF's compute_approx_kl has no {kl_type!r} (k1, k2, k3)")
         params = parameters(fn)
         if "kl_estimator" in params:
-            return fn(lp, ref, kl_estimator=name)
-        if name == "k2":
-            raise Unsupported("compute_approx_kl has only use_kl_estimator_k3 (k1 or k3) at this OpenRLHF version")
-        return fn(lp, ref, use_kl_estimator_k3=name == "k3")
+            choice = {"kl_estimator": name}
+        elif "use_kl_estimator_k3" in params and name != "k2":
+            choice = {"use_kl_estimator_k3": name == "k3"}
+        elif name == "k1":
+            choice = {}
+        else:
+            raise Unsupported(f"{signature_text(fn)} has no {kl_type!r} estimator at this OpenRLHF version")
+        names = list(params)  # the two log-prob tensors are its first two parameters at every version
+        kw = {names[0]: lp, names[1]: ref, **choice}
+        if "action_mask" in params:
+            kw["action_mask"] = mask.to(lp.dtype)
+        return fn(**kw)
 
     @implements("kl", calls=(f"{UTILS}:compute_approx_kl",))
     def b_kl(self, inputs, config):
         lp, ref = floating(inputs["log_probs"]), floating(inputs["ref_log_probs"])
-        kl = self._approx_kl("kl", lp, ref, config["kl_type"])
+        kl = self._approx_kl("kl", lp, ref, config["kl_type"], inputs["loss_mask"])
         return BoundaryResult({"kl": kl}, function=self._ref(self._fn("compute_approx_kl", boundary="kl")))
 
     # --- policy losses --------------------------------------------------------------------
@@ -348,7 +360,7 @@ class OpenRLHFAdapter(TrainerAdapter):
         kl = None
         if "log_probs" in inputs and "ref_log_probs" in inputs:
             kl = self._approx_kl("advantages", floating(inputs["log_probs"]).detach(),
-                                 floating(inputs["ref_log_probs"]).detach(), config["kl_type"])
+                                 floating(inputs["ref_log_probs"]).detach(), config["kl_type"], mask)
         elif kl_coef != 0.0:
             raise ValueError("kl_coef != 0 needs log_probs and ref_log_probs")
         truncated = None

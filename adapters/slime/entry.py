@@ -77,6 +77,8 @@ class EntryLoss:
         use = reducer_masks if reducer_masks is not None else masks
         kw = bind(fn, boundary, {"total_lengths": totals, "response_lengths": lengths, "loss_masks": use,
                                          "calculate_per_token_loss": per_token})
+        if "xs" in parameters(fn):  # slime before 2025-07: the per-sample tensors (read only under CP > 1)
+            kw["xs"] = list(x.split(lengths, dim=0))
         if reducer_masks is not None and "sample_denoms" in parameters(fn):
             kw["sample_denoms"] = [m.sum() for m in masks]
         total = fn(**kw)(x)

@@ -11,6 +11,10 @@ A stub answers every attribute with a stub class (callable, subclassable, usable
 decorator or a type hint), and every submodule (``import megatron.core.mpu``,
 ``from vllm.distributed import x``) resolves through one ``MetaPathFinder``.
 
+A *name* an old commit imports from a heavy dependency whose installed version no longer has
+it (``from transformers import AutoModelForVision2Seq``) is stubbed the same way, on the real
+module (`import_with_stubs`; recorded as ``module.Name``): the newer install stays.
+
 The stubs only have to survive import time. If target code *calls* a stub on a boundary
 path, the adapter is wrong to stub that module: the call returns another stub, and the
 resulting tensors will not be tensors, which fails loudly rather than silently.
@@ -24,6 +28,7 @@ import importlib.machinery
 import importlib.util
 import sys
 import types
+import re
 from typing import Any
 
 from sentinel.errors import TargetLoadError
@@ -237,6 +242,26 @@ def stubbed_names() -> list[str]:
     return sorted(_FINDER.roots)
 
 
+# the message Python gives `from M import N` when M exists but has no N
+_NO_NAME = re.compile(r"cannot import name '(?P<name>\w+)' from '(?P<module>[\w.]+)'")
+
+
+def _stub_name(e: ImportError, own: str, may_stub, stubs: list[str]) -> bool:
+    """For `from M import N` failing because the installed M (a dependency the adapter may
+    stub) lacks N: make N a stub attribute of the real M, note ``M.N`` in `stubs`, True."""
+    m = _NO_NAME.search(str(e))
+    if m is None or isinstance(e, ModuleNotFoundError):
+        return False
+    module, name = m["module"], m["name"]
+    root = module.split(".")[0]
+    real = sys.modules.get(module)
+    if root == own or real is None or is_stub(real) or not may_stub(root) or f"{module}.{name}" in stubs:
+        return False
+    setattr(real, name, _stub_class(name, module))
+    stubs.append(f"{module}.{name}")
+    return True
+
+
 def import_with_stubs(name: str, *, target: str, own: str, allowed: set[str] | frozenset[str] | None,
                       stubs: list[str], hint: str = "options.extra_stubs adds one",
                       light: set[str] | frozenset[str] = frozenset()) -> types.ModuleType:
@@ -244,13 +269,18 @@ def import_with_stubs(name: str, *, target: str, own: str, allowed: set[str] | f
     (the heavy dependencies a boundary never calls; None: any module but the `light` ones,
     which the target's pip extra installs for real); `stubs` collects what was stubbed.
     Anything else missing, or the target's own package (`own`), is a load error that names
-    the module and `hint` (the command that installs it)."""
+    the module and `hint` (the command that installs it). A name an allowed module's installed
+    version lacks (`from transformers import Gone`) is stubbed on that module (`_stub_name`), and
+    a submodule it lacks (`transformers.deepspeed`) is stubbed by its dotted name."""
+    def may_stub(root: str) -> bool:
+        return root not in light if allowed is None else root in allowed
+
     for _ in range(64):
         try:
             return importlib.import_module(name)
         except ModuleNotFoundError as e:
             missing = (e.name or "").split(".")[0]
-            heavy = missing not in light if allowed is None else missing in allowed
+            heavy = may_stub(missing)
             if not missing or missing == own or not heavy:
                 what = "a light dependency of its import path" if missing in light else \
                     "not a heavy dependency the adapter may shim"
@@ -260,6 +290,13 @@ def import_with_stubs(name: str, *, target: str, own: str, allowed: set[str] | f
             if missing in stubs:
                 raise TargetLoadError(f"{target} target: importing {name} failed inside stubbed {missing!r}: {e}") from e
             stubs += [x for x in install_stubs([missing]) if x not in stubs]
+            if missing not in stubs and e.name and e.name != missing and e.name not in stubs:
+                # a submodule the installed version no longer has (transformers.deepspeed): stubbed alone
+                stubs += [x for x in install_stubs([e.name]) if x not in stubs]
+                continue
             if missing not in stubs:
                 raise TargetLoadError(f"{target} target: importing {name} failed on {e.name!r}: {e}") from e
+        except ImportError as e:
+            if not _stub_name(e, own, may_stub, stubs):
+                raise
     raise TargetLoadError(f"{target} target: importing {name} kept failing")

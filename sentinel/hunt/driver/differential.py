@@ -34,7 +34,7 @@ from hypothesis.errors import Flaky, NoSuchExample
 
 from ... import strategies as S, verdicts
 from ...boundaries import BOUNDARIES
-from ...errors import SideDied, UsageError
+from ...errors import ADAPTER_DEFECT, SideDied, UsageError
 from ...invariants import REGISTRY
 from ...report import Report, Target
 from ...runner import TargetSpec
@@ -382,6 +382,10 @@ class DiffJudge:
         if skip:
             who = "both sides" if a["status"] == b["status"] else "base" if skip is a else "head"
             return Answer(rejected=f"{skip['status']} by {who}: {skip['reason']}")
+        defect = next((r for r in (a, b) if r["status"] == "error" and r["type"] == ADAPTER_DEFECT), None)
+        if defect is not None:  # the adapter failed a side: no answer of the target's, never a finding
+            return Answer(rejected=f"adapter defect: {defect['message']}", error={
+                "type": defect["type"], "message": defect["message"], "traceback": "", "example": repr(ex)[:4000]})
         if a["status"] == "error" and b["status"] == "error":
             return Answer(rejected=f"both sides raised {a['type']}", error={
                 "type": a["type"], "message": a["message"], "traceback": "", "example": repr(ex)[:4000]})

@@ -22,6 +22,8 @@ import numpy as np
 
 from sentinel.errors import PreconditionUnmet, Unsupported
 
+from sentinel.adapters.defects import as_error
+
 from ...observe import observe
 from .. import properties
 from .check import NotApplicable, check, observable_of
@@ -35,7 +37,9 @@ def _observe(adapter, device, boundary: str, ex, grads: list[tuple[str, str]]) -
     except PreconditionUnmet as e:  # an input this side's trainer never receives: no call was made
         return {"status": "excluded", "reason": f"precondition {e.name}: {e.reason}"[:300]}
     except Exception as e:  # noqa: BLE001 - the target raised on this input: an answer too
-        return {"status": "error", "type": type(e).__name__, "message": str(e)[:500]}
+        defect = as_error(adapter, boundary, e)  # or the adapter's own fault: no answer of the target's
+        error = defect or {"type": type(e).__name__, "message": str(e)}
+        return {"status": "error", "type": error["type"], "message": error["message"][:500]}
     after = {n: a.astype(ex.inputs[n].dtype) for n, a in obs["inputs_after"].items()}
     return {"status": "ok", "outputs": obs["outputs"], "grads": obs["grads"], "inputs_after": after,
             "function": function}
