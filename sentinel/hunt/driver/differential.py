@@ -208,7 +208,9 @@ class DiffHunter(Hunt):
         rnd = random.Random(f"{st.seed}:{b}:{s.rounds}") if st.seed is not None else None
         search = Search(DiffJudge(self, s), n, time.monotonic() + limit, st.shrink_time)
         # a batch with no valid token has no training signal: what a side returns there is its convention
-        strategy = S.batches(S.examples(b, config=self.choices(b), junk="wild", row_mask=True, min_valid=1), BATCH)
+        # every input on its own, and the relations / edges of strategies.RELATIONS among them
+        strategy = S.batches(S.examples(b, config=self.choices(b), junk="wild", row_mask=True, min_valid=1,
+                                        relations=S.RELATIONS), BATCH)
         try:
             find(strategy, replayable(search.condition, search.best), random=rnd, settings=hsettings(
                 max_examples=max(1, math.ceil(n / 5)), database=None, deadline=None,
