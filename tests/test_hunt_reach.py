@@ -66,3 +66,34 @@ def test_a_clamp_past_the_value_grids_is_found_only_through_far_log_ratios(tmp_p
                          config={"kl_type": "low_var_kl"}, **DIFFERENTIAL)
     f, = rep.hunt.findings
     assert f.signature.observable in ("kl", "grad:kl/log_probs") and f.classification in ("bug", "changed")
+
+
+def test_an_in_place_write_on_the_args_object_is_found_through_its_observable(tmp_path):
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))
+    rep = H.differential(TargetSpec("hunt_reach_adapter:KlWithArgs"), TargetSpec("hunt_reach_adapter:KlWritesArgs"),
+                         ["kl"], DIFFERENTIAL_SECONDS, 0, out_dir=tmp_path, first=True, max_examples=100,
+                         config={"kl_type": "k1"}, **DIFFERENTIAL)
+    f, = rep.hunt.findings  # the halved coefficient shows in the metric it scales, or in args itself
+    assert f.signature.observable in ("returned:metrics.kl_mean", "config:kl_coef", "config:kl_coef.value"), f
+
+
+def test_returned_values_and_config_changes_are_named_observables():
+    import dataclasses
+    from types import SimpleNamespace
+
+    from sentinel.adapters.observables import Watch, returned
+
+    @dataclasses.dataclass
+    class Stats:
+        clipfrac: torch.Tensor
+        n: int
+
+    got = returned((torch.ones(2), {"metrics": {"kl": 0.5, "per_sample": [torch.ones(1), torch.ones(2)]}},
+                    Stats(torch.zeros(1), 3), "not a number"))
+    assert sorted(got) == ["returned:0", "returned:1.metrics.kl", "returned:1.metrics.per_sample",
+                           "returned:2.clipfrac", "returned:2.n"]
+    assert got["returned:1.metrics.per_sample"].shape == (3,)  # per-sample tensors as one
+    args = SimpleNamespace(kl_coef=0.1, buf=torch.zeros(2), name="x")
+    w = Watch(args)
+    args.buf.add_(1.0)
+    assert set(w.changes()) == {"config:buf", "config:buf.value"}

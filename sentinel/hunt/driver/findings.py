@@ -180,14 +180,14 @@ def diff_document(boundary: str, f: dict[str, Any], base: "Side", head: "Side", 
     verdict = f["classification"]
     ruling = f.get("referee") or {}
     if ruling.get("verdict") in ("fixed", "regressed") and ruling.get("reference") is not None \
-            and f["observable"] != "exception":  # the reference's values are what is right
+            and f["observable"] != "exception" and not f["observable"].startswith(("returned:", "config:")):  # the reference's values are what is right
         invariants = [_pin(boundary, f["observable"], ruling["reference"])]
     elif f["invariants"] and verdict != "changed":
         invariants = [{fam: {k: (_Flow(v) if isinstance(v, list) else v) for k, v in body.items()}}
                       for inv in f["invariants"] for fam, body in inv.items()]
-    elif f["observable"] != "exception":
+    elif f["observable"] != "exception" and not f["observable"].startswith(("returned:", "config:")):
         invariants = [_pin(boundary, f["observable"], f["base_values"])]
-    else:  # one side raises: replaying it shows the error; nothing to pin
+    else:  # one side raises, or an extra no scenario addresses (yet): the header says what differs
         invariants = [{"unmutated": {}}]
     replay = _replay_command(f"{sid}.yaml", base, head, against)
     doc = {
