@@ -27,7 +27,7 @@ def observe(adapter, device, boundary: str, inputs: dict[str, np.ndarray], confi
 
     Integer inputs become int64 tensors, float inputs keep their dtype; each `wrt` of
     `grads` ((of, wrt) pairs) requires grad. Returns ({"outputs", "requires_grad", "grads",
-    "inputs_after"} as numpy (float64 stays float64, other floats become float32); a grad is
+    "inputs_after", "extras"} as numpy (float64 stays float64, other floats become float32); a grad is
     None where the output has no gradient path to the input), the function ref as a dict or None).
     `casts` (input -> dtypes, applied in order) is the precision axis: `["bfloat16"]` hands the
     trainer a bf16 tensor, `["bfloat16", "float64"]` the same rounded values in float64."""
@@ -60,7 +60,8 @@ def observe(adapter, device, boundary: str, inputs: dict[str, np.ndarray], confi
         g = torch.autograd.grad(out.sum() if out.dim() else out, tensors[w], retain_graph=True, allow_unused=True)[0]
         gr[f"{of}/{w}"] = None if g is None else _numpy(g)
     after = {n: _numpy(res.inputs_after.get(n, t)) for n, t in tensors.items()}
-    obs = {"outputs": outputs, "requires_grad": rg, "grads": gr, "inputs_after": after}
+    extras = {n: _numpy(v if isinstance(v, torch.Tensor) else torch.as_tensor(v)) for n, v in res.extras.items()}
+    obs = {"outputs": outputs, "requires_grad": rg, "grads": gr, "inputs_after": after, "extras": extras}
     return obs, (res.function.as_dict() if res.function else None)
 
 

@@ -183,6 +183,12 @@ class HuntFinding(_Model):
     signature: HuntSignature | None = None
     classification: DiffVerdict | None = Field(None, description="differential findings: fixed, regressed, "
                                                "changed; against the reference bug, changed, reference-bug")
+    judged_by: Literal["families", "reference"] | None = Field(
+        None, description="differential findings: what decided the classification: the invariant families each "
+                          "side violates, or (no family explains it) the reference math on the same input")
+    referee: str | None = Field(None, description="judged by the reference: which side agrees with it, or why it "
+                                                  "cannot judge (no such config, boundary or observable; a declared "
+                                                  "deviation), which leaves the finding `changed`")
     base: HuntSide | None = None
     head: HuntSide | None = None
     config: dict[str, Any] = Field(default_factory=dict, description="the shrunk trigger's config")

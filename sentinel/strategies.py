@@ -283,12 +283,76 @@ _WILD_BUMP = st.one_of(_BUMP, st.sampled_from([1.0e4, float("nan"), float("inf")
 _WILD_ROW_REWARD = st.sampled_from([float("nan"), float("inf"), 1.0e4])
 
 
+# --- relations between inputs -----------------------------------------------------------------
+#
+# Every tensor is drawn on its own (above). A relation is one more strategy, drawn per example
+# (the first, "independent", is what a shrunk example keeps): the relations trainers' data
+# paths usually carry, and edges the grids never reach.
+
+LOG_PROB_PAIRS = (("log_probs", "old_log_probs"), ("log_probs", "ref_log_probs"), ("log_probs", "rollout_log_probs"),
+                  ("old_log_probs", "rollout_log_probs"))
+FAR_LOG_RATIOS = (12.0, 25.0)  # past the clamps trainers put on a log-ratio or a KL (10, 20)
+
+
+def _pair(inputs: dict[str, np.ndarray]) -> tuple[str, str] | None:
+    return next(((a, b) for a, b in LOG_PROB_PAIRS if a in inputs and b in inputs), None)
+
+
+def _edge_log_prob(old: np.ndarray, edge: float) -> np.ndarray:
+    """log-probs whose float32 ratio exp(lp - old) to `old` is float32(edge) where a few ulps
+    of searching find one (else the nearest: the edge to within an ulp)."""
+    target = F32(edge)
+    lp = (old + F32(np.log(edge))).astype(F32)
+    for _ in range(4):
+        r = np.exp((lp - old).astype(F32)).astype(F32)
+        lp = np.where(r > target, np.nextafter(lp, F32(-np.inf)), np.where(r < target, np.nextafter(lp, F32(np.inf)), lp))
+    return lp.astype(F32)
+
+
+def _relate(name: str, inputs: dict[str, np.ndarray], cfg: dict[str, Any], signs: list[int], pick: int) -> None:
+    """Apply relation `name` in place (a relation whose tensors the boundary lacks changes nothing).
+    signs: a +-1 per position (which clip edge, which direction of a far ratio); pick: a small
+    int (which far log-ratio, which row to empty)."""
+    valid = inputs["loss_mask"].astype(bool) if "loss_mask" in inputs else None
+    pair = _pair(inputs)
+    if valid is None or pair is None and name != "empty_row":
+        return
+    sign = np.resize(np.asarray(signs or [1], np.int64), valid.shape) > 0
+    if name == "on_policy":  # one update per rollout: every log-prob tensor equals the policy's
+        for n in ("old_log_probs", "rollout_log_probs", "ref_log_probs"):
+            if n in inputs and "log_probs" in inputs:
+                inputs[n] = inputs["log_probs"].copy()
+    elif name == "behaviour_is_old" and "old_log_probs" in inputs and "rollout_log_probs" in inputs:
+        inputs["rollout_log_probs"] = inputs["old_log_probs"].copy()
+    elif name == "clip_edge" and "old_log_probs" in inputs:  # ratio exactly at 1 - eps or 1 + eps_high
+        lo = float(cfg.get("eps_clip") if cfg.get("eps_clip") is not None else 0.2)
+        hi = float(cfg.get("eps_clip_high") if cfg.get("eps_clip_high") is not None else lo)
+        old = inputs["old_log_probs"]
+        edge = np.where(sign, _edge_log_prob(old, 1.0 + hi), _edge_log_prob(old, max(1.0 - lo, 1e-3)))
+        inputs["log_probs"] = np.where(valid, np.minimum(edge, F32(0)), inputs["log_probs"]).astype(F32)
+    elif name == "far":  # |log-ratio| past a trainer's clamps, either way, log-probs kept <= 0
+        a, b = pair
+        k = F32(FAR_LOG_RATIOS[pick % len(FAR_LOG_RATIOS)])
+        x, y = inputs[a], inputs[b]
+        inputs[a] = np.where(valid & ~sign, y - k, x).astype(F32)
+        inputs[b] = np.where(valid & sign, x - k, y).astype(F32)
+    elif name == "empty_row" and valid.shape[0] > 1:  # one row with no valid token, the others kept
+        row = pick % valid.shape[0]
+        if valid.sum() > valid[row].sum():
+            inputs["loss_mask"] = inputs["loss_mask"].copy()
+            inputs["loss_mask"][row] = 0
+
+
+RELATIONS = ("independent", "on_policy", "behaviour_is_old", "clip_edge", "far", "empty_row")
+_SIGNS = st.lists(st.sampled_from([1, -1]), min_size=1, max_size=MAX_BATCH * MAX_LEN)
+
+
 def examples(boundary: str, *, config: dict[str, list[Any]] | None = None, min_batch: int = 1,
              need_masked: bool = False, eos: str = "any", min_prompt: int = 0, groups: str = "auto",
              min_groups: int = 1, perm: bool = False, variant: str | None = None, holes: bool = True,
              max_batch: int = MAX_BATCH, max_len: int = MAX_LEN,
              seq_advantages: bool = False, junk: str = "finite", row_mask: bool = False,
-             min_valid: int = 0) -> st.SearchStrategy[Example]:
+             min_valid: int = 0, relations: tuple[str, ...] = ("independent",)) -> st.SearchStrategy[Example]:
     """Canonical examples for `boundary`.
 
     Rows are drawn one by one (ragged) and padded to the longest; a row that fills the
@@ -305,6 +369,8 @@ def examples(boundary: str, *, config: dict[str, list[Any]] | None = None, min_b
       too: a differential hunt asks both sides to agree on those).
     row_mask: reward_norm: also draw which rows are dropped (mask 0), as masked_row_rewards does.
     min_valid: at least this many valid (trained) tokens in the batch.
+    relations: drawn per example (RELATIONS; the first is what a shrunk example keeps): each
+      token tensor on its own ("independent"), or one relation or edge applied to the drawn tensors.
 
     Sub-strategies are built here once, not per draw (Hypothesis validates each new one).
     """
@@ -357,6 +423,10 @@ def examples(boundary: str, *, config: dict[str, list[Any]] | None = None, min_b
                 ).filter(ok)
     vocab_s = st.sampled_from(VOCAB_SIZES)
     extra_s = st.integers(0, 2)
+    unknown = set(relations) - set(RELATIONS)
+    if unknown:
+        raise KeyError(f"unknown relation(s) {sorted(unknown)} (known: {', '.join(RELATIONS)})")
+    relation_s = st.sampled_from(list(relations))
 
     @st.composite
     def draw_example(draw) -> Example:
@@ -421,6 +491,11 @@ def examples(boundary: str, *, config: dict[str, list[Any]] | None = None, min_b
                 bump = draw(_BUMP)
                 variants[variant] = {"rewards": np.where(no_eos, inputs["rewards"] + F32(bump),
                                                          inputs["rewards"]).astype(F32)}
+            if len(relations) > 1:
+                rel = draw(relation_s)
+                if rel != "independent":
+                    with np.errstate(all="ignore"):  # masked junk (NaN, 3e38) goes through unused
+                        _relate(rel, inputs, cfg, draw(_SIGNS), draw(extra_s))
         if perm:
             params["perm"] = list(draw(_PERMS[len(rows)]))
         order = [p.name for p in spec.inputs]  # stable key order: the boundary's port order

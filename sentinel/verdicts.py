@@ -162,3 +162,14 @@ def differential_verdict(base_violates: Iterable[str], head_violates: Iterable[s
     if only_head and not only_base:
         return "bug" if against else "regressed"
     return "changed"
+
+
+def referee_verdict(base_agrees: bool, head_agrees: bool) -> DiffVerdict:
+    """A difference no family explains, judged by the reference on the same input: `fixed`
+    when head agrees with the reference and base does not, `regressed` the reverse, else
+    `changed` (hunt/driver/referee.py says when the reference cannot judge at all)."""
+    if head_agrees and not base_agrees:
+        return "fixed"
+    if base_agrees and not head_agrees:
+        return "regressed"
+    return "changed"

@@ -19,6 +19,7 @@ from sentinel.adapters.binding import bind, parameters, signature_text
 from sentinel.adapters.contract import BoundaryResult, implements, refuse
 from sentinel.adapters.layout import group_ids, group_layout, rows, unrows
 from sentinel.adapters.loading import bare_package, module_exists, version_facts
+from sentinel.adapters.observables import Watch, returned
 from sentinel.adapters.spying import spy
 from sentinel.adapters.trainer import TrainerAdapter
 from sentinel.errors import Unsupported
@@ -451,9 +452,10 @@ class SlimeAdapter(EntryLoss, Surfaces, TrainerAdapter):
             if arguments.get("rewards_list") is not None:
                 token_rewards.extend(t.detach().clone() for t in arguments["rewards_list"])
 
+        watch = Watch(args)
         try:
             with spy(self.mods[LOSS], "get_advantages_and_returns_batch", before=record):
-                fn(args, rollout_data)
+                ret = fn(args, rollout_data)
         except NotImplementedError as e:
             raise Unsupported(f"compute_advantages_and_returns: {e}") from e
 
@@ -463,7 +465,9 @@ class SlimeAdapter(EntryLoss, Surfaces, TrainerAdapter):
             out["logged_kl"] = unrows(list(rollout_data["kl"]), mask)
         if token_rewards:
             out["token_rewards"] = unrows(token_rewards, mask)
-        return BoundaryResult(out, self._after(inputs, given, mask), self._ref(fn))
+        # what else the call returned or left in rollout_data, and what it changed in args
+        extras = {**returned({"value": ret, "rollout_data": rollout_data}), **watch.changes()}
+        return BoundaryResult(out, self._after(inputs, given, mask), self._ref(fn), extras)
 
     # --- importance-sampling correction -------------------------------------------------
     IS_METHODS = {"vanilla_tis": "vanilla_tis_function", "icepop": "icepop_function",
@@ -508,10 +512,13 @@ class SlimeAdapter(EntryLoss, Surfaces, TrainerAdapter):
             required["train_log_probs"] = [o.detach() for o in old]
         kw = bind(fn, "is_correction", required, optional)
         weights = fn(**{**kw, "pg_loss": torch.ones_like(pg_loss.detach())})[0]
-        corrected, out_masks, _metrics = fn(**kw)
+        watch = Watch(args)
+        corrected, out_masks, metrics = fn(**kw)
         loss, entry = self._entry_loss("is_correction", config, flat, lengths, totals, old, adv, masks, corrected,
                                        reducer_masks=list(out_masks), batch_extra={"rollout_log_probs": roll},
                                        **tis, **clip)
-        return self._loss_result(fn, entry, inputs, mask, lengths, {"weights": weights, "pg_loss": corrected},
-                                 {"loss": loss}, {"log_probs": lp, "old_log_probs": old, "rollout_log_probs": roll,
-                                                  "advantages": adv})
+        res = self._loss_result(fn, entry, inputs, mask, lengths, {"weights": weights, "pg_loss": corrected},
+                                {"loss": loss}, {"log_probs": lp, "old_log_probs": old, "rollout_log_probs": roll,
+                                                 "advantages": adv})
+        res.extras = {**returned({"metrics": metrics, "masks": out_masks}), **watch.changes()}  # the hook's logged metrics
+        return res

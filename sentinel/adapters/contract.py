@@ -85,6 +85,9 @@ class BoundaryResult:
     outputs: dict[str, Any]
     inputs_after: dict[str, torch.Tensor] = field(default_factory=dict)
     function: FunctionRef | None = None
+    # everything else the call returned or changed (observables.py: `returned:<path>`,
+    # `config:<attr>`), compared by a differential hunt beside the outputs
+    extras: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,9 @@
 Compared, in this order: each gradient at its input's valid positions (what trains the
 model; all V values of a vocab tensor's valid position), each output at the positions its boundary's output contract makes valid (token
 outputs where loss_mask is 1, row outputs in rows whose row mask is 1, scalars always), then
-each input's state after the call, everywhere (a mutation of a masked position is a mutation). An output only one side
+each input's state after the call, everywhere (a mutation of a masked position is a mutation),
+then the extras (`returned:...` values the function returned beyond the outputs, `config:...`
+changes it made to its args/config object; sentinel/adapters/observables.py). An output only one side
 produces is not a difference (an optional output). A side that raises where the other
 answers differs on `exception`.
 """
@@ -62,6 +64,13 @@ def _valid(boundary: str, name: str, ex, shape: tuple[int, ...]) -> np.ndarray |
     return None
 
 
+def _extra_valid(ex, shape: tuple[int, ...]) -> np.ndarray | None:
+    """A returned value or config change (`returned:...`, `config:...`) shaped like the loss
+    mask matters at its valid positions; any other shape everywhere."""
+    m = ex.inputs.get("loss_mask")
+    return m.astype(bool) if m is not None and m.shape == shape else None
+
+
 def _differs(a: np.ndarray, b: np.ndarray, where: np.ndarray | None, atol: float, rtol: float
              ) -> tuple[bool, list[list[int]], bool]:
     a64, b64 = np.asarray(a, np.float64), np.asarray(b, np.float64)
@@ -96,17 +105,21 @@ def differences(boundary: str, ex, a: dict[str, Any], b: dict[str, Any], atol: f
         text = lambda r: f"{r['type']}: {r['message']}" if r["status"] == "error" else "answered"  # noqa: E731
         return [] if a["status"] == b["status"] else [Difference("exception", [], text(a), text(b))]
     out = []
-    for kind in ("grads", "outputs", "inputs_after"):  # the gradient first: it is what trains
-        for name in a[kind]:
-            if name not in b[kind]:
+    for kind in ("grads", "outputs", "inputs_after", "extras"):  # the gradient first: it is what trains
+        for name in a.get(kind, {}):
+            if name not in b.get(kind, {}):
                 continue
             x, y = a[kind][name], b[kind][name]
             label = f"grad:{name}" if kind == "grads" else f"input:{name}" if kind == "inputs_after" else name
+            if kind == "extras" and np.shape(x) != np.shape(y):
+                out.append(Difference(label, [], np.asarray(x).tolist(), np.asarray(y).tolist()))
+                continue
             if x is None or y is None:  # no gradient path on a side: zeros, as the gradient families read it
                 shape = ex.inputs[name.split("/", 1)[1]].shape if kind == "grads" else ()
                 x = np.zeros(shape, np.float32) if x is None else x
                 y = np.zeros(shape, np.float32) if y is None else y
-            where = None if kind == "inputs_after" else _valid(boundary, label, ex, np.shape(x))
+            where = None if kind == "inputs_after" else _extra_valid(ex, np.shape(x)) if kind == "extras" \
+                else _valid(boundary, label, ex, np.shape(x))
             tol = (0.0, 0.0) if kind == "inputs_after" else (atol, rtol)
             bad, pos, nonfin = _differs(x, y, where, *tol)
             if bad:

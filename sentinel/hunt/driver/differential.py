@@ -47,6 +47,7 @@ from ..signature import (DIFFERENTIAL, Signature, _key, fill_masked_rows, known_
                          signature)
 from .engine import ExitReason, Hunt, resolved
 from .findings import diff_document
+from .referee import Referee, rule
 from .report import diff_report
 from .sides import Side, Sides
 from .state import Found, PropertyState
@@ -105,6 +106,8 @@ class DiffHunter(Hunt):
                        for b in names]
         self.excluded: dict[str, dict[str, list[Any]]] = {"base": {}, "head": {}}
         self.compared = self.differing = 0
+        # a difference no family explains is judged by the reference (against it, it is a side)
+        self.referee = None if against else Referee(settings.timeout, settings.time_budget + 600)
 
     # --- phases ------------------------------------------------------------------------
 
@@ -115,6 +118,8 @@ class DiffHunter(Hunt):
             session_s = self.settings.time_budget + 40 * self.settings.shrink_time + 600
             self.sides.start(stack, session_s)
             stack.callback(self.sides.stop)  # before the checkouts go: the workers run in them
+        if stack is not None and self.referee is not None:
+            stack.callback(self.referee.stop)
         sides = (self.sides.base, self.sides.head)
         broken = [s for s in sides if not s.ok]
         for s in self.states:
@@ -163,6 +168,8 @@ class DiffHunter(Hunt):
         base, head = self.sides.base, self.sides.head
         for side in (base, head):
             side.close()
+        if self.referee is not None:
+            self.referee.stop()
         for s in self.states:
             for f in s.found:
                 f.document = diff_document(s.prop.boundary, f.finding, base, head, self.against, self.settings.seed,
@@ -201,7 +208,9 @@ class DiffHunter(Hunt):
         rnd = random.Random(f"{st.seed}:{b}:{s.rounds}") if st.seed is not None else None
         search = Search(DiffJudge(self, s), n, time.monotonic() + limit, st.shrink_time)
         # a batch with no valid token has no training signal: what a side returns there is its convention
-        strategy = S.batches(S.examples(b, config=self.choices(b), junk="wild", row_mask=True, min_valid=1), BATCH)
+        # every input on its own, and the relations / edges of strategies.RELATIONS among them
+        strategy = S.batches(S.examples(b, config=self.choices(b), junk="wild", row_mask=True, min_valid=1,
+                                        relations=S.RELATIONS), BATCH)
         try:
             find(strategy, replayable(search.condition, search.best), random=rnd, settings=hsettings(
                 max_examples=max(1, math.ceil(n / 5)), database=None, deadline=None,
@@ -342,6 +351,14 @@ class DiffHunter(Hunt):
                 break
         return out
 
+    def _referee(self, b: str, ex, d: Difference):
+        """The reference's ruling on a difference no family explains (None: against the reference)."""
+        if self.referee is None:
+            return None
+        (ra,), (rb,) = self.observe(b, [ex])
+        declared = {**self.sides.base.info.get("deviations", {}), **self.sides.head.info.get("deviations", {})}
+        return rule(b, ex, d, ra, rb, self.referee.ask(b, ex), declared, self.settings.atol, self.settings.rtol)
+
     def _found(self, s: PropertyState, search: Search, before_s: float) -> None:
         b, best = s.prop.boundary, search.best
         ex, left = best["ex"], best["answer"].detail["left"]
@@ -349,12 +366,16 @@ class DiffHunter(Hunt):
         sig = signature(s.prop.name, FAMILY, ex, d.observable, d.non_finite, self.choices(b), self.probe(b))
         ex, verdict, viol, held, invariants, d = self._classify(b, ex, sig) or (ex, "changed", {"base": [], "head": []},
                                                                                {"base": [], "head": []}, [], d)
+        ruling = self._referee(b, ex, d) if verdict == "changed" else None
+        if ruling is not None:
+            verdict = ruling.verdict
         finding = {"config": ex.config, "inputs": {n: a.tolist() for n, a in ex.inputs.items()},
                    "variants": {}, "observable": d.observable, "positions": d.positions, "signature": sig.as_dict(),
                    "classification": verdict, "violates": viol, "holds": held, "invariants": invariants,
                    "base": _at(d.base, d.positions), "head": _at(d.head, d.positions), "base_values": d.base,
-                   "differing": [x.observable for x in left],
-                   "outcome": {"message": _message(d, verdict, viol, self.sides)}}
+                   "differing": [x.observable for x in left], "judged_by": "reference" if ruling else "families",
+                   "referee": ruling.as_dict() if ruling else None,
+                   "outcome": {"message": _message(d, verdict, viol, self.sides, ruling)}}
         t = search.first["t"] - search.t0
         s.found.append(Found(finding, s.examples - search.st["examples"] + search.first["examples"],
                              s.duration_s + t, before_s + t, search.st["shrink_calls"]))
@@ -453,8 +474,12 @@ def _at(values: Any, positions: list[list[int]]) -> Any:
     return out
 
 
-def _message(d: Difference, verdict: str, viol: dict[str, list[str]], sides: Sides) -> str:
+def _message(d: Difference, verdict: str, viol: dict[str, list[str]], sides: Sides, ruling=None) -> str:
     where = f" at {d.positions[:4]}" if d.positions else ""
+    if ruling is not None:  # no family explains it: the reference on the same input says
+        return (f"{d.observable} differs{where}: {sides.base.key} {_at(d.base, d.positions[:4])} vs "
+                f"{sides.head.key} {_at(d.head, d.positions[:4])} ({verdict}: no invariant family explains it; "
+                f"{ruling.reason})")
     why = {"fixed": f"base violates {', '.join(sorted(set(viol['base']) - set(viol['head'])))}",
            "regressed": f"head violates {', '.join(sorted(set(viol['head']) - set(viol['base'])))}",
            "bug": f"the target violates {', '.join(sorted(set(viol['head']) - set(viol['base'])))}",

@@ -6,7 +6,8 @@ values as strings), tensors inline, with the hunt's command line as provenance.
 
 A differential finding's scenario (`diff_document`) carries the shrunk input and, as
 invariants, the properties that tell the sides apart on it (`fixed`: those base violates and
-head satisfies; `regressed` the reverse); for a difference no family explains (`changed`), a
+head satisfies; `regressed` the reverse); for a difference no family explains that the reference
+judged (`referee.py`), a `close` that pins the reference's values; for one left `changed`, a
 `close` that pins base's observed values, so that `sentinel compare FILE --base B --head H`
 shows the change, and the header says which side is right is for a person to decide.
 Against the reference the scenario runs with `sentinel run FILE --target T`.
@@ -177,12 +178,16 @@ def diff_document(boundary: str, f: dict[str, Any], base: "Side", head: "Side", 
         who = f"diff-{slug(base.key)}-vs-{slug(head.key)}"
     sid = f"{who}-{slug(boundary)}-{signature_hash(sig)}"
     verdict = f["classification"]
-    if f["invariants"] and verdict != "changed":
+    ruling = f.get("referee") or {}
+    if ruling.get("verdict") in ("fixed", "regressed") and ruling.get("reference") is not None \
+            and f["observable"] != "exception" and not f["observable"].startswith(("returned:", "config:")):  # the reference's values are what is right
+        invariants = [_pin(boundary, f["observable"], ruling["reference"])]
+    elif f["invariants"] and verdict != "changed":
         invariants = [{fam: {k: (_Flow(v) if isinstance(v, list) else v) for k, v in body.items()}}
                       for inv in f["invariants"] for fam, body in inv.items()]
-    elif f["observable"] != "exception":
+    elif f["observable"] != "exception" and not f["observable"].startswith(("returned:", "config:")):
         invariants = [_pin(boundary, f["observable"], f["base_values"])]
-    else:  # one side raises: replaying it shows the error; nothing to pin
+    else:  # one side raises, or an extra no scenario addresses (yet): the header says what differs
         invariants = [{"unmutated": {}}]
     replay = _replay_command(f"{sid}.yaml", base, head, against)
     doc = {

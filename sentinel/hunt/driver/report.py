@@ -174,7 +174,8 @@ def diff_report(h: "DiffHunter") -> Report:
             # replayed with `sentinel compare`, base -> head: a fix reads `fixed`; any other
             # difference `regressed` (head leaves base's pinned or satisfied behaviour)
             want = "fixed" if x["classification"] in ("fixed", "reference-bug") else "regressed"
-            findings.append(finding(s.prop, f, classification=x["classification"],
+            findings.append(finding(s.prop, f, classification=x["classification"], judged_by=x.get("judged_by"),
+                                    referee=(x.get("referee") or {}).get("reason"),
                                     reproduced=None if f.verdict is None else f.verdict == want,
                                     base=HuntSide(target=base.key, values=x["base"], violates=x["violates"]["base"],
                                                   holds=x["holds"]["base"]),

@@ -42,7 +42,7 @@ def _observe(adapter, device, boundary: str, ex, grads: list[tuple[str, str]]) -
         return {"status": "error", "type": error["type"], "message": error["message"][:500]}
     after = {n: a.astype(ex.inputs[n].dtype) for n, a in obs["inputs_after"].items()}
     return {"status": "ok", "outputs": obs["outputs"], "grads": obs["grads"], "inputs_after": after,
-            "function": function}
+            "extras": obs["extras"], "function": function}
 
 
 def _properties(adapter, device, ex, names: list[str], origins: dict[str, str] | None = None) -> dict[str, dict[str, Any]]:
