@@ -28,6 +28,7 @@ from hypothesis import HealthCheck, Phase, find, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
 from hypothesis.errors import HypothesisException, NoSuchExample, Unsatisfiable
 
+from sentinel.adapters import options
 from sentinel.errors import PreconditionUnmet, Unsupported
 
 from ... import strategies as S
@@ -53,7 +54,8 @@ def probe_config(checker: Checker, reasons: dict[str, str] | None = None) -> tup
     excluded choice's own reason goes into `reasons` ("key=value" -> the target's message)."""
     prop = checker.prop
     seen: dict[str, Any] = {"declined": 0}
-    choices = {**prop.config_choices(), **{k: [v] for k, v in checker.pin.items() if k in prop.config_choices()}}
+    drawn = prop.config_choices(checker.domains)
+    choices = {**drawn, **{k: [v] for k, v in checker.pin.items() if k in drawn}}
     default = {k: v[0] for k, v in choices.items()}
 
     def runs(ex: S.Example) -> bool:
@@ -159,7 +161,9 @@ def run_round(adapter, device, job: dict[str, Any], emit: Callable[[dict[str, An
     t_probe, cpu0 = time.monotonic(), time.process_time()
     checker = Checker(prop, adapter, device, dict(job.get("exclude") or {}),
                       [Signature.from_dict(d) for d in job.get("known") or []], pin=dict(job.get("pin") or {}),
-                      deviations=type(adapter).deviation_table())
+                      deviations=type(adapter).deviation_table(),
+                      domains=dict(getattr(type(adapter), "option_domains", {}).get(prop.boundary, {})))
+    options.drain()  # the options the trainer reads from here on are this round's
     out: dict[str, Any] = {"status": "ok", "property": prop.name, "examples": 0, "rejected": 0, "errors": 0,
                            "shrink_calls": 0, "timed_out": 0, "note": "", "exclude": checker.exclude,
                            "reasons": {}, "excluded_known": {}, "learned_known": [], "error_sample": None,
@@ -178,7 +182,7 @@ def run_round(adapter, device, job: dict[str, Any], emit: Callable[[dict[str, An
                     t0 + float(job.get("time_limit", 10.0)), float(job.get("shrink_time", SHRINK_TIME)),
                     emit=emit, name=prop.name)
     db = DirectoryBasedExampleDatabase(job["db"]) if job.get("db") else None
-    strategy = S.batches(prop.strategy(checker.exclude, job.get("pin")), BATCH)
+    strategy = S.batches(prop.strategy(checker.exclude, job.get("pin"), checker.domains), BATCH)
     note, found = "", None
     condition = replayable(search.condition, search.best)
     for phases, rnd in _attempts(job.get("seed"), db is not None):
@@ -207,6 +211,8 @@ def run_round(adapter, device, job: dict[str, Any], emit: Callable[[dict[str, An
         sig = checker.signature(best["ex"], best["answer"].detail["outcome"], best["answer"].detail["inv"])
         out["finding"] = _finding(prop, best, sig, search.first["examples"], search.first["t"] - t_probe)
         out["signature_probes"] = checker.probes
+    out["options"] = {"read": options.drain().get(prop.boundary, {}),
+                      "pinned": type(adapter).pins(prop.boundary) if hasattr(type(adapter), "pins") else {}}
     out["duration_s"], out["cpu_s"] = time.monotonic() - t_probe, time.process_time() - cpu0
     return out
 
