@@ -167,3 +167,20 @@ def test_the_proxy_records_reads_from_trainer_files_only(tmp_path):
     assert recorded(ns) is ns  # outside a recording: the object itself
     assert options.drain() == {"kl": {"a": [1], "clip": [0.2], "inner": ["<dict>"], "inner.mode": ["a"],
                                       "k": ["v"], "x": [True]}}
+
+
+def test_hunt_coverage_counts_the_branches_of_the_mapped_function(toy, tmp_path):
+    """normalise has three `if`s, each two ways: 6 branches. The hunt (no domain for
+    mean_leave1out) never takes `leave_one_out` true, and eps is drawn at 1e-5 and 1e-6 only,
+    so `eps > 1e-5` never holds: 4 covered, the two others listed with their condition."""
+    out = tmp_path / "hunt.json"
+    r = sentinel("hunt", "--target", "toyopts", "--property", "reward_norm.permutation_equivariant", "--time", "6",
+                 "--seed", "1", "-n", "60", "--coverage", "-o", str(out))
+    assert out.is_file(), r.stdout + r.stderr
+    (cov,) = json.loads(out.read_text())["hunt"]["coverage"]
+    assert cov["function"] == "toyopts.norm:normalise"
+    assert cov["branches_total"] == 6, cov  # three ifs; an assert is not a branch arc for coverage.py
+    assert cov["branches_covered"] == 4, cov
+    assert [(b["condition"].split(":")[0], len(b["missing"])) for b in cov["uncovered"]] == [
+        ("if args.leave_one_out", 1), ("if args.eps > 1e-5", 1)]
+    assert cov["branches_unreachable"] == []

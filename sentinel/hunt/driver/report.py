@@ -21,6 +21,7 @@ from ...report import (Environment, ExceptionInfo, FunctionInfo, HuntDeviation, 
                       HuntSummary, InvariantResult, Report, ScenarioResult, Target, statistics)
 from ...reach import BoundaryOptions, boundary_options, merge_read
 from ...runner import TargetSpec
+from ..coverage import analyse
 from ..signature import Signature
 from .findings import provenance_of
 from .state import Found, HuntSettings, PropertyState
@@ -46,6 +47,9 @@ def hunt_report(states: list[PropertyState], settings: HuntSettings, *, spec: Ta
     summary.exit_reason = exit_reason
     summary.deviations = deviation_entries(deviations or {})
     summary.options = options_entries(states)
+    if settings.coverage:
+        unreachable = {k: v for s in states for k, v in s.unreachable.items()}
+        summary.coverage = analyse(settings.coverage, [c for s in states for c in s.coverage_spans], unreachable)
     return Report(kind="hunt", success=not findings and stats.errors == 0, created_at=created,
                   duration_s=duration_s, command=command or [], environment=Environment(**env),
                   targets={spec.key: target}, results=results, statistics=stats, hunt=summary)

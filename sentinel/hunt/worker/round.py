@@ -32,7 +32,7 @@ from sentinel.adapters import options
 from sentinel.errors import PreconditionUnmet, Unsupported
 
 from ... import strategies as S
-from .. import properties
+from .. import coverage, properties
 from ..properties import SHRINK_TIME, Property
 from ..search import Answer, Search, plain, replayable
 from ..signature import Signature, nonfinite
@@ -183,22 +183,13 @@ def run_round(adapter, device, job: dict[str, Any], emit: Callable[[dict[str, An
                     emit=emit, name=prop.name)
     db = DirectoryBasedExampleDatabase(job["db"]) if job.get("db") else None
     strategy = S.batches(prop.strategy(checker.exclude, job.get("pin"), checker.domains), BATCH)
-    note, found = "", None
     condition = replayable(search.condition, search.best)
-    for phases, rnd in _attempts(job.get("seed"), db is not None):
-        # a test case is a batch of ~5 examples: drawn past the quota, they would be thrown away
-        s = settings(max_examples=max(1, math.ceil(search.quota / BATCH_MEAN)), database=db, deadline=None, phases=phases,
-                     suppress_health_check=list(HealthCheck), report_multiple_bugs=False)
-        try:
-            found = find(strategy, condition, settings=s, random=rnd, database_key=job["db_key"].encode())
-        except NoSuchExample:
-            pass
-        except Unsatisfiable as e:
-            note = f"no applicable example: {e}"
-        except Exception as e:  # noqa: BLE001 - e.g. Flaky: a nondeterministic target; keep the best seen
-            note = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-        if search.best:
-            break
+    measure = coverage.measuring(job.get("coverage"), adapter.trainer_roots() if hasattr(adapter, "trainer_roots") else [])
+    with measure:
+        found, note = _search(job, search, strategy, condition, db)
+    if job.get("coverage"):
+        out["coverage_spans"] = coverage.spans(adapter, prop.boundary)
+        out["unreachable"] = dict(getattr(type(adapter), "unreachable", {}))
     search.progress(force=True)
     out.update(search.st, note=note, reasons=dict(search.reasons.most_common(20)), error_sample=search.error_sample,
                preconditions=dict(search.preconditions),
@@ -215,6 +206,26 @@ def run_round(adapter, device, job: dict[str, Any], emit: Callable[[dict[str, An
                       "pinned": type(adapter).pins(prop.boundary) if hasattr(type(adapter), "pins") else {}}
     out["duration_s"], out["cpu_s"] = time.monotonic() - t_probe, time.process_time() - cpu0
     return out
+
+
+def _search(job: dict[str, Any], search: Search, strategy, condition, db) -> tuple[Any, str]:
+    """Hypothesis's `find` calls of a round (`_attempts`): (what it shrank to, a note)."""
+    note, found = "", None
+    for phases, rnd in _attempts(job.get("seed"), db is not None):
+        # a test case is a batch of ~5 examples: drawn past the quota, they would be thrown away
+        s = settings(max_examples=max(1, math.ceil(search.quota / BATCH_MEAN)), database=db, deadline=None, phases=phases,
+                     suppress_health_check=list(HealthCheck), report_multiple_bugs=False)
+        try:
+            found = find(strategy, condition, settings=s, random=rnd, database_key=job["db_key"].encode())
+        except NoSuchExample:
+            pass
+        except Unsatisfiable as e:
+            note = f"no applicable example: {e}"
+        except Exception as e:  # noqa: BLE001 - e.g. Flaky: a nondeterministic target; keep the best seen
+            note = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        if search.best:
+            break
+    return found, note
 
 
 def _attempts(seed: str | None, has_db: bool) -> list[tuple[tuple[Phase, ...], random.Random | None]]:
