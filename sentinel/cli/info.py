@@ -223,11 +223,14 @@ def _mapping_table(t: Table, target: str) -> None:
     t.title = markup(f"boundaries on {target} ({target_registry.adapter_spec(target)}; port: kind [shape] dtype)")
     for c in ("boundary", "inputs", "outputs", "calls", "adapter method"):
         t.add_column(c, overflow="fold")
-    t.add_column("options pinned / hunt domains", no_wrap=True)  # a reason is read whole
+    reach = {b: _reach(adapter, b) for b in adapter.mapping()}
+    if any(reach.values()):  # only where the adapter pins options or adds hunt values
+        t.add_column("options pinned / hunt domains", no_wrap=True)  # a reason is read whole
     for b, m in adapter.mapping().items():
         calls = "\n".join(m["calls"]) if m["calls"] else f"declined: {m['declined']}"
         spec = boundaries.get(b)
-        t.add_row(b, _ports(spec.inputs), _ports(spec.outputs), markup(calls), m["method"] or "", _reach(adapter, b))
+        t.add_row(b, _ports(spec.inputs), _ports(spec.outputs), markup(calls), m["method"] or "",
+                  *([reach[b]] if any(reach.values()) else []))
 
 
 def _reach(adapter: Any, boundary: str) -> str:
