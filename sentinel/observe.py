@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from . import boundaries, contracts
+from .adapters import options
 from .errors import ContractError
 
 # The dtypes a precision run may hand the trainer (sentinel/invariants/precision.py).
@@ -39,7 +40,9 @@ def observe(adapter, device, boundary: str, inputs: dict[str, np.ndarray], confi
     for _, w in grads:
         if w in tensors:
             tensors[w].requires_grad_(True)
-    res = adapter.call(boundary, tensors, config)
+    roots = adapter.trainer_roots() if hasattr(adapter, "trainer_roots") else []
+    with options.recording(boundary, roots):  # the options the trainer reads (adapters.options)
+        res = adapter.call(boundary, tensors, config)
     returned = {n: _returned(v) for n, v in res.outputs.items()}
     bad = contracts.problems(boundary, returned, contracts.batch_shape(boundary, {n: a.shape for n, a in inputs.items()}),
                              boundaries.get(boundary).normalise(config))

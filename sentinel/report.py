@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from . import REPORT_SCHEMA_READS, REPORT_SCHEMA_VERSION, __version__, cleanup, verdicts
 from .errors import SentinelError
+from .reach import BoundaryOptions, FunctionCoverage
 from .verdicts import CompareVerdict, DiffVerdict, HuntVerdict, InvariantVerdict, ScenarioVerdict
 
 if TYPE_CHECKING:
@@ -295,6 +296,10 @@ class HuntSummary(_Model):
     deviations: list[HuntDeviation] = Field(default_factory=list, description="differences from the reference the "
                                             "target's adapter declares, met in this hunt: never findings")
     differential: HuntDifferential | None = None
+    options: list[BoundaryOptions] = Field(default_factory=list, description="per boundary: the trainer options read, "
+                                           "varied, pinned (with reasons) and read but never varied")
+    coverage: list[FunctionCoverage] = Field(default_factory=list, description="--coverage: per mapped function, "
+                                             "the branches of its body the hunt executed")
 
 
 def _cwd() -> str | None:

@@ -8,6 +8,7 @@ function (`plants.py`: one record per plant).
 from __future__ import annotations
 
 from types import SimpleNamespace
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -50,6 +51,11 @@ class ReferenceAdapter(Adapter):
         super().__init__(root, device, options)
         self.plant = self.options.get("plant")
         self.ops = ops_for(self.plant)
+
+    def trainer_roots(self) -> list[str]:
+        """The reference's "trainer" is its math (ops.py) and the planted bugs (plants.py)."""
+        here = Path(__file__).resolve().parent
+        return [str(here / "ops.py"), str(here / "plants.py")]
 
     def load(self) -> dict[str, Any]:
         facts = {"version": _version()}

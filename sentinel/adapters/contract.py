@@ -34,6 +34,7 @@ import torch
 
 from sentinel import boundaries
 from sentinel.errors import PreconditionUnmet, Unsupported
+from sentinel.adapters.options import Pin
 
 
 @dataclass
@@ -204,6 +205,11 @@ class Adapter:
     deviations: ClassVar[Mapping[str, Deviation]] = {}  # name -> a documented difference from the reference
     unsupported: ClassVar[tuple[Refusal, ...]] = ()  # config choices refused before any target code runs
     loss_path_files: ClassVar[tuple[str, ...]] = ()  # what `sentinel history` watches (empty: every commit)
+    # options the trainer reads that stay at one value on purpose, each with why (`options.pin`)
+    pinned: ClassVar[tuple[Pin, ...]] = ()
+    # boundary -> canonical option -> the values the hunt draws on this target beyond the
+    # boundary's own `hunt` values (an option the trainer reads that nothing varied)
+    option_domains: ClassVar[Mapping[str, Mapping[str, tuple[Any, ...]]]] = {}
     _implemented: ClassVar[dict[str, Implementation]] = {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -235,6 +241,19 @@ class Adapter:
         for ref in cls.unsupported:
             if not isinstance(ref, Refusal) or any(boundaries.get(ref.boundary).option(o) is None for o in ref.options):
                 raise TypeError(f"{cls.__name__}.unsupported: {ref!r} is not a Refusal of options of its boundary")
+        for p in cls.pinned:
+            if not isinstance(p, Pin) or not p.option or not str(p.reason).strip():
+                raise TypeError(f"{cls.__name__}.pinned: {p!r} pins an option without a reason (options.pin(boundary, "
+                                f"option, reason=...))")
+            if p.boundary != "*":
+                boundaries.get(p.boundary)
+        for b, domains in cls.option_domains.items():
+            spec = boundaries.get(b)
+            for k, values in domains.items():
+                opt = spec.option(k)
+                bad = ["unknown option"] if opt is None else [w for v in values if (w := opt.problem(v))]
+                if bad or not values:
+                    raise TypeError(f"{cls.__name__}.option_domains[{b!r}][{k!r}]: {'; '.join(bad) or 'no values'}")
         both = sorted(set(table) & set(cls.declines))
         if both:
             raise TypeError(f"{cls.__name__} both implements and declines {', '.join(both)}")
@@ -280,6 +299,16 @@ class Adapter:
     def deviation_table(cls) -> dict[str, dict[str, Any]]:
         """name -> the deviation as plain data (a differential hunt's parent reads it)."""
         return {name: d.as_dict() for name, d in cls.deviations.items()}
+
+    @classmethod
+    def pins(cls, boundary: str) -> dict[str, str]:
+        """The options this adapter pins on `boundary` -> why."""
+        return {p.option: p.reason for p in cls.pinned if p.applies(boundary)}
+
+    def trainer_roots(self) -> list[str]:
+        """The files or folders holding the trainer's code: an option read from a frame there
+        is the trainer's (`options.recording`); the adapter's own reads are not."""
+        return [str(self.root)] if self.root is not None else []
 
     def supported(self) -> list[str]:
         """The boundaries this adapter implements (declined ones excluded)."""

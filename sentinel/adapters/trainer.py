@@ -78,6 +78,10 @@ class TrainerAdapter(Adapter):
         self.root = root
         return root
 
+    def trainer_roots(self) -> list[str]:
+        """The trainer's package folder (in the checkout, or where it is installed)."""
+        return [str(Path(self.root) / self.package)] if self.root is not None else []
+
     def _import(self, name: str) -> types.ModuleType:
         """Import `name`, stubbing the missing heavy modules on the way (`shims.import_with_stubs`)."""
         allowed = None if self.heavy is None else self.heavy | set(self.options.get("extra_stubs") or ())

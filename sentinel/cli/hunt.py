@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+import tempfile
 from pathlib import Path
 from typing import List, Optional
 
@@ -55,6 +56,7 @@ def hunt(
     timeout: float = typer.Option(60.0, "--timeout", help="Extra seconds a round may overrun before it is an error."),
     list_: bool = typer.Option(False, "--list", help="List the hunt properties and exit."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Show every property, not only findings and errors."),
+    coverage_: bool = typer.Option(False, "--coverage", help="Measure branch coverage (coverage.py) of each mapped trainer function: the report lists branches covered, unreachable (with the adapter's reason) and uncovered."),
 ) -> None:
     """Search for invariant violations with no hand-made trigger; shrink each to a minimal scenario.
 
@@ -159,6 +161,7 @@ def hunt(
                 last_line[0] = el
                 err.print(f"  {el:5.1f} s  {n} examples  {len(found)} finding(s)", highlight=False)
 
+        cov_dir = tempfile.TemporaryDirectory(prefix="sentinel-coverage-") if coverage_ else None
         try:
             if differential:
                 rep = H.differential(*sides, boundary, time_budget, seed, against=bool(against), out_dir=out_dir,
@@ -171,9 +174,12 @@ def hunt(
                              min_examples=min_examples, time_budget=time_budget, seed=seed, db=None if no_db else db,
                              out_dir=out_dir, timeout=timeout, shrink_time=shrink_time, first=first, jobs=jobs,
                              config=pinned, known=known_findings, command=["sentinel", *sys.argv[1:]],
-                             on_event=on_event)
+                             on_event=on_event, coverage=cov_dir.name if cov_dir else None)
         except UsageError as e:
             raise usage_error(str(e)) from None
+        finally:
+            if cov_dir:
+                cov_dir.cleanup()
     if report_path:
         write_atomic(report_path, dump(rep))
     if as_json:

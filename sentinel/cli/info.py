@@ -6,7 +6,7 @@ import json
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, List, Optional
 
 import typer
 from ..inert import markup
@@ -223,10 +223,22 @@ def _mapping_table(t: Table, target: str) -> None:
     t.title = markup(f"boundaries on {target} ({target_registry.adapter_spec(target)}; port: kind [shape] dtype)")
     for c in ("boundary", "inputs", "outputs", "calls", "adapter method"):
         t.add_column(c, overflow="fold")
+    reach = {b: _reach(adapter, b) for b in adapter.mapping()}
+    if any(reach.values()):  # only where the adapter pins options or adds hunt values
+        t.add_column("options pinned / hunt domains", no_wrap=True)  # a reason is read whole
     for b, m in adapter.mapping().items():
         calls = "\n".join(m["calls"]) if m["calls"] else f"declined: {m['declined']}"
         spec = boundaries.get(b)
-        t.add_row(b, _ports(spec.inputs), _ports(spec.outputs), markup(calls), m["method"] or "")
+        t.add_row(b, _ports(spec.inputs), _ports(spec.outputs), markup(calls), m["method"] or "",
+                  *([reach[b]] if any(reach.values()) else []))
+
+
+def _reach(adapter: Any, boundary: str) -> str:
+    """The options the adapter pins on `boundary` (with why) and the hunt values it adds."""
+    pins = [f"{k}: pinned, {r}" for k, r in adapter.pins(boundary).items()] if hasattr(adapter, "pins") else []
+    domains = [f"{k}: hunt also draws {', '.join(map(repr, vs))}"
+               for k, vs in (getattr(adapter, "option_domains", {}).get(boundary) or {}).items()]
+    return markup("\n".join(pins + domains), lines=True)
 
 
 def _ports(ports: tuple[boundaries.Port, ...]) -> str:

@@ -37,20 +37,30 @@ class Property:
     body: Callable[[S.Example], dict[str, Any]]  # the invariant's YAML body for one example
     origin: str = __name__  # the module that declares its family: the worker imports it to find the property
 
-    def config_choices(self) -> dict[str, list[Any]]:
-        return {**S.CONFIG_CHOICES[self.boundary], **self.draw.get("config", {})}
+    def config_choices(self, domains: Mapping[str, Any] | None = None) -> dict[str, list[Any]]:
+        """The config choices drawn; `domains` (an adapter's `option_domains` for this
+        boundary) adds values to an option the property itself does not restrict."""
+        out = {**S.CONFIG_CHOICES[self.boundary], **self.draw.get("config", {})}
+        for k, values in (domains or {}).items():
+            if k not in self.draw.get("config", {}):
+                base = out.get(k) or [get_boundary(self.boundary).config[k]]
+                out[k] = base + [v for v in values if v not in base]
+        return out
 
-    def strategy(self, exclude: dict[str, list[Any]] | None = None, pin: dict[str, Any] | None = None):
+    def strategy(self, exclude: dict[str, list[Any]] | None = None, pin: dict[str, Any] | None = None,
+                 domains: Mapping[str, Any] | None = None):
         """The property's example strategy without the `exclude`d config choices (those the
-        target raised Unsupported for) and with the `pin`ned ones (--config key=value) as the
-        only choice of their key; built once per process, and validated."""
+        target raised Unsupported for), with the `pin`ned ones (--config key=value) as the
+        only choice of their key and the target's `domains` added; built once per process,
+        and validated."""
         pin = {k: v for k, v in (pin or {}).items() if k in get_boundary(self.boundary).config}
-        key = (self.name, repr(sorted((exclude or {}).items())), repr(sorted(pin.items())))
+        key = (self.name, repr(sorted((exclude or {}).items())), repr(sorted(pin.items())),
+               repr(sorted((domains or {}).items())))
         if key not in _STRATEGIES:
             kw = dict(self.draw)
-            if exclude or pin:
+            if exclude or pin or domains:
                 kw["config"] = {k: [pin[k]] if k in pin else [v for v in vs if v not in (exclude or {}).get(k, [])]
-                                for k, vs in self.config_choices().items()}
+                                for k, vs in self.config_choices(domains).items()}
                 kw["config"].update({k: [v] for k, v in pin.items() if k not in kw["config"]})
             _STRATEGIES[key] = S.examples(self.boundary, **kw)
             _STRATEGIES[key].validate()

@@ -19,7 +19,9 @@ from ...boundaries import get as get_boundary
 from ...report import (Environment, ExceptionInfo, FunctionInfo, HuntDeviation, HuntDifferential, HuntFinding, HuntKnown,
                        HuntProperty, HuntSample, HuntSide, HuntSignature,
                       HuntSummary, InvariantResult, Report, ScenarioResult, Target, statistics)
+from ...reach import BoundaryOptions, boundary_options, merge_read
 from ...runner import TargetSpec
+from ..coverage import analyse
 from ..signature import Signature
 from .findings import provenance_of
 from .state import Found, HuntSettings, PropertyState
@@ -44,6 +46,10 @@ def hunt_report(states: list[PropertyState], settings: HuntSettings, *, spec: Ta
     summary = _summary(states, settings, properties, findings, search_s, startup_s)
     summary.exit_reason = exit_reason
     summary.deviations = deviation_entries(deviations or {})
+    summary.options = options_entries(states)
+    if settings.coverage:
+        unreachable = {k: v for s in states for k, v in s.unreachable.items()}
+        summary.coverage = analyse(settings.coverage, [c for s in states for c in s.coverage_spans], unreachable)
     return Report(kind="hunt", success=not findings and stats.errors == 0, created_at=created,
                   duration_s=duration_s, command=command or [], environment=Environment(**env),
                   targets={spec.key: target}, results=results, statistics=stats, hunt=summary)
@@ -124,6 +130,17 @@ def known_entries(states: list[PropertyState]) -> list[HuntKnown]:
                 out[key] = HuntKnown(signature=HuntSignature(**sig.as_dict()), source=k.get("source", ""))
             out[key].excluded += s.excluded.get(key, 0)
     return list(out.values())
+
+
+def options_entries(states: list[PropertyState]) -> list[BoundaryOptions]:
+    """Per boundary, the trainer options its properties' rounds read, varied and pinned."""
+    read: dict[str, dict[str, list[Any]]] = {}
+    pinned: dict[str, dict[str, str]] = {}
+    for s in states:
+        if s.options_read:
+            merge_read(read.setdefault(s.prop.boundary, {}), s.options_read)
+            pinned.setdefault(s.prop.boundary, {}).update(s.options_pinned)
+    return boundary_options(read, pinned)
 
 
 def deviation_entries(deviations: dict[str, dict[str, Any]]) -> list[HuntDeviation]:

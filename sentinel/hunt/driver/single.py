@@ -236,7 +236,7 @@ class Hunter(Hunt):
                "db_key": db_key(self.spec.key, self.target.commit, s.prop), "origin": s.prop.origin,
                "probe": first, "exclude": s.exclude or {}, "pin": st.config,
                "known": [{k: v for k, v in d.items() if k != "source"} for d in s.known],
-               "replay": st.replay if first else [],
+               "replay": st.replay if first else [], "coverage": st.coverage,
                "seed": None if st.seed is None else f"{st.seed}:{self.spec.key}:{s.prop.name}:{s.rounds}"}
         try:
             if self.workers[i] is None:
@@ -272,7 +272,7 @@ def hunt(spec: TargetSpec, *, boundaries: list[str] | None = None, families: lis
          timeout: float = 60.0, shrink_time: float = SHRINK_TIME, command: list[str] | None = None,
          first: bool = False, verify: bool = True, jobs: int = 1, until: list[str] | None = None,
          config: dict[str, Any] | None = None, known: "Known | None" = None,
-         on_event: Callable[[dict[str, Any]], None] | None = None) -> Report:
+         on_event: Callable[[dict[str, Any]], None] | None = None, coverage: str | Path | None = None) -> Report:
     """Hunt `spec` for violations of the selected properties; return a Report of kind "hunt"
     (findings written as scenario YAML under `out_dir`). After a finding the search goes
     on with its signature excluded, until the budget ends: the report lists every
@@ -281,6 +281,8 @@ def hunt(spec: TargetSpec, *, boundaries: list[str] | None = None, families: lis
     first: stop at the first finding (after shrinking it).
     jobs: worker processes hunting in parallel (each takes rounds of properties in turn).
     until: stop as soon as these properties have a finding or are finished.
+    coverage: a folder for branch-coverage data (`sentinel hunt --coverage`): the report lists,
+      per mapped function, the branches the hunt executed.
     config: pinned config choices (--config key=value), validated by the caller.
     known: signatures (and known findings to replay) excluded from the start (`known.load`).
     min_examples: a property cut off before this many examples is `stopped`, not `holds`.
@@ -291,5 +293,6 @@ def hunt(spec: TargetSpec, *, boundaries: list[str] | None = None, families: lis
                             database=str(Path(db).resolve()) if db else None,
                             out_dir=Path(out_dir) if out_dir else None, timeout=timeout, shrink_time=shrink_time,
                             first=first, verify=verify, jobs=jobs, until=until, config=dict(config or {}),
-                            known=list(known.signatures) if known else [], replay=list(known.examples) if known else [])
+                            known=list(known.signatures) if known else [], replay=list(known.examples) if known else [],
+                            coverage=str(Path(coverage).resolve()) if coverage else None)
     return Hunter(spec, settings, command=command, on_event=on_event).run()

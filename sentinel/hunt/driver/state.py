@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ...reach import merge_read
 from ...report import write_atomic
 from ..properties import SHRINK_TIME, Property
 
@@ -38,6 +39,7 @@ class HuntSettings:
     config: dict[str, Any] = field(default_factory=dict)  # pinned config choices (--config key=value)
     known: list[dict[str, Any]] = field(default_factory=list)  # signatures excluded from the start
     replay: list[dict[str, Any]] = field(default_factory=list)  # known findings given as examples
+    coverage: str | None = None  # --coverage: the folder the rounds write coverage data to
 
     @property
     def minimum(self) -> int:
@@ -85,6 +87,10 @@ class PropertyState:
     # (hunt search seconds, examples so far, findings so far) at each round's start and end: the
     # report's progress over time (a round's examples arrive between its two samples)
     progress: list[tuple[float, int, int]] = field(default_factory=list)
+    options_read: dict = field(default_factory=dict)  # option -> values the trainer read (reach.merge_read)
+    options_pinned: dict = field(default_factory=dict)  # option -> the adapter's reason
+    coverage_spans: list = field(default_factory=list)  # --coverage: the mapped functions' files and lines
+    unreachable: dict = field(default_factory=dict)  # function -> {condition text -> the adapter's reason}
 
     def sample(self, hunt_s: float) -> None:
         """Record where this property stands `hunt_s` search seconds into the hunt."""
@@ -129,6 +135,11 @@ class PropertyState:
         self.reasons.update(res.get("reasons") or {})
         self.excluded.update(res.get("excluded_known") or {})
         self.preconditions.update(res.get("preconditions") or {})
+        opts = res.get("options") or {}
+        merge_read(self.options_read, opts.get("read") or {})
+        self.options_pinned.update(opts.get("pinned") or {})
+        self.coverage_spans += [c for c in res.get("coverage_spans") or [] if c not in self.coverage_spans]
+        self.unreachable.update(res.get("unreachable") or {})
         if res.get("error_sample") and self.error_sample is None:
             self.error_sample = res["error_sample"]
         found = None

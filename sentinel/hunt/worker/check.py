@@ -95,6 +95,7 @@ class Checker:
     known: list[Signature] = field(default_factory=list)
     pin: dict[str, Any] = field(default_factory=dict)  # --config: the only choice of these keys
     deviations: dict[str, dict[str, Any]] = field(default_factory=dict)  # the adapter's declared ones
+    domains: dict[str, Any] = field(default_factory=dict)  # the adapter's option_domains for this boundary
     probes: int = 0
 
     def check(self, ex: S.Example, overrides: dict[str, Any] | None = None):
@@ -114,7 +115,7 @@ class Checker:
     def choices(self) -> dict[str, list[Any]]:
         """The config choices drawn here (a pinned key has one: it cannot matter)."""
         return {k: [self.pin[k]] if k in self.pin else [v for v in vs if v not in self.exclude.get(k, [])]
-                for k, vs in self.prop.config_choices().items()}
+                for k, vs in self.prop.config_choices(self.domains).items()}
 
     def deviation(self, ex: S.Example, outcome: Outcome, inv: Any) -> str | None:
         """The declared deviation a violation of a formula property is (None: none). Only a

@@ -28,10 +28,11 @@ from hypothesis import HealthCheck, Phase, find, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
 from hypothesis.errors import HypothesisException, NoSuchExample, Unsatisfiable
 
+from sentinel.adapters import options
 from sentinel.errors import PreconditionUnmet, Unsupported
 
 from ... import strategies as S
-from .. import properties
+from .. import coverage, properties
 from ..properties import SHRINK_TIME, Property
 from ..search import Answer, Search, plain, replayable
 from ..signature import Signature, nonfinite
@@ -53,7 +54,8 @@ def probe_config(checker: Checker, reasons: dict[str, str] | None = None) -> tup
     excluded choice's own reason goes into `reasons` ("key=value" -> the target's message)."""
     prop = checker.prop
     seen: dict[str, Any] = {"declined": 0}
-    choices = {**prop.config_choices(), **{k: [v] for k, v in checker.pin.items() if k in prop.config_choices()}}
+    drawn = prop.config_choices(checker.domains)
+    choices = {**drawn, **{k: [v] for k, v in checker.pin.items() if k in drawn}}
     default = {k: v[0] for k, v in choices.items()}
 
     def runs(ex: S.Example) -> bool:
@@ -159,7 +161,9 @@ def run_round(adapter, device, job: dict[str, Any], emit: Callable[[dict[str, An
     t_probe, cpu0 = time.monotonic(), time.process_time()
     checker = Checker(prop, adapter, device, dict(job.get("exclude") or {}),
                       [Signature.from_dict(d) for d in job.get("known") or []], pin=dict(job.get("pin") or {}),
-                      deviations=type(adapter).deviation_table())
+                      deviations=type(adapter).deviation_table(),
+                      domains=dict(getattr(type(adapter), "option_domains", {}).get(prop.boundary, {})))
+    options.drain()  # the options the trainer reads from here on are this round's
     out: dict[str, Any] = {"status": "ok", "property": prop.name, "examples": 0, "rejected": 0, "errors": 0,
                            "shrink_calls": 0, "timed_out": 0, "note": "", "exclude": checker.exclude,
                            "reasons": {}, "excluded_known": {}, "learned_known": [], "error_sample": None,
@@ -178,9 +182,35 @@ def run_round(adapter, device, job: dict[str, Any], emit: Callable[[dict[str, An
                     t0 + float(job.get("time_limit", 10.0)), float(job.get("shrink_time", SHRINK_TIME)),
                     emit=emit, name=prop.name)
     db = DirectoryBasedExampleDatabase(job["db"]) if job.get("db") else None
-    strategy = S.batches(prop.strategy(checker.exclude, job.get("pin")), BATCH)
-    note, found = "", None
+    strategy = S.batches(prop.strategy(checker.exclude, job.get("pin"), checker.domains), BATCH)
     condition = replayable(search.condition, search.best)
+    measure = coverage.measuring(job.get("coverage"), adapter.trainer_roots() if hasattr(adapter, "trainer_roots") else [])
+    with measure:
+        found, note = _search(job, search, strategy, condition, db)
+    if job.get("coverage"):
+        out["coverage_spans"] = coverage.spans(adapter, prop.boundary)
+        out["unreachable"] = dict(getattr(type(adapter), "unreachable", {}))
+    search.progress(force=True)
+    out.update(search.st, note=note, reasons=dict(search.reasons.most_common(20)), error_sample=search.error_sample,
+               preconditions=dict(search.preconditions),
+               excluded_known=dict(search.excluded), deviations=search.deviations, probe_s=t0 - t_probe,
+               ran_out_of_time=search.st["timed_out"] > 0)
+    if search.best:
+        best = search.best
+        if found is not None and len(found) != 1:
+            out["note"] = note + f" (shrunk to a batch of {len(found)})"
+        sig = checker.signature(best["ex"], best["answer"].detail["outcome"], best["answer"].detail["inv"])
+        out["finding"] = _finding(prop, best, sig, search.first["examples"], search.first["t"] - t_probe)
+        out["signature_probes"] = checker.probes
+    out["options"] = {"read": options.drain().get(prop.boundary, {}),
+                      "pinned": type(adapter).pins(prop.boundary) if hasattr(type(adapter), "pins") else {}}
+    out["duration_s"], out["cpu_s"] = time.monotonic() - t_probe, time.process_time() - cpu0
+    return out
+
+
+def _search(job: dict[str, Any], search: Search, strategy, condition, db) -> tuple[Any, str]:
+    """Hypothesis's `find` calls of a round (`_attempts`): (what it shrank to, a note)."""
+    note, found = "", None
     for phases, rnd in _attempts(job.get("seed"), db is not None):
         # a test case is a batch of ~5 examples: drawn past the quota, they would be thrown away
         s = settings(max_examples=max(1, math.ceil(search.quota / BATCH_MEAN)), database=db, deadline=None, phases=phases,
@@ -195,20 +225,7 @@ def run_round(adapter, device, job: dict[str, Any], emit: Callable[[dict[str, An
             note = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
         if search.best:
             break
-    search.progress(force=True)
-    out.update(search.st, note=note, reasons=dict(search.reasons.most_common(20)), error_sample=search.error_sample,
-               preconditions=dict(search.preconditions),
-               excluded_known=dict(search.excluded), deviations=search.deviations, probe_s=t0 - t_probe,
-               ran_out_of_time=search.st["timed_out"] > 0)
-    if search.best:
-        best = search.best
-        if found is not None and len(found) != 1:
-            out["note"] = note + f" (shrunk to a batch of {len(found)})"
-        sig = checker.signature(best["ex"], best["answer"].detail["outcome"], best["answer"].detail["inv"])
-        out["finding"] = _finding(prop, best, sig, search.first["examples"], search.first["t"] - t_probe)
-        out["signature_probes"] = checker.probes
-    out["duration_s"], out["cpu_s"] = time.monotonic() - t_probe, time.process_time() - cpu0
-    return out
+    return found, note
 
 
 def _attempts(seed: str | None, has_db: bool) -> list[tuple[tuple[Phase, ...], random.Random | None]]:

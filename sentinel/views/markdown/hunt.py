@@ -50,4 +50,23 @@ def hunt(view, **_: object) -> str:
         lines += ["Declared deviations met (not findings):", ""]
         lines += [f"- {md_code(d.name)} ({md_text(d.boundary)}): {d.met} example(s): {md_text(d.reason)}" for d in met]
         lines.append("")
+    lines += reach_lines(h)
     return "\n".join(lines + reproduce(report, loc))
+
+
+def reach_lines(h) -> list[str]:
+    """Options read / varied / pinned / never varied per boundary, and --coverage's branches."""
+    lines: list[str] = []
+    if h.options:
+        lines += ["| boundary | options read | varied | pinned (why) | read, never varied |", "|---|---:|---|---|---|"]
+        lines += [f"| {md_code(o.boundary)} | {len(o.options_read)} | {md_text(', '.join(o.options_varied))} | "
+                  f"{md_text('; '.join(f'{k}: {r}' for k, r in o.options_pinned.items()))} | "
+                  f"{md_text(', '.join(o.options_read_not_varied))} |" for o in h.options]
+        lines.append("")
+    if h.coverage:
+        lines += ["| function | branches covered | unreachable | uncovered (line: condition) |", "|---|---:|---|---|"]
+        lines += [f"| {md_code(c.function)} | {c.branches_covered} / {c.branches_total} | "
+                  f"{md_text('; '.join(f'{b.line}: {b.reason}' for b in c.branches_unreachable))} | "
+                  f"{md_text('; '.join(f'{b.line}: {b.condition}' for b in c.uncovered))} |" for c in h.coverage]
+        lines.append("")
+    return lines

@@ -74,6 +74,15 @@ def hunt(view, out: Console, verbose: bool = False) -> None:
         if dev.met:
             out.print(f"[yellow]deviation[/] {markup(dev.name)} ({markup(dev.boundary)}): {dev.met} example(s) "
                       f"explained: {markup(dev.reason)} ({markup(dev.link)})", highlight=False)
+    for o in h.options:
+        if o.options_read_not_varied:
+            out.print(f"[yellow]options read, never varied[/] on {markup(o.boundary)}: "
+                      f"{markup(', '.join(o.options_read_not_varied))}", highlight=False)
+        out.print(f"[dim]{markup(o.boundary)}: {len(o.options_read)} option(s) read, {len(o.options_varied)} varied, "
+                  f"{len(o.options_pinned)} pinned[/]", highlight=False)
+    for c in h.coverage:
+        out.print(f"[dim]coverage {markup(c.function)}: {c.branches_covered}/{c.branches_total} branches, "
+                  f"{len(c.branches_unreachable)} unreachable, {len(c.uncovered)} uncovered[/]", highlight=False)
     if h.differential is not None:
         d = h.differential
         lines = _excluded_lines(d.excluded_config)

@@ -1,0 +1,192 @@
+"""Options read: the args/config objects an adapter hands a trainer, as recording proxies.
+
+An adapter passes every args/config object it builds through `recorded(obj)` (argparse or
+types.SimpleNamespace, a dataclass, a dict, an OmegaConf-like config). While a call is being
+observed (`recording(boundary, roots)`, entered by `sentinel.observe`), the object returned
+is a copy whose class is a subclass of the original's (so `isinstance` still holds) that logs
+each option the *trainer's* code reads, with the value read: a read counts when the frame
+that reads is in a file under one of `roots` (the trainer's checkout or package), so the
+adapter's own reads (building or translating the config) never count. Nested config objects
+are recorded too, under dotted names (`actor.clip_ratio`). Outside a recording, `recorded`
+returns the object itself: `sentinel run` pays nothing.
+
+`drain()` hands over (and forgets) what this process recorded: boundary -> option -> the
+distinct values read, which the hunt reports as options read / varied / read but not varied.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+# boundary -> option -> {repr(value): value}, for every recording this process made
+_LOG: dict[str, dict[str, dict[str, Any]]] = {}
+_ACTIVE: list["_Recording"] = []
+_SUBCLASSES: dict[type, type] = {}
+MAX_VALUES = 20  # distinct values kept per option (enough to tell varied from pinned)
+
+
+@dataclass(frozen=True)
+class Pin:
+    """An option the trainer reads that an adapter keeps at one value on purpose, with why
+    (an adapter's `pinned` table; `sentinel list boundaries --target T` shows it)."""
+
+    boundary: str  # "*" for every boundary
+    option: str  # the name as recorded (dotted for a nested config)
+    reason: str
+
+    def applies(self, boundary: str) -> bool:
+        return self.boundary in ("*", boundary)
+
+
+def pin(boundary: str, *options: str, reason: str) -> tuple[Pin, ...]:
+    """`pinned = (*pin("policy_loss", "qkv_format", reason="..."), ...)`."""
+    return tuple(Pin(boundary, o, reason) for o in options)
+
+
+class _Recording:
+    def __init__(self, boundary: str, roots: tuple[str, ...]):
+        self.boundary = boundary
+        self.roots = tuple(os.path.realpath(r) for r in roots if r)
+        self._seen: dict[str, bool] = {}
+
+    def by_trainer(self, filename: str) -> bool:
+        hit = self._seen.get(filename)
+        if hit is None:
+            real = os.path.realpath(filename)
+            hit = self._seen[filename] = any(real == r or real.startswith(r.rstrip(os.sep) + os.sep) for r in self.roots)
+        return hit
+
+    def read(self, name: str, value: Any) -> None:
+        values = _LOG.setdefault(self.boundary, {}).setdefault(name, {})
+        if len(values) < MAX_VALUES:
+            plain = value if isinstance(value, (bool, int, float, str, type(None))) else f"<{type(value).__name__}>"
+            values.setdefault(repr(plain), plain)
+
+
+@contextlib.contextmanager
+def recording(boundary: str, roots: tuple[str, ...] | list[str]) -> Iterator[None]:
+    """Record the trainer's option reads of objects made by `recorded` for the duration."""
+    rec = _Recording(boundary, tuple(roots))
+    _ACTIVE.append(rec)
+    try:
+        yield
+    finally:
+        _ACTIVE.pop()
+        for k in [k for k, e in _REC.items() if e[0] is rec]:
+            del _REC[k]
+
+
+def drain() -> dict[str, dict[str, list[Any]]]:
+    """What this process recorded since the last drain: boundary -> option -> values read."""
+    out = {b: {n: list(v.values()) for n, v in sorted(opts.items())} for b, opts in _LOG.items()}
+    _LOG.clear()
+    return out
+
+
+def _config_like(value: Any) -> bool:
+    if isinstance(value, dict):
+        return True
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return True
+    return hasattr(value, "__dict__") and type(value).__module__ in ("argparse", "types") or \
+        type(value).__name__ in ("DictConfig",)
+
+
+def recorded(obj: Any, prefix: str = "") -> Any:
+    """`obj` as a recording copy while a call is recorded; `obj` itself otherwise (or when it
+    is not a config object this module knows how to record)."""
+    if not _ACTIVE or not _config_like(obj) or type(obj) in _SUBCLASSES.values():
+        return obj
+    rec = _ACTIVE[-1]
+    cls = _subclass(type(obj))
+    if cls is None:
+        return obj
+    if isinstance(obj, dict):
+        out = cls(obj)
+    elif type(obj).__flags__ & (1 << 9):  # Py_TPFLAGS_HEAPTYPE: a copy can take the subclass
+        out = copy.copy(obj)
+        object.__setattr__(out, "__class__", cls)
+    else:  # types.SimpleNamespace: a static type, rebuilt as the subclass
+        out = cls(**vars(obj))
+    _REC[id(out)] = (rec, prefix, out)  # the object kept too: its id is not reused meanwhile
+    return out
+
+
+# id of a recording copy -> (its recording, its name prefix, the copy), until the recording ends
+_REC: dict[int, tuple[_Recording, str, Any]] = {}
+
+
+def _entry(obj: Any) -> tuple[_Recording, str] | None:
+    e = _REC.get(id(obj))
+    return (e[0], e[1]) if e is not None and e[2] is obj and e[0] in _ACTIVE else None
+
+
+def _note(rec: _Recording, prefix: str, name: str, value: Any, holder: Any, depth: int = 2) -> Any:
+    """Log one read (when the reader, `depth` frames up, is the trainer's) and return the value,
+    a nested config object recorded under the dotted name."""
+    frame = sys._getframe(depth)
+    if rec.by_trainer(frame.f_code.co_filename):
+        rec.read(prefix + name, value)
+    if _config_like(value) and type(value) not in _SUBCLASSES.values():
+        inner = recorded(value, prefix + name + ".")
+        if inner is not value:
+            _store(holder, name, inner)
+        return inner
+    return value
+
+
+def _store(holder: Any, name: str, value: Any) -> None:
+    """Keep a recorded nested object in its parent, so the trainer's writes to it persist."""
+    if isinstance(holder, dict):
+        dict.__setitem__(holder, name, value)
+        return
+    d = getattr(holder, "__dict__", None)
+    if isinstance(d, dict) and name in d:
+        d[name] = value
+
+
+def _subclass(base: type) -> type | None:
+    if base in _SUBCLASSES:
+        return _SUBCLASSES[base]
+    if issubclass(base, dict):
+        def getitem(self, key, depth=2):
+            value = base.__getitem__(self, key)
+            entry = _entry(self)
+            return _note(*entry, str(key), value, self, depth) if entry else value
+
+        def get(self, key, default=None):
+            return getitem(self, key, 3) if base.__contains__(self, key) else default
+        body: dict[str, Any] = {"__getitem__": getitem, "get": get}
+    else:
+        def getattribute(self, name):
+            value = base.__getattribute__(self, name)
+            if name.startswith("_"):
+                return value
+            entry = _entry(self)
+            if entry is None or not _is_option(self, base, name):
+                return value
+            return _note(*entry, name, value, self)
+        body = {"__getattribute__": getattribute}
+    try:
+        cls = type(f"Recorded{base.__name__}", (base,), {**body, "__module__": base.__module__})
+    except TypeError:  # a final class: not recorded
+        cls = None
+    _SUBCLASSES[base] = cls  # type: ignore[assignment]
+    return cls
+
+
+def _is_option(obj: Any, base: type, name: str) -> bool:
+    """A data attribute or field (a method or property of the class is not an option)."""
+    d = object.__getattribute__(obj, "__dict__") if hasattr(obj, "__dict__") else {}
+    if name in d:
+        return True
+    if dataclasses.is_dataclass(base) and name in {f.name for f in dataclasses.fields(base)}:
+        return True
+    content = d.get("_content") if isinstance(d, dict) else None  # OmegaConf keeps its keys here
+    return isinstance(content, dict) and name in content

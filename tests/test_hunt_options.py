@@ -1,0 +1,186 @@
+"""Options read = options varied (issue 19, item 1): the args an adapter hands a trainer are
+recording proxies; the hunt report lists per boundary the options the trainer's code read,
+varied, pinned (with the adapter's reason) and read but never varied."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from sentinel import targets
+from sentinel.adapters import options
+from sentinel.adapters.options import pin, recorded, recording
+
+TRAINER = '''
+def normalise(rewards, args):
+    out = rewards.clone()
+    if args.leave_one_out:  # mapped from mean_leave1out: no hunt values of its own
+        out = out * 1.0
+    if args.center:
+        out = out - rewards.mean()
+    if args.eps > 1e-5:
+        out = out + 0.0
+    assert args.device_kind == "cpu"
+    return out
+
+
+def read(args, *names):
+    """Reads done by trainer code (a unit test hands it recorded objects)."""
+    return [args[n] if isinstance(args, dict) else getattr(args, n) for n in names]
+'''
+
+ADAPTER = '''
+from argparse import Namespace
+
+from sentinel.adapters.contract import BoundaryResult, implements
+from sentinel.adapters.options import pin, recorded
+from sentinel.adapters.trainer import TrainerAdapter
+
+DOMAINS = {DOMAINS}
+
+
+class ToyOptsAdapter(TrainerAdapter):
+    name = "toyopts"
+    description = "a toy trainer that reads an args namespace (tests/test_hunt_options.py)"
+    package, marker = "toyopts", "toyopts.norm"
+    modules = lookup_modules = ("toyopts.norm",)
+    loss_path_files = ("toyopts/norm.py",)
+    pinned = pin("reward_norm", "device_kind", reason="the toy trainer runs on CPU only")
+    option_domains = DOMAINS
+
+    @implements("reward_norm", calls=("toyopts.norm:normalise",))
+    def b_reward_norm(self, inputs, config):
+        args = recorded(Namespace(center=config["mean_level"] is not None, leave_one_out=bool(config["mean_leave1out"]),
+                                  eps=config["eps"] or 1e-6, device_kind="cpu", backend="torch"))
+        assert args.backend == "torch" and args.center in (True, False)  # the adapter's own reads: not counted
+        fn = self._fn("normalise", boundary="reward_norm")
+        return BoundaryResult({{"rewards": fn(inputs["rewards"].double(), args)}}, function=self._ref(fn))
+'''
+
+
+def _install(tmp_path: Path, monkeypatch, domains: str) -> Path:
+    for pkg, files in {"toyopts": {"norm.py": TRAINER},
+                       "toyopts_sentinel": {"adapter.py": ADAPTER.format(DOMAINS=domains)}}.items():
+        (tmp_path / pkg).mkdir()
+        (tmp_path / pkg / "__init__.py").write_text("")
+        for name, text in files.items():
+            (tmp_path / pkg / name).write_text(text)
+    dist = tmp_path / "toyopts_sentinel-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: toyopts-sentinel\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[rl_sentinel.targets]\ntoyopts = toyopts_sentinel.adapter:ToyOptsAdapter\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])))
+    targets.registry.cache_clear()
+    return tmp_path
+
+
+@pytest.fixture
+def toy(tmp_path, monkeypatch):
+    yield _install(tmp_path, monkeypatch, "{}")
+    targets.registry.cache_clear()
+
+
+@pytest.fixture
+def toy_with_domain(tmp_path, monkeypatch):
+    yield _install(tmp_path, monkeypatch, '{"reward_norm": {"mean_leave1out": (False, True)}}')
+    targets.registry.cache_clear()
+
+
+def sentinel(*args: str, columns: int = 250) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "sentinel.cli", *args], capture_output=True, text=True,
+                          env={**os.environ, "COLUMNS": str(columns)})
+
+
+def _hunt(tmp_path: Path) -> dict:
+    out = tmp_path / "hunt.json"
+    r = sentinel("hunt", "--target", "toyopts", "--property", "reward_norm.permutation_equivariant",
+                 "--time", "6", "--seed", "1", "-n", "60", "-o", str(out))
+    assert out.is_file(), r.stdout + r.stderr
+    report = json.loads(out.read_text())
+    (entry,) = [o for o in report["hunt"]["options"] if o["boundary"] == "reward_norm"]
+    return entry
+
+
+def test_the_hunt_lists_options_read_varied_pinned_and_read_not_varied(toy, tmp_path):
+    entry = _hunt(tmp_path)
+    # the trainer's reads only: `backend`, read by the adapter alone, is not there
+    assert set(entry["options_read"]) == {"center", "leave_one_out", "eps", "device_kind"}, entry
+    assert set(entry["options_varied"]) == {"center", "eps"}, entry
+    assert entry["options_pinned"] == {"device_kind": "the toy trainer runs on CPU only"}
+    assert entry["options_read_not_varied"] == ["leave_one_out"]
+    listed = sentinel("list", "boundaries", "--target", "toyopts", columns=1000)
+    assert "device_kind: pinned, the toy trainer runs on CPU only" in listed.stdout, listed.stdout
+
+
+def test_a_declared_domain_makes_the_read_option_varied(toy_with_domain, tmp_path):
+    entry = _hunt(tmp_path)
+    assert entry["options_read_not_varied"] == [], entry
+    assert "leave_one_out" in entry["options_varied"] and sorted(entry["options_read"]["leave_one_out"]) == [False, True]
+
+
+def test_a_pin_without_a_reason_is_refused_when_the_adapter_is_defined():
+    from sentinel.adapters.contract import Adapter
+    with pytest.raises(TypeError, match="without a reason"):
+        type("NoReason", (Adapter,), {"pinned": pin("kl", "kl_type", reason="  ")})
+    with pytest.raises(TypeError, match="option_domains"):
+        type("BadDomain", (Adapter,), {"option_domains": {"kl": {"kl_type": ("k9",)}}})
+
+
+@dataclasses.dataclass
+class _Cfg:
+    clip: float = 0.2
+    inner: dict = dataclasses.field(default_factory=lambda: {"mode": "a"})
+
+
+def test_the_proxy_records_reads_from_trainer_files_only(tmp_path):
+    trainer = tmp_path / "trainer"
+    trainer.mkdir()
+    (trainer / "code.py").write_text(TRAINER)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        from trainer import code  # type: ignore[import-not-found]
+    finally:
+        sys.path.remove(str(tmp_path))
+    options.drain()
+    ns = argparse.Namespace(a=1, b=2)
+    with recording("kl", [str(trainer)]):
+        args = recorded(ns)
+        assert isinstance(args, argparse.Namespace) and args is not ns
+        assert args.b == 2  # this test's own read: not the trainer's
+        assert code.read(args, "a") == [1]
+        simple = recorded(types.SimpleNamespace(x=True))
+        assert isinstance(simple, types.SimpleNamespace) and code.read(simple, "x") == [True]
+        cfg = recorded(_Cfg())
+        assert isinstance(cfg, _Cfg) and code.read(cfg, "clip") == [0.2]
+        assert code.read(code.read(cfg, "inner")[0], "mode") == ["a"]  # nested: a dotted name
+        d = recorded({"k": "v", "unread": 0})
+        assert isinstance(d, dict) and code.read(d, "k") == ["v"]
+    assert recorded(ns) is ns  # outside a recording: the object itself
+    assert options.drain() == {"kl": {"a": [1], "clip": [0.2], "inner": ["<dict>"], "inner.mode": ["a"],
+                                      "k": ["v"], "x": [True]}}
+
+
+def test_hunt_coverage_counts_the_branches_of_the_mapped_function(toy, tmp_path):
+    """normalise has three `if`s, each two ways: 6 branches. The hunt (no domain for
+    mean_leave1out) never takes `leave_one_out` true, and eps is drawn at 1e-5 and 1e-6 only,
+    so `eps > 1e-5` never holds: 4 covered, the two others listed with their condition."""
+    out = tmp_path / "hunt.json"
+    r = sentinel("hunt", "--target", "toyopts", "--property", "reward_norm.permutation_equivariant", "--time", "6",
+                 "--seed", "1", "-n", "60", "--coverage", "-o", str(out))
+    assert out.is_file(), r.stdout + r.stderr
+    (cov,) = json.loads(out.read_text())["hunt"]["coverage"]
+    assert cov["function"] == "toyopts.norm:normalise"
+    assert cov["branches_total"] == 6, cov  # three ifs; an assert is not a branch arc for coverage.py
+    assert cov["branches_covered"] == 4, cov
+    assert [(b["condition"].split(":")[0], len(b["missing"])) for b in cov["uncovered"]] == [
+        ("if args.leave_one_out", 1), ("if args.eps > 1e-5", 1)]
+    assert cov["branches_unreachable"] == []
