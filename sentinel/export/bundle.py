@@ -137,7 +137,10 @@ def export(req: Request) -> dict[str, Any]:
     summary = {"scenario": sc.id, "file": str(path), "target": req.target, "plant": req.plant, "repo": repo,
                "commit": commit or (before.revision if before else None), "function": checks[0]["call"]["qualname"],
                "before": before.as_dict(), "after": after.as_dict() if after else None, "document": name,
-               "checks": [{k: c.get(k) for k in ("family", "observable", "kind", "run")} for c in checks]}
+               "checks": [{k: c.get(k) for k in ("family", "observable", "kind", "run")} for c in checks],
+               "reproduced": before.validate.get("status") == "reproduced",
+               "not_exported": [f"{c['family']}: {c.get('unsupported') or 'on another call'}"
+                                for c in rec["checks"] if c not in checks]}
     (out / "bundle.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary
 
