@@ -156,3 +156,9 @@ def test_export_slime_head_reproduces_standalone(tmp_path, scenario):
     proc = subprocess.run([sys.executable, "-I", "-B", str(out / "validate.py"), SLIME], capture_output=True, text=True,
                           cwd=tmp_path)
     assert proc.returncode == 1, proc.stdout + proc.stderr
+
+
+def test_a_catalog_id_in_a_file_of_another_name_is_found():
+    from sentinel.export.bundle import _scenario, find_scenario
+    path = find_scenario("ppo-kl-shaped-rewards")
+    assert path.name == "ppo-gae-shaping.yaml" and _scenario(path, "ppo-kl-shaped-rewards").id == "ppo-kl-shaped-rewards"
