@@ -90,3 +90,75 @@ def test_export_slime_kl_aliasing_fixed_at_045310b2b(tmp_path):
     assert before["status"] == "reproduced" and before["test"]["exit"] == 1
     assert after["status"] == "fixed" and after["validate_exit"] == 0 and after["test"]["exit"] == 0
     assert Path(out / "PR.md").exists()
+
+
+def test_findings_reads_run_reports_which_name_scenarios_by_id(tmp_path):
+    from sentinel.export.findings import cached_verdicts
+    report = {"kind": "run", "targets": {"slime": {"commit": "624b824a898ab0ec"}},
+              "results": [{"id": "gae-nan-at-masked-position", "target": "slime", "verdict": "violated"}]}
+    (tmp_path / "r.json").write_text(json.dumps(report))
+    seen = cached_verdicts((str(tmp_path),))
+    assert seen["gae-nan-at-masked-position"][0]["verdict"] == "violated"
+    assert seen["gae-nan-at-masked-position"][0]["version"] == "624b824a898a"
+
+
+def test_findings_run_now_needs_a_target():
+    from typer.testing import CliRunner
+    from sentinel.cli import app
+    assert CliRunner().invoke(app, ["findings", "--run"]).exit_code == 2
+    assert CliRunner().invoke(app, ["findings", "--repo", "."]).exit_code == 2
+
+
+@pytest.mark.slow
+def test_findings_run_now_on_the_reference(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "sentinel", "findings", "--run", "-t", "reference", "--json",
+                           "--bundles", str(tmp_path)], capture_output=True, text=True, cwd=tmp_path)
+    rows = {r["id"]: r for r in json.loads(proc.stdout)}
+    assert rows["opsm-mixed-advantage"]["holds"] == ["reference"] and rows["opsm-mixed-advantage"]["reproduces"] == []
+
+
+def test_a_closure_the_trainer_returns_is_replayed_through_its_maker(tmp_path):
+    """slime's get_sum_of_sample_mean returns sum_of_token, which the adapter then calls: the
+    closure cannot be imported, so the recording ties it to the call that returned it."""
+    from sentinel.export.codegen import Writer
+    from sentinel.export.generate import _add_call
+    from sentinel.export.record import Calls
+    trainer, adapter = tmp_path / "toytrainer.py", tmp_path / "toyadapter.py"
+    trainer.write_text("def make(n):\n    def inner(x):\n        return x * n\n    return inner\n")
+    adapter.write_text("import toytrainer\ndef go():\n    return toytrainer.make(3)(2)\n")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import toyadapter
+        with Calls(lambda f: f == str(trainer), lambda f: f == str(adapter), Writer(lambda m: True)) as rec:
+            assert toyadapter.go() == 6
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("toyadapter", None), sys.modules.pop("toytrainer", None)
+    made, inner = rec.calls
+    assert inner["factory"] == 0 and inner["qualname"] == "make.<locals>.inner" and "error" not in inner
+    calls: list = []
+    assert _add_call(calls, inner, "base", {"calls": {"base": rec.calls}}, {}) == 1
+    assert calls[0]["function_expr"] == "_import('toytrainer', 'make')" and calls[0]["args"] == {"n": "3"}
+    assert calls[1]["function_expr"] == "call_0()[0]" and calls[1]["args"] == {"x": "2"}
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not SLIME, reason="SENTINEL_SLIME_REPO (a slime checkout) is not set")
+@pytest.mark.parametrize("scenario", ["gae-nan-at-masked-position", "masked-token-nan-reaches-loss"])
+def test_export_slime_head_reproduces_standalone(tmp_path, scenario):
+    """GAE imports megatron.core inside the function (at call time, not at load); the loss
+    reducer is a closure get_sum_of_sample_mean returns: both replay in validate.py alone."""
+    out = tmp_path / "bundle"
+    s = export(Request(scenario, "slime", out, repo=SLIME))
+    before = json.loads((out / "before.json").read_text())
+    assert s["reproduced"] and before["status"] == "reproduced" and before["validate_exit"] == 1
+    assert "offending positions" in before["test"]["output"]
+    proc = subprocess.run([sys.executable, "-I", "-B", str(out / "validate.py"), SLIME], capture_output=True, text=True,
+                          cwd=tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+
+
+def test_a_catalog_id_in_a_file_of_another_name_is_found():
+    from sentinel.export.bundle import _scenario, find_scenario
+    path = find_scenario("ppo-kl-shaped-rewards")
+    assert path.name == "ppo-gae-shaping.yaml" and _scenario(path, "ppo-kl-shaped-rewards").id == "ppo-kl-shaped-rewards"

@@ -50,6 +50,10 @@ def export(
               f"{', after.json' if a else ''}")
     out.print(f"before: validate.py {b['validate'].get('status')} (exit {b['validate_rc']}), unit test "
               f"{'fails' if b['test_rc'] else 'passes'}")
+    if not summary["reproduced"]:  # the files stay, and say so; no fake reproduction
+        err.print(f"error: the exported validate.py does not reproduce {summary['scenario']} standalone: "
+                  f"{b['validate'].get('error') or b['validate'].get('status')}")
+        raise typer.Exit(3)
     if a:
         out.print(f"after:  validate.py {a['validate'].get('status')} (exit {a['validate_rc']}), unit test "
                   f"{'fails' if a['test_rc'] else 'passes'}")
@@ -60,11 +64,23 @@ def findings(
     target: Optional[str] = typer.Option(None, "--target", "-t", help="Only verdicts on this target."),
     bundles: Path = typer.Option(Path("reports") / "export", "--bundles", help="Where export bundles are looked for."),
     as_json: bool = typer.Option(False, "--json", help="Print the database as JSON."),
+    run: bool = typer.Option(False, "--run", help="Run the seeds and findings on --target now instead of reading the cached reports."),
+    repo: Optional[Path] = typer.Option(None, "--repo", help="With --run: the target's checkout."),
+    commit: Optional[str] = typer.Option(None, "--commit", help="With --run: the revision of --repo."),
 ) -> None:
     """The local bug database: each seed and finding scenario, where it reproduces (from the
-    reports on disk under reports/), its provenance and upstream links, and its export bundles."""
-    from ..export.findings import database
-    rows = database(target, bundles)
+    reports on disk under reports/, or with --run from a run now), its provenance and upstream
+    links, and its export bundles."""
+    from ..export.findings import database, run_now
+    if run and not target:
+        raise usage_error("--run needs --target (and --repo where the target needs one)")
+    if (repo or commit) and not run:
+        raise usage_error("--repo / --commit go with --run")
+    try:
+        rows = database(target, bundles, run_now(target, str(repo) if repo else None, commit) if run else None)
+    except SentinelError as e:
+        err.print(f"error: {e}")
+        raise typer.Exit(3) from None
     if as_json:
         sys.stdout.write(json.dumps(rows, indent=2) + "\n")
         return

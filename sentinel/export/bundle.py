@@ -51,14 +51,19 @@ def find_scenario(name: str) -> Path:
     if p.is_file():
         return p
     hits = sorted(Path(catalog_path()).rglob(f"{name}.yaml"))
-    if not hits:
-        raise ExportError(f"no scenario file or catalog id {name!r}")
-    return hits[0]
+    if hits:
+        return hits[0]
+    # a catalog id in a file of another name (scenarios/advantages/ppo-gae-shaping.yaml holds
+    # ppo-kl-shaped-rewards); the id is matched textually first so only candidate files are parsed
+    for f in sorted(Path(catalog_path()).rglob("*.yaml")):
+        if name in f.read_text(errors="replace") and any(s.id == name for s in load_file(f)):
+            return f
+    raise ExportError(f"no scenario file or catalog id {name!r}")
 
 
-def record(req: Request, path: Path, root: Path | None, options: dict[str, Any]) -> dict[str, Any]:
+def record(req: Request, path: Path, root: Path | None, options: dict[str, Any], sid: str) -> dict[str, Any]:
     body = {"target": req.target, "root": str(root) if root else None, "options": options,
-            "scenario": str(path), "id": _scenario(path).id, "package": targets.get(req.target).package}
+            "scenario": str(path), "id": sid, "package": targets.get(req.target).package}
     proc = subprocess.run([sys.executable, "-m", "sentinel.export.select"], input=json.dumps(body), text=True,
                           capture_output=True, timeout=600)
     try:
@@ -70,13 +75,15 @@ def record(req: Request, path: Path, root: Path | None, options: dict[str, Any])
     return ans
 
 
-def _scenario(path: Path):
-    return load_file(path)[0]
+def _scenario(path: Path, name: str | None = None):
+    """The scenario `name` names in its file (a file may hold several), else the file's first."""
+    found = load_file(path)
+    return next((s for s in found if s.id == name), found[0])
 
 
 def export(req: Request) -> dict[str, Any]:
     path = find_scenario(req.scenario)
-    sc = _scenario(path)
+    sc = _scenario(path, req.scenario)
     out = req.out
     out.mkdir(parents=True, exist_ok=True)
     rename: dict[str, Any] = {}
@@ -101,7 +108,7 @@ def export(req: Request) -> dict[str, Any]:
     # the recording sees the trainer at the unfixed side (for the reference: the adapter's plant)
     root_repo = None if req.target == "reference" else repo
     with sides.tree(root_repo, req.commit) as (root, commit):
-        rec = record(req, path, root, options)
+        rec = record(req, path, root, options, sc.id)
     result = rec["result"]
     if result["verdict"] != "violated":
         raise ExportError(f"{sc.id} is {result['verdict']} on {req.target}"
@@ -137,7 +144,10 @@ def export(req: Request) -> dict[str, Any]:
     summary = {"scenario": sc.id, "file": str(path), "target": req.target, "plant": req.plant, "repo": repo,
                "commit": commit or (before.revision if before else None), "function": checks[0]["call"]["qualname"],
                "before": before.as_dict(), "after": after.as_dict() if after else None, "document": name,
-               "checks": [{k: c.get(k) for k in ("family", "observable", "kind", "run")} for c in checks]}
+               "checks": [{k: c.get(k) for k in ("family", "observable", "kind", "run")} for c in checks],
+               "reproduced": before.validate.get("status") == "reproduced",
+               "not_exported": [f"{c['family']}: {c.get('unsupported') or 'on another call'}"
+                                for c in rec["checks"] if c not in checks]}
     (out / "bundle.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary
 

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 from ..catalog import catalog_path
+from ..errors import SentinelError
 from ..spec import load_file
 
 URL = re.compile(r"https?://\S+")
@@ -34,14 +37,37 @@ def cached_verdicts(folders: tuple[str, ...] = ("reports",)) -> dict[str, list[d
                 continue
             if not isinstance(data, dict) or not isinstance(data.get("results"), list):
                 continue
-            tinfo = data.get("targets") or {}
-            for r in data["results"]:
-                if not isinstance(r, dict) or "scenario" not in r:
-                    continue
-                t = tinfo.get(r.get("target"), {}) if isinstance(tinfo, dict) else {}
-                version = (t.get("commit") or "")[:12] or t.get("version") or ""
-                seen.setdefault(r["scenario"], []).append({"target": r.get("target"), "version": version,
-                                                           "verdict": r.get("verdict"), "report": str(f)})
+            _add(seen, data, str(f))
+    return seen
+
+
+def _add(seen: dict[str, list[dict[str, Any]]], data: dict[str, Any], report: str) -> None:
+    """A run report's verdicts (its results name the scenario by `id`)."""
+    tinfo = data.get("targets") or {}
+    for r in data["results"]:
+        sid = r.get("id") if isinstance(r, dict) else None
+        if not sid:
+            continue
+        t = tinfo.get(r.get("target"), {}) if isinstance(tinfo, dict) else {}
+        version = (t.get("commit") or "")[:12] or t.get("version") or ""
+        seen.setdefault(sid, []).append({"target": r.get("target"), "version": version,
+                                         "verdict": r.get("verdict"), "report": report})
+
+
+def run_now(target: str, repo: str | None, commit: str | None = None) -> dict[str, list[dict[str, Any]]]:
+    """The verdicts of the seeds and findings on `target` now: one `sentinel run` (a subprocess,
+    as the CLI runs it) over the catalog's seeds/ and findings/."""
+    root = Path(catalog_path())
+    cmd = [sys.executable, "-m", "sentinel", "run", str(root / "seeds"), str(root / "findings"), "-t", target, "--json"]
+    cmd += ["--repo", repo] if repo else []
+    cmd += ["--commit", commit] if commit else []
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    try:
+        data = json.loads(proc.stdout)
+    except ValueError:
+        raise SentinelError(f"sentinel run on {target} failed: {(proc.stderr or proc.stdout).strip()[-800:]}") from None
+    seen: dict[str, list[dict[str, Any]]] = {}
+    _add(seen, data, f"run now ({target})")
     return seen
 
 

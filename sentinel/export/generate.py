@@ -66,14 +66,8 @@ def validate_source(rec: dict[str, Any], checks: list[dict[str, Any]], sc_meta: 
         entry["expected"] = ch.get("expected")
         for which in ("call", "base_call"):
             if which in ch:
-                c = ch[which]
-                expr, module, qualname = function_expr(c, rename)
-                renamed = rename.get("function_file") if module != c["module"] else None
-                calls.append({**c, "function_expr": expr, "module": module, "qualname": qualname,
-                              "line": None if renamed else c.get("line"), "run": ch["run"] if which == "call" else ch.get("base_run"),
-                              "args": {k: _rewrite_imports(v, rename) for k, v in c["args"].items()},
-                              "file": renamed or _rel(c.get("file"), rec.get("root"))})
-                entry[which] = len(calls) - 1
+                run = ch["run"] if which == "call" else ch.get("base_run")
+                entry[which] = _add_call(calls, ch[which], run, rec, rename)
         table.append(entry)
     fn = checks[0]["call"]
     _, module, qualname = function_expr(fn, rename)
@@ -82,6 +76,23 @@ def validate_source(rec: dict[str, Any], checks: list[dict[str, Any]], sc_meta: 
          "runtime": (Path(__file__).parent / "runtime.py").read_text().split('"""', 2)[2].strip(),
          "checks_source": _py(table), "trigger_source": _py(sc_meta["trigger"])}
     return environment().get_template("validate.py.j2").render(b=b)
+
+
+def _add_call(calls: list[dict[str, Any]], c: dict[str, Any], run: str, rec: dict[str, Any],
+              rename: dict[str, Any]) -> int:
+    """Append one replayed call (after the call that made it, for a closure the trainer
+    returned: validate.py calls that maker first, as the adapter did); its index."""
+    if "factory" in c:
+        k = _add_call(calls, rec["calls"][run][c["factory"]], run, rec, rename)
+        expr, module, qualname = f"call_{k}()[0]", c["module"], c["qualname"]
+    else:
+        expr, module, qualname = function_expr(c, rename)
+    renamed = rename.get("function_file") if module != c["module"] else None
+    calls.append({**c, "function_expr": expr, "module": module, "qualname": qualname,
+                  "line": None if renamed else c.get("line"), "run": run,
+                  "args": {k: _rewrite_imports(v, rename) for k, v in c["args"].items()},
+                  "file": renamed or _rel(c.get("file"), rec.get("root"))})
+    return len(calls) - 1
 
 
 def _py(x: Any) -> str:

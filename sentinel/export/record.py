@@ -102,10 +102,19 @@ class Calls:
         extra = len(names) + (1 if star else 0)
         starstar = code.co_varnames[extra] if code.co_flags & CO_VARKEYWORDS else None
         fn = _function_of(frame)
+        factory = None
+        if fn is None:  # a closure the trainer returned (slime's get_sum_of_sample_mean -> sum_of_token):
+            # replayable by calling the recorded call that returned it, else not at all
+            factory = next((i for i, (_, r) in enumerate(self.live) if getattr(r, "__code__", None) is code), None)
         entry: dict[str, Any] = {"module": frame.f_globals.get("__name__"), "qualname": getattr(fn, "__qualname__", code.co_name),
                                  "file": code.co_filename, "line": code.co_firstlineno}
         args = {n: loc[n] for n in names if n in loc}
         self.live.append((dict(args), None))
+        if factory is not None:
+            entry["factory"] = factory
+            entry["qualname"] = f"{self.calls[factory]['qualname']}.<locals>.{code.co_name}"
+        elif fn is None and code.co_freevars:
+            entry["error"] = f"{code.co_name} is a closure whose maker was not called from the adapter: not importable"
         try:
             # every named argument by name; those that must go by position (positional-only, or
             # before a non-empty *args) are listed in `positional`
