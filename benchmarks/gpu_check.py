@@ -114,7 +114,7 @@ def precision(rows: list) -> bool:
         obs = {}
         for r in plan(sc):
             o, _ = observe(ad, torch.device("cuda"), sc.boundary, r.inputs, r.config, r.grads, r.casts)
-            obs[r.name] = RunObservation(inputs=r.inputs, **o)
+            obs[r.name] = RunObservation(inputs=r.inputs, **{k: v for k, v in o.items() if k != "extras"})
         for inv in sc.invariants:
             low, wide = inv.runs_named
             err = float(abs(obs[low].outputs["loss"] - obs[wide].outputs["loss"]))

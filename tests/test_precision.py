@@ -33,7 +33,7 @@ def _observe_all(sc, plant: str | None = None) -> dict[str, RunObservation]:
     out = {}
     for r in plan(sc):
         o, _ = observe(ad, torch.device("cpu"), sc.boundary, r.inputs, r.config, r.grads, r.casts)
-        out[r.name] = RunObservation(inputs=r.inputs, **o)
+        out[r.name] = RunObservation(inputs=r.inputs, **{k: v for k, v in o.items() if k != "extras"})
     return out
 
 
