@@ -23,6 +23,7 @@ class MutateFormat(str, Enum):
     markdown = "markdown"
     junit = "junit"
     json = "json"
+    html = "html"
 
 
 @contextmanager
@@ -58,7 +59,7 @@ def mutate(
     executor: ExecutorName = typer.Option(ExecutorName.local, "--executor", help="local (processes) or ray (RAY_ADDRESS, else a local instance)."),
     jobs: int = typer.Option(1, "--jobs", "-j", min=1, help="Shards at a time (each runs two workers)."),
     out_dir: Optional[Path] = typer.Option(None, "--out", help="Write the report here: DIR/mutate.json (and .md). Default: reports/mutate.json."),
-    format: MutateFormat = typer.Option(MutateFormat.text, "--format", "-f", help="text, markdown, junit or json on stdout."),
+    format: MutateFormat = typer.Option(MutateFormat.text, "--format", "-f", help="text, markdown, junit, json or html on stdout."),
     equivalent: Optional[Path] = typer.Option(None, "--equivalent", help="Equivalence claims (default: ./equivalent.yaml when it exists)."),
     equivalent_examples: int = typer.Option(100, "--equivalent-examples", min=1, help="Hunt examples per boundary an equivalence claim needs."),
     fail_under: float = typer.Option(0.0, "--fail-under", min=0, max=100, help="Exit 1 when the score (percent) is lower."),
