@@ -48,8 +48,10 @@ def main() -> None:
     ap.add_argument("--cache", type=Path, default=None, help="mutant cache (default: none, every mutant judged)")
     a = ap.parse_args()
     out = a.out or Path(tempfile.mkdtemp(prefix="bench-mutate-"))
-    rows = []
-    for t in a.targets.split(","):
+    head = ("target", "mutants", "killed", "survived", "equivalent", "error", "score", "mutants/min/core", "judged",
+            "load before / after")
+    print("| " + " | ".join(head) + " |\n|" + "---|" * len(head), flush=True)
+    for t in a.targets.split(","):  # a row as each target ends: a long run shows what it has
         where = located(t)
         if where is None:
             print(f"{t}: skipped (no checkout in SENTINEL_{t.upper()}_REPO, no installed package)", file=sys.stderr)
@@ -66,14 +68,10 @@ def main() -> None:
             continue
         s = json.loads((folder / "mutate.json").read_text())["mutate"]
         c = s["totals"]
-        rows.append((t, c["mutants"], c["killed"], c["survived"], c["equivalent"], c["error"],
-                     "n/a" if c["score"] is None else f"{100 * c['score']:.1f}%", s["mutants_per_min_per_core"],
-                     len(s["mutants"]) - s["cached"], f"{load:.1f} / {os.getloadavg()[0]:.1f}"))
-    head = ("target", "mutants", "killed", "survived", "equivalent", "error", "score", "mutants/min/core", "judged",
-            "load before / after")
-    print("| " + " | ".join(head) + " |\n|" + "---|" * len(head))
-    for r in rows:
-        print("| " + " | ".join(map(str, r)) + " |")
+        row = (t, c["mutants"], c["killed"], c["survived"], c["equivalent"], c["error"],
+               "n/a" if c["score"] is None else f"{100 * c['score']:.1f}%", s["mutants_per_min_per_core"],
+               len(s["mutants"]) - s["cached"], f"{load:.1f} / {os.getloadavg()[0]:.1f}")
+        print("| " + " | ".join(map(str, row)) + " |", flush=True)
     print(f"(reports in {out})", file=sys.stderr)
 
 
