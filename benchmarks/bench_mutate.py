@@ -6,8 +6,10 @@
 Targets: the reference always; slime, areal, verl, openrlhf and trl when their checkout is named
 by SENTINEL_<NAME>_REPO or (areal, verl, openrlhf, trl) their package is installed. Prints one row
 per target: mutants, killed, survived, equivalent, error, the score killed / (mutants -
-equivalent - error), and mutants judged per minute per core (wall time of the judging, no
-cache, divided by -j). The reports go to a temporary folder unless --out is given.
+equivalent - error), and mutants judged per minute per core (wall time of the judging of the
+cache misses, divided by -j), with the 1-minute load average before and after each target
+(the figure is only comparable at a like load). The reports go to a temporary folder unless
+--out is given; --cache DIR lets an interrupted run resume (the rate counts only the misses).
 """
 
 from __future__ import annotations
@@ -43,30 +45,33 @@ def main() -> None:
     ap.add_argument("--jobs", "-j", type=int, default=1)
     ap.add_argument("--boundary", "-b", action="append", default=[])
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--cache", type=Path, default=None, help="mutant cache (default: none, every mutant judged)")
     a = ap.parse_args()
     out = a.out or Path(tempfile.mkdtemp(prefix="bench-mutate-"))
-    rows = []
-    for t in a.targets.split(","):
+    head = ("target", "mutants", "killed", "survived", "equivalent", "error", "score", "mutants/min/core", "judged",
+            "load before / after")
+    print("| " + " | ".join(head) + " |\n|" + "---|" * len(head), flush=True)
+    for t in a.targets.split(","):  # a row as each target ends: a long run shows what it has
         where = located(t)
         if where is None:
             print(f"{t}: skipped (no checkout in SENTINEL_{t.upper()}_REPO, no installed package)", file=sys.stderr)
             continue
         folder = out / t
+        cache = ["--cache", str(a.cache)] if a.cache else ["--no-cache"]
         cmd = [sys.executable, "-m", "sentinel", "mutate", "-t", t, *where, "--budget", str(a.budget), "-j",
-               str(a.jobs), "--no-cache", "--out", str(folder), "--format", "json",
+               str(a.jobs), *cache, "--out", str(folder), "--format", "json",
                *(x for b in a.boundary for x in ("-b", b))]
-        p = subprocess.run(cmd, capture_output=True, text=True)
+        load = os.getloadavg()[0]
+        p = subprocess.run(cmd, stdout=subprocess.DEVNULL)  # its progress lines pass through on stderr
         if p.returncode not in (0, 1):
-            print(f"{t}: failed ({p.returncode}): {p.stderr[-1000:]}", file=sys.stderr)
+            print(f"{t}: failed with exit code {p.returncode} (its error is above)", file=sys.stderr)
             continue
         s = json.loads((folder / "mutate.json").read_text())["mutate"]
         c = s["totals"]
-        rows.append((t, c["mutants"], c["killed"], c["survived"], c["equivalent"], c["error"],
-                     "n/a" if c["score"] is None else f"{100 * c['score']:.1f}%", s["mutants_per_min_per_core"]))
-    head = ("target", "mutants", "killed", "survived", "equivalent", "error", "score", "mutants/min/core")
-    print("| " + " | ".join(head) + " |\n|" + "---|" * len(head))
-    for r in rows:
-        print("| " + " | ".join(map(str, r)) + " |")
+        row = (t, c["mutants"], c["killed"], c["survived"], c["equivalent"], c["error"],
+               "n/a" if c["score"] is None else f"{100 * c['score']:.1f}%", s["mutants_per_min_per_core"],
+               len(s["mutants"]) - s["cached"], f"{load:.1f} / {os.getloadavg()[0]:.1f}")
+        print("| " + " | ".join(map(str, row)) + " |", flush=True)
     print(f"(reports in {out})", file=sys.stderr)
 
 

@@ -100,3 +100,19 @@ def test_reference_plant_expressed_by_an_operator_is_killed(plant, tmp_path, mon
                                                         budget=20, cache=None))
     m, = rep.mutate.mutants
     assert m.verdict == "killed", (plant, m)
+
+
+@pytest.mark.slow  # one prepare and sixteen mutants through the catalog: about a minute on a free core
+def test_every_reference_plant_is_a_mutant_the_tool_kills(tmp_path, monkeypatch):
+    """`sentinel mutate --target reference --plants`: each plant swapped in for the function it
+    replaces, through the same apply path as an operator's mutant, is killed."""
+    from sentinel.catalog import catalog_path
+    from sentinel.targets import plants
+    monkeypatch.setenv("HYPOTHESIS_STORAGE_DIRECTORY", str(tmp_path / "hypothesis"))
+    rep = mutate(load_paths([catalog_path()]), Options("reference", plants=True, budget=10, cache=None))
+    s = rep.mutate
+    assert sorted(m.key for m in s.mutants) == sorted(plants()) and {m.operator for m in s.mutants} == {"plant"}
+    assert [(m.key, m.verdict) for m in s.mutants if m.verdict != "killed"] == []
+    assert s.totals.score == 1.0
+    fn = {m.key: m.function for m in s.mutants}
+    assert fn["opsm-token-level"].endswith(":opsm_mask") and fn["ratio-in-low-precision"].endswith(":ppo_policy_loss")

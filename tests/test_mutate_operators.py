@@ -12,7 +12,7 @@ import pytest
 from sentinel.errors import UsageError
 from sentinel.mutate import equivalent
 from sentinel.mutate.apply import apply, resolve
-from sentinel.mutate.mutants import Function, mutants
+from sentinel.mutate.mutants import Function, mutants, swapped
 from sentinel.mutate.operators import OPERATORS
 
 
@@ -128,6 +128,9 @@ def outer(k):
 
 CLOSED = outer(3)
 TABLE = {"helper": helper}
+
+def helper_plant(x, scale=100):
+    return helper(x) * scale
 '''
 
 
@@ -190,3 +193,17 @@ def test_equivalent_yaml_is_read_and_bad_entries_name_file_and_line(tmp_path):
     bad.write_text("- function: m:f\n  operator: sign\n  key: abc\n  reason: ''\n")
     with pytest.raises(UsageError, match=r"bad.yaml:4: reason must be a non-empty text"):
         equivalent.load(bad)
+
+
+def test_swap_mutant_puts_a_replacement_that_builds_on_the_original_in_its_place(toy_module):
+    """A plant as a mutant: the function's body calls the replacement, which reaches the
+    original (not itself) when it calls the function it replaces."""
+    import inspect
+    mod, user = toy_module
+    lines, line = inspect.getsourcelines(mod.helper)
+    m = swapped(Function(f"{mod.__name__}:helper", "".join(lines), line), "times-100", f"{mod.__name__}:helper_plant",
+                inspect.getsource(mod.helper_plant))
+    assert m.operator == "plant" and m.key == "times-100" and m.id.endswith("#plant@times-100")
+    assert "-    return x + 1" in m.diff and "+    return helper(x) * scale" in m.diff
+    apply(m.job())
+    assert mod.helper(5) == 600 and user.helper(5) == 600 and mod.TABLE["helper"](5) == 600 and mod.twice(5) == 1200

@@ -153,3 +153,12 @@ def test_every_verdict_word_has_a_symbol_and_a_colour():
         assert palette.label(w) == f"{t.symbol} {w}"
     # the good and the bad verdict differ in symbol, not only in colour
     assert palette.symbol("holds") != palette.symbol("violated") != palette.symbol("error")
+
+
+def test_mutate_html_shows_survivors_first_with_their_diffs_as_code(tmp_path):
+    html = cli("report", str(write(tmp_path, "mutate")), "-f", "html").stdout
+    survivors, killed = html.index("Survivors (1)"), html.index("Killed (1)")
+    assert survivors < killed and html.index("f#drop-mask@k1") < killed < html.index("f#sum-mean@k2")
+    assert '<pre class="diff"><code><span class="del">-    x = a * mask</span>' in html
+    assert '<span class="add">+    x = a</span>' in html and "hunt examples kl 100" in html
+    assert "kl-k1" in html[killed:]  # what killed it

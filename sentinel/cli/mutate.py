@@ -23,6 +23,7 @@ class MutateFormat(str, Enum):
     markdown = "markdown"
     junit = "junit"
     json = "json"
+    html = "html"
 
 
 @contextmanager
@@ -50,6 +51,7 @@ def mutate(
     commit: Optional[str] = typer.Option(None, "--commit", help="Revision of --repo to mutate (a temporary worktree)."),
     boundary: Optional[List[str]] = typer.Option(None, "--boundary", "-b", help="Only the functions these boundaries map (repeatable)."),
     operators: Optional[str] = typer.Option(None, "--operators", help="Comma-separated operators (default: all; `sentinel mutate --list-operators`)."),
+    plants: bool = typer.Option(False, "--plants", help="The reference only: judge its planted bugs as mutants (each plant's code swapped in for the function it replaces)."),
     mutant: Optional[List[str]] = typer.Option(None, "--mutant", "-m", help="Judge only this mutant (its key or id, as the report names it; repeatable)."),
     budget: float = typer.Option(5.0, "--budget", min=0, help="Differential hunt seconds for each mutant the catalog leaves alive (0: catalog only)."),
     seed: int = typer.Option(0, "--seed", help="The hunt's seed (the same examples for every mutant)."),
@@ -57,7 +59,7 @@ def mutate(
     executor: ExecutorName = typer.Option(ExecutorName.local, "--executor", help="local (processes) or ray (RAY_ADDRESS, else a local instance)."),
     jobs: int = typer.Option(1, "--jobs", "-j", min=1, help="Shards at a time (each runs two workers)."),
     out_dir: Optional[Path] = typer.Option(None, "--out", help="Write the report here: DIR/mutate.json (and .md). Default: reports/mutate.json."),
-    format: MutateFormat = typer.Option(MutateFormat.text, "--format", "-f", help="text, markdown, junit or json on stdout."),
+    format: MutateFormat = typer.Option(MutateFormat.text, "--format", "-f", help="text, markdown, junit, json or html on stdout."),
     equivalent: Optional[Path] = typer.Option(None, "--equivalent", help="Equivalence claims (default: ./equivalent.yaml when it exists)."),
     equivalent_examples: int = typer.Option(100, "--equivalent-examples", min=1, help="Hunt examples per boundary an equivalence claim needs."),
     fail_under: float = typer.Option(0.0, "--fail-under", min=0, max=100, help="Exit 1 when the score (percent) is lower."),
@@ -74,6 +76,7 @@ def mutate(
     catalog (a scenario whose verdict changes kills it), then in a seeded differential hunt
     against the unmutated target. Score = killed / (mutants - equivalent - error).\n
     [cyan]sentinel mutate --target reference --budget 2[/]\n
+    [cyan]sentinel mutate --target reference --plants[/]   (each planted bug as a mutant)\n
     [cyan]sentinel mutate --target slime --repo ~/src/slime -b opsm_mask --format markdown[/]\n
     Exit: 0 the score reaches --fail-under, 1 it does not, 2 bad usage, 3 the target could not be run.
     """
@@ -85,6 +88,8 @@ def mutate(
             out.print(f"[bold]{name}[/]: {escape(' '.join((fn.__doc__ or '').split()))}", highlight=False)
         raise typer.Exit(0)
     _check_location(target, None, repo, commit)
+    if plants and (target != "reference" or operators):
+        raise usage_error("--plants applies to the reference target, without --operators")
     ops = [o.strip() for o in operators.split(",") if o.strip()] if operators else None
     unknown = [o for o in ops or [] if o not in OPERATORS]
     if unknown:
@@ -98,7 +103,7 @@ def mutate(
     opts = driver.Options(target=target, repo=str(repo.resolve()) if repo else None, commit=commit, device=device.value,
                           boundaries=list(boundary) if boundary else None, operators=ops, budget=budget, seed=seed,
                           timeout=timeout, hunt_examples=hunt_examples, executor=executor.value, jobs=jobs, cache=None if no_cache else cache,
-                          equivalent=equivalent, equivalent_examples=equivalent_examples, fail_under=fail_under, only=list(mutant) if mutant else None,
+                          equivalent=equivalent, equivalent_examples=equivalent_examples, fail_under=fail_under, only=list(mutant) if mutant else None, plants=plants,
                           command=["sentinel", *sys.argv[1:]])
     try:
         with _progress(format != MutateFormat.text) as update:

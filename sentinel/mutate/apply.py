@@ -17,7 +17,9 @@ import sys
 import textwrap
 import types
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
+
+_SWAPS: dict[str, Callable] = {}  # function name -> what its swap mutant calls (this forked child only)
 
 
 def resolve(name: str) -> types.FunctionType:
@@ -114,7 +116,29 @@ def compiled(fn: types.FunctionType, source: str, line: int) -> types.CodeType:
     return new.__code__
 
 
+def swapped(name: str) -> Callable:
+    """What a swap mutant's body calls (`mutants.swapped`)."""
+    return _SWAPS[name]
+
+
+def _swap(fn: types.FunctionType, name: str, replacement: str) -> None:
+    """Register the call of swap mutant `name`: the replacement, run with `fn`'s original code
+    back in place, so a replacement that builds on the function it replaces (a plant that
+    falls back to the correct math) gets the original, not itself."""
+    repl, original = resolve(replacement), fn.__code__
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        mutant, fn.__code__ = fn.__code__, original
+        try:
+            return repl(*args, **kwargs)
+        finally:
+            fn.__code__ = mutant
+    _SWAPS[name] = call
+
+
 def apply(mutant: dict[str, Any]) -> None:
     """Put the mutant in place of its function, in this process (a forked child)."""
     fn = resolve(mutant["function"])
+    if mutant.get("swap"):
+        _swap(fn, mutant["function"], mutant["swap"])
     fn.__code__ = compiled(fn, mutant["source"], int(mutant.get("line", 1)))

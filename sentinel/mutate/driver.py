@@ -3,7 +3,9 @@
 1. Prepare (one worker, the unmutated target): read every function the target's boundaries
    map (`@implements(boundary, calls=...)`) and run the catalog's scenarios of those
    boundaries on it (the base verdicts a mutant is compared with).
-2. Generate the mutants of each function (`mutants.mutants`, the operators of `operators`).
+2. Generate the mutants of each function (`mutants.mutants`, the operators of `operators`), or
+   with `plants` (the reference) one swap mutant per planted bug: the function it replaces
+   swapped for the plant's code (`plant_mutants`).
 3. Judge each mutant not in the cache, in shards an executor runs (`engine.run_shard`,
    `-j` local processes or Ray tasks, as `sentinel history` does).
 4. Honour the equivalence claims of `equivalent.yaml` that have their evidence, and score:
@@ -33,7 +35,7 @@ from ..runner import LOAD_TIMEOUT, TargetSpec, checkout_root, evaluate, job, pla
 from ..spec import Scenario
 from . import cache as mcache, equivalent as equiv
 from .engine import Shard, run_shard
-from .mutants import Function, Mutant, mutants
+from .mutants import SWAP, Function, Mutant, mutants, swapped
 from .operators import OPERATORS
 
 ORDER = {"survived": 0, "error": 1, "equivalent": 2, "killed": 3}
@@ -52,6 +54,7 @@ class Options:
     timeout: float = 30.0
     hunt_examples: int = 100_000  # per boundary and mutant: the hunt ends there, or at its budget
     only: list[str] | None = None  # judge only these mutants (ids or keys)
+    plants: bool = False  # the reference's planted bugs as the mutants, instead of the operators'
     executor: str = "local"
     jobs: int = 1
     cache: Path | None = mcache.DEFAULT_DIR
@@ -168,6 +171,20 @@ def _shards(todo: list[Mutant], jobs: int) -> list[list[Mutant]]:
     return [todo[i:i + size] for i in range(0, len(todo), size)]
 
 
+def plant_mutants(functions: list[Function]) -> list[Mutant]:
+    """One swap mutant per planted bug of the reference whose replaced function is among
+    `functions` (`-b` may leave some out): the plant's code in that function's place."""
+    import inspect
+    by = {f.name: f for f in functions}
+    out = []
+    for name, plant in sorted(target_registry.plants().items()):
+        fn = by.get(f"{target_registry.REFERENCE_OPS}:{plant.replaces}")
+        if fn is not None:
+            code = plant.code
+            out.append(swapped(fn, name, f"{code.__module__}:{code.__qualname__}", inspect.getsource(code)))
+    return out
+
+
 def mutate(scenarios: list[Scenario], opts: Options,
            on_progress: Callable[[int, int, dict[str, int]], None] | None = None) -> Report:
     """Generate, judge and score the mutants of `opts.target` (see the module docstring)."""
@@ -175,8 +192,8 @@ def mutate(scenarios: list[Scenario], opts: Options,
     created = datetime.now(timezone.utc).isoformat(timespec="seconds")
     claims = equiv.load(opts.equivalent) if opts.equivalent else {}
     p = prepare(opts, scenarios)
-    ms = [m for f in p.functions for m in mutants(f, opts.operators)
-          if not opts.only or m.id in opts.only or m.key in opts.only]
+    every = plant_mutants(p.functions) if opts.plants else [m for f in p.functions for m in mutants(f, opts.operators)]
+    ms = [m for m in every if not opts.only or m.id in opts.only or m.key in opts.only]
     commit = p.target.commit or p.target.version or "-"
     store = mcache.Cache(opts.cache, opts.target, target_registry.adapter_spec(opts.target), commit,
                          mcache.catalog_hash([sc for sc in scenarios if sc.boundary in p.mapping]), [opts.budget, opts.hunt_examples],
@@ -228,7 +245,7 @@ def mutate(scenarios: list[Scenario], opts: Options,
     records.sort(key=lambda r: (ORDER[r.verdict], r.function, r.position, r.operator))
     totals = _count(records)
     summary = MutateSummary(
-        target=p.spec.key, commit=commit, operators=opts.operators or list(OPERATORS), boundaries=sorted(p.mapping),
+        target=p.spec.key, commit=commit, operators=[SWAP] if opts.plants else opts.operators or list(OPERATORS), boundaries=sorted(p.mapping),
         functions={f.name: list(f.boundaries) for f in p.functions}, unreadable=p.unreadable, budget_s=opts.budget,
         seed=opts.seed, equivalent_file=str(opts.equivalent) if opts.equivalent else None,
         equivalent_examples=opts.equivalent_examples, stale_equivalents=stale, executor=opts.executor, jobs=opts.jobs,

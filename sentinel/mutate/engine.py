@@ -35,7 +35,7 @@ from ..spec import Scenario
 
 SHRINK_S = 0.5  # a kill needs a difference, not its smallest example
 DECIDED = ("holds", "violated")
-CHUNK = 4  # catalog jobs sent to the worker at a time
+CHUNKS = (1, 2, 4, 8)  # catalog jobs sent at a time: the likeliest killer alone first, then more per round
 
 
 @dataclass
@@ -91,17 +91,24 @@ class _Workers:
                 s.stop()
 
 
+def _job(m: dict[str, Any]) -> dict[str, Any]:
+    """What the worker's child needs to put mutant `m` in place (`apply.apply`)."""
+    return {k: m.get(k) for k in ("function", "source", "line", "swap")}
+
+
 def _catalog(w: _Workers, m: dict[str, Any], planned: list) -> tuple[dict[str, Any] | None, int]:
     """The catalog's judgement of mutant `m`: a record update (killed / error), or None when
     it survives; and how many scenarios ran."""
     mine = [(sc, runs) for sc, runs in planned if sc.boundary in m["boundaries"] and w.shard.base.get(sc.id) in DECIDED]
     if not mine:
         return None, 0
-    mutant = {"function": m["function"], "source": m["source"], "line": m["line"]}
+    mutant = _job(m)
     mine.sort(key=lambda x: -w.kills[x[0].id])  # the scenarios that killed most so far first
     changed, errors, ran = [], [], 0
-    for i in range(0, len(mine), CHUNK):  # a few at a time: the first verdict that changes ends it
-        chunk = mine[i:i + CHUNK]
+    i, rounds = 0, 0
+    while i < len(mine):  # a few at a time: the first verdict that changes ends it
+        chunk = mine[i:i + CHUNKS[min(rounds, len(CHUNKS) - 1)]]
+        i, rounds = i + len(chunk), rounds + 1
         w.head.worker.send_all([{**job(sc, runs), "mutant": mutant} for sc, runs in chunk])
         for sc, runs in chunk:
             r = evaluate(sc, runs, w.head.worker.receive(w.shard.timeout + 30), "head")
@@ -112,7 +119,7 @@ def _catalog(w: _Workers, m: dict[str, Any], planned: list) -> tuple[dict[str, A
                 changed.append(f"{sc.id}: {before} -> {r.verdict}")
                 w.kills[sc.id] += 1
         ran += len(chunk)
-        if changed:
+        if changed or len(errors) not in (0, ran):  # a change, or a crash where another scenario ran: killed
             break
     if errors and len(errors) == len(mine) and len({e[2].split(":")[0] for e in errors}) == 1:
         return {"verdict": "error", "reason": f"fails the same way on every scenario: {errors[0][2][:300]}"}, ran
@@ -129,7 +136,7 @@ def _hunt(w: _Workers, m: dict[str, Any]) -> dict[str, Any]:
     """The differential hunt of the unmutated target (base) against the mutant (head)."""
     sh = w.shard
     base = w.base_side()
-    w.head.job_extra = {"mutant": {"function": m["function"], "source": m["source"], "line": m["line"]}}
+    w.head.job_extra = {"mutant": _job(m)}
     w.head.open(sh.budget + 60)
     if w.head.conn is None:
         w.restart("head")

@@ -56,6 +56,7 @@ class Mutant:
     replacement: str = ""
     function_hash: str = ""
     compile_error: str | None = None
+    swap: str | None = None  # "module:qualname" a swap mutant (`swapped`) calls in the function's place
 
     @property
     def id(self) -> str:
@@ -66,7 +67,7 @@ class Mutant:
 
     def job(self) -> dict[str, Any]:
         """What the worker's child needs to put it in place."""
-        return {"function": self.function, "source": self.source, "line": self.line}
+        return {"function": self.function, "source": self.source, "line": self.line, "swap": self.swap}
 
 
 def parse(source: str) -> ast.FunctionDef | ast.AsyncFunctionDef:
@@ -180,3 +181,25 @@ def mutants(fn: Function, operators: list[str] | None = None) -> list[Mutant]:
             m.compile_error = f"SyntaxError: {e.msg}"
         out.append(m)
     return out
+
+
+SWAP = "plant"  # the operator name of a swap mutant
+
+
+def swapped(fn: Function, label: str, replacement: str, replacement_source: str) -> Mutant:
+    """A mutant that replaces `fn` whole by another function of the same signature
+    (`replacement`, "module:qualname"; a planted bug): its body becomes a call of the
+    replacement (`apply` puts it in place), its diff is the replacement's source against
+    `fn`'s. Keyed by `label`; its hash covers both sources, so an edit to either re-judges it."""
+    fdef = parse(fn.source)
+    rdef = parse(replacement_source)
+    rdef.name, rdef.decorator_list = fdef.name, []
+    before, after = ast.unparse(fdef), ast.unparse(rdef)
+    diff = "\n".join(difflib.unified_diff(before.splitlines(), after.splitlines(), fn.name, f"{fn.name} ({replacement})",
+                                          n=1, lineterm=""))
+    call = (f"def {fdef.name}(*args, **kwargs):\n    from sentinel.mutate.apply import swapped\n"
+            f"    return swapped({fn.name!r})(*args, **kwargs)\n")
+    both = hashlib.sha256((fn.source + "\0" + replacement_source).encode()).hexdigest()[:16]
+    where = fn.file or fn.name.split(":")[0]
+    return Mutant(fn.name, SWAP, label, f"{where}:{fn.line}:1", diff, call, fn.line, list(fn.boundaries),
+                  fdef.name, replacement, both, swap=replacement)

@@ -24,7 +24,8 @@ def history(view) -> dict[str, Any]:
 
 def mutate(view) -> dict[str, Any]:
     s = view.mutate
-    return {"s": s, "tables": view.tables(), "survivors": [m for m in s.mutants if m.verdict == "survived"]}
+    return {"s": s, "tables": view.tables(), "survivors": [m for m in s.mutants if m.verdict == "survived"],
+            "others": {v: [m for m in s.mutants if m.verdict == v] for v in ("equivalent", "error", "killed")}}
 
 
 def bisect(view) -> dict[str, Any]:
