@@ -7,8 +7,8 @@ sends each mutant along with its jobs; the worker's forked child puts it in plac
 (`apply.apply`), so no mutant needs a checkout or a new worker.
 
 - Catalog: each scenario of the mutant's boundaries whose verdict on the unmutated target is
-  decided (holds / violated) runs on the mutant, a few at a time, those that killed most
-  mutants of the shard first, until one kills it. A verdict that changes kills it; an error
+  decided (holds / violated) runs on the mutant, 1, then 2, 4, 8 at a time, those that
+  killed most mutants of the shard first, until one kills it. A verdict that changes kills it; an error
   where the target held kills it too (a crash on some input), unless every scenario errs
   with the same exception type: then the mutant is an `error` (it fails the same way on
   every input: no test told it apart).
