@@ -114,7 +114,8 @@ def test_findings_run_now_on_the_reference(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "sentinel", "findings", "--run", "-t", "reference", "--json",
                            "--bundles", str(tmp_path)], capture_output=True, text=True, cwd=tmp_path)
     rows = {r["id"]: r for r in json.loads(proc.stdout)}
-    assert rows["opsm-mixed-advantage"]["holds"] == ["reference"] and rows["opsm-mixed-advantage"]["reproduces"] == []
+    holds = [h.split()[0] for h in rows["opsm-mixed-advantage"]["holds"]]  # "reference <version>"
+    assert holds == ["reference"] and rows["opsm-mixed-advantage"]["reproduces"] == []
 
 
 def test_a_closure_the_trainer_returns_is_replayed_through_its_maker(tmp_path):
