@@ -16,6 +16,9 @@ The CLI side (`fork`) returns a `Forked` that behaves as the `subprocess.Popen` 
 worker (pid, pipes, poll, kill, wait): the zygote reports each fork's exit status. The zygote
 ends with the CLI (it polls its parent), and its forks end with it (theirs).
 `SENTINEL_ZYGOTE=off`, or no fork (Windows), spawns each worker as before.
+`SENTINEL_ZYGOTE_SOCKET=PATH` asks the shared zygote listening there (`python -m
+sentinel.zygote_server --listen PATH`) instead of starting one: torch imported once for many
+CLI calls (a CI job, a test session); if nothing listens there, the CLI starts its own.
 """
 
 from __future__ import annotations
@@ -76,12 +79,15 @@ class Client:
     """The zygote, seen from the CLI: started once, asked for forks from any thread."""
 
     def __init__(self) -> None:
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self.sock = ours
-        self.proc = subprocess.Popen([sys.executable, "-m", "sentinel.zygote_server", str(theirs.fileno())],
-                                     pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                     start_new_session=True)
-        theirs.close()
+        self.proc: subprocess.Popen | None = None
+        self.sock = _shared()
+        if self.sock is None:
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            self.sock = ours
+            self.proc = subprocess.Popen([sys.executable, "-m", "sentinel.zygote_server", str(theirs.fileno())],
+                                         pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
+                                         stdout=subprocess.DEVNULL, start_new_session=True)
+            theirs.close()
         self.lock = threading.Lock()  # one fork request at a time: its answer is the next "pid"
         self.pids: list[int] = []
         self.got_pid = threading.Condition()
@@ -157,9 +163,35 @@ class Client:
             self.sock.close()
         except OSError:
             pass
-        if self.proc.poll() is None:
+        if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+
+
+def identity() -> dict[str, str]:
+    """What a shared zygote must share with a CLI to serve it: the interpreter and this package."""
+    return {"prefix": os.path.realpath(sys.prefix), "sentinel": os.path.dirname(os.path.realpath(__file__))}
+
+
+def _shared() -> socket.socket | None:
+    """A connection to the shared zygote named by SENTINEL_ZYGOTE_SOCKET (`python -m
+    sentinel.zygote_server --listen PATH`), None when unset or not listening (then our own)."""
+    path = os.environ.get("SENTINEL_ZYGOTE_SOCKET")
+    if not path:
+        return None
+    try:  # only a zygote of this interpreter and this sentinel (another venv's CLI starts its own)
+        with open(path + ".json") as f:
+            if json.load(f) != identity():
+                return None
+    except (OSError, ValueError):
+        return None
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        sock.connect(path)
+    except OSError:
+        sock.close()
+        return None
+    return sock
 
 
 _client: Client | None = None

@@ -1,5 +1,11 @@
-"""The zygote's own side (`python -m sentinel.zygote_server`): import torch, then fork a
-worker per request; see sentinel/zygote.py for the whole picture and the CLI's side."""
+"""The zygote's own side (`python -m sentinel.zygote_server FD`): import torch, then fork a
+worker per request; see sentinel/zygote.py for the whole picture and the CLI's side.
+
+`python -m sentinel.zygote_server --listen PATH` is one zygote shared by every CLI process
+that finds its socket in `SENTINEL_ZYGOTE_SOCKET` (a CI job or a test session that calls
+`sentinel` hundreds of times imports torch once): each connection is served by a fork of it,
+a private zygote as a CLI's own would be, which ends with the connection (the CLI's exit or
+kill) and kills its workers then. The listener ends with the process that started it."""
 
 from __future__ import annotations
 
@@ -11,6 +17,7 @@ import socket
 import sys
 from typing import Any
 
+from . import zygote
 from .zygote import MSG_BYTES
 
 
@@ -52,15 +59,18 @@ def _become_worker(sock: socket.socket, fds: list[int], request: dict[str, Any],
         os._exit(0)
 
 
-def serve(fd: int) -> None:
+def _ready() -> set[str]:
+    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")  # as the worker: no CUDA before fork
+    imported: set[str] = set()
+    _import(["torch", "sentinel.worker"], imported)
+    return imported
+
+
+def serve(sock: socket.socket, imported: set[str], start_cwd: str) -> None:
+    """Fork a worker per request on `sock` until it closes or this process's parent ends."""
     # no parent-death signal: it fires when the *thread* that started us ends (a pool thread);
     # the loop below notices the CLI's end instead
     parent = os.getppid()
-    sock = socket.socket(fileno=fd)
-    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")  # as the worker: no CUDA before fork
-    start_cwd = os.getcwd()
-    imported: set[str] = set()
-    _import(["torch", "sentinel.worker"], imported)
     forks: set[int] = set()
     sock.settimeout(0.2)
     while True:
@@ -106,5 +116,50 @@ def _send(sock: socket.socket, msg: dict[str, Any]) -> None:
         pass
 
 
+def listen(path: str) -> None:
+    """The shared zygote: accept CLI connections on `path`, each served by a fork."""
+    parent, start_cwd = os.getppid(), os.getcwd()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # the finally below: no socket file left
+    imported = _ready()
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    for stale in (path + ".tmp", path):
+        if os.path.exists(stale):
+            os.unlink(stale)
+    server.bind(path + ".tmp")
+    with open(path + ".json", "w") as f:
+        json.dump(zygote.identity(), f)
+    os.rename(path + ".tmp", path)  # the path appears only once torch is imported: clients never wait
+    server.listen(64)
+    server.settimeout(0.2)
+    try:
+        while os.getppid() == parent:
+            try:
+                while os.waitpid(-1, os.WNOHANG)[0]:  # the connections' zygotes that ended
+                    pass
+            except ChildProcessError:
+                pass
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                continue
+            if os.fork() == 0:
+                server.close()
+                serve(conn, imported, start_cwd)
+                os._exit(0)
+            conn.close()
+    finally:
+        server.close()
+        for made in (path, path + ".json"):
+            try:
+                os.unlink(made)
+            except OSError:
+                pass
+        from . import reaper
+        reaper.kill_descendants(os.getpid(), reap=True)
+
+
 if __name__ == "__main__":
-    serve(int(sys.argv[1]))
+    if sys.argv[1] == "--listen":
+        listen(sys.argv[2])
+    else:
+        serve(socket.socket(fileno=int(sys.argv[1])), _ready(), os.getcwd())

@@ -1,11 +1,14 @@
 """Session-wide test settings: the checkout cache (sentinel/checkouts.py) lives in a folder of
 this session, so a test run never fills or prunes the user's ~/.cache/rl-sentinel. A test that
-needs its own cache sets SENTINEL_CACHE_DIR itself (monkeypatch), which wins."""
+needs its own cache sets SENTINEL_CACHE_DIR itself (monkeypatch), which wins. One shared zygote
+serves the session's CLI calls (torch imported once, not per call)."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 
 import pytest
@@ -23,3 +26,39 @@ def _session_checkout_cache():
     finally:
         os.environ.pop("SENTINEL_CACHE_DIR", None)
         shutil.rmtree(folder, ignore_errors=True)
+
+
+# Modules that watch the CLI's own process tree (a worker must be the CLI's descendant to be
+# seen left behind) or the zygote itself: they keep a zygote per CLI process, as users have it.
+OWN_ZYGOTE = {"test_cleanup", "test_faults", "test_isolation", "test_zygote", "test_shared_zygote"}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _shared_zygote(tmp_path_factory):
+    """One zygote for the whole session (`python -m sentinel.zygote_server --listen`): each of
+    the hundreds of CLI calls here forks its workers from it instead of importing torch again.
+    Until it listens (a few seconds), a CLI starts its own; SENTINEL_ZYGOTE_SOCKET set by the
+    caller is kept."""
+    if os.environ.get("SENTINEL_ZYGOTE_SOCKET"):
+        yield
+        return
+    path = str(tmp_path_factory.mktemp("zygote") / "z.sock")
+    proc = subprocess.Popen([sys.executable, "-m", "sentinel.zygote_server", "--listen", path],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True)
+    os.environ["SENTINEL_ZYGOTE_SOCKET"] = path
+    try:
+        yield
+    finally:
+        os.environ.pop("SENTINEL_ZYGOTE_SOCKET", None)
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture(autouse=True)
+def _own_zygote(request, monkeypatch):
+    if request.module.__name__.rsplit(".", 1)[-1] in OWN_ZYGOTE:
+        monkeypatch.delenv("SENTINEL_ZYGOTE_SOCKET", raising=False)
