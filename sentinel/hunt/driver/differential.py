@@ -376,6 +376,11 @@ class DiffHunter(Hunt):
                    "differing": [x.observable for x in left], "judged_by": "reference" if ruling else "families",
                    "referee": ruling.as_dict() if ruling else None,
                    "outcome": {"message": _message(d, verdict, viol, self.sides, ruling)}}
+        skipped = deviation_for(self.deviations, b, d.observable, ex.config, skipped=True) if self.deviations else None
+        if skipped:  # excused at the code it was declared for, not at this one: reported, and why
+            why = self.deviations[skipped]["skipped"]
+            finding["deviation_skipped"] = {"name": skipped, "why": why}
+            finding["outcome"]["message"] += f"; declared deviation {skipped!r} is skipped here: {why}"
         t = search.first["t"] - search.t0
         s.found.append(Found(finding, s.examples - search.st["examples"] + search.first["examples"],
                              s.duration_s + t, before_s + t, search.st["shrink_calls"]))

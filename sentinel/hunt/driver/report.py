@@ -147,7 +147,9 @@ def deviation_entries(deviations: dict[str, dict[str, Any]]) -> list[HuntDeviati
     """The declared deviations (name -> declaration, met, example), as the report lists them."""
     return [HuntDeviation(name=n, boundary=d["boundary"], reason=d["reason"], link=d["link"],
                           observables=d["observables"], config=d["when"], met=d.get("met", 0),
-                          example=d.get("example") or {}) for n, d in deviations.items()]
+                          example=d.get("example") or {}, source=d.get("source", ""), body=list(d.get("body") or []),
+                          hash_now=d.get("hash_now"), applies=d.get("applies", True), skipped=d.get("skipped", ""))
+            for n, d in deviations.items()]
 
 
 def _summary(states: list[PropertyState], settings: HuntSettings, properties: list[HuntProperty],

@@ -161,7 +161,7 @@ def run_round(adapter, device, job: dict[str, Any], emit: Callable[[dict[str, An
     t_probe, cpu0 = time.monotonic(), time.process_time()
     checker = Checker(prop, adapter, device, dict(job.get("exclude") or {}),
                       [Signature.from_dict(d) for d in job.get("known") or []], pin=dict(job.get("pin") or {}),
-                      deviations=type(adapter).deviation_table(),
+                      deviations=adapter.deviations_here(),
                       domains=dict(getattr(type(adapter), "option_domains", {}).get(prop.boundary, {})))
     options.drain()  # the options the trainer reads from here on are this round's
     out: dict[str, Any] = {"status": "ok", "property": prop.name, "examples": 0, "rejected": 0, "errors": 0,

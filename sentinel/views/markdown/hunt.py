@@ -50,6 +50,11 @@ def hunt(view, **_: object) -> str:
         lines += ["Declared deviations met (not findings):", ""]
         lines += [f"- {md_code(d.name)} ({md_text(d.boundary)}): {d.met} example(s): {md_text(d.reason)}" for d in met]
         lines.append("")
+    skipped = [d for d in h.deviations if not d.applies]
+    if skipped:
+        lines += ["Declared deviations skipped (they explain nothing at this checkout):", ""]
+        lines += [f"- {md_code(d.name)} ({md_text(d.boundary)}): {md_text(d.skipped)}" for d in skipped]
+        lines.append("")
     lines += reach_lines(h)
     return "\n".join(lines + reproduce(report, loc))
 

@@ -71,7 +71,10 @@ def hunt(view, out: Console, verbose: bool = False) -> None:
             out.print(f"[dim]known, passed over {k.excluded}x: {markup(_sig_text(k.signature))} ({markup(k.source)})[/]",
                       highlight=False)
     for dev in h.deviations:
-        if dev.met:
+        if not dev.applies:
+            out.print(f"[yellow]deviation skipped[/] {markup(dev.name)} ({markup(dev.boundary)}): "
+                      f"{markup(dev.skipped)}", highlight=False)
+        elif dev.met:
             out.print(f"[yellow]deviation[/] {markup(dev.name)} ({markup(dev.boundary)}): {dev.met} example(s) "
                       f"explained: {markup(dev.reason)} ({markup(dev.link)})", highlight=False)
     for o in h.options:
