@@ -249,6 +249,8 @@ class HuntProperty(_Model):
     shrink_calls: int = 0
     rounds: int = 0
     duration_s: float = Field(0.0, description="this property's own search seconds (all rounds)")
+    share_s: float = Field(0.0, description="the search seconds its rounds were allotted: the time left split "
+                           "evenly among the properties still running, each round in turn")
     findings: int = Field(0, description="distinct findings (signatures) on this property")
     progress: list[HuntSample] = Field(default_factory=list, description="examples and findings over the hunt's "
                                        "search seconds (schema 1.1; empty in a 1.0 report)")

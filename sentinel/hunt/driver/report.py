@@ -111,7 +111,7 @@ def _property(s: PropertyState) -> HuntProperty:
     return HuntProperty(property=p.name, boundary=p.boundary, family=p.family, doc=p.doc, status=s.verdict or "untested",
                         reason=s.reason, examples=s.examples, rejected=s.rejected, rejections=dict(s.reasons.most_common(20)),
                         errors=s.errors, shrink_calls=s.shrink_calls, rounds=s.rounds,
-                        duration_s=round(s.duration_s, 4), findings=len(s.found),
+                        duration_s=round(s.duration_s, 4), share_s=round(s.share_s, 4), findings=len(s.found),
                         progress=[HuntSample(s=t, examples=n, findings=f) for t, n, f in s.progress], excluded_known=dict(s.excluded),
                         preconditions=dict(s.preconditions),
                         unsupported_reasons=[f"config {k} excluded: {r}" for k, r in s.exclude_reasons.items()]

@@ -226,8 +226,8 @@ class Hunter(Hunt):
         with self.lock:
             left = st.time_budget - (time.perf_counter() - self.t_search)
             n = min(st.max_examples - s.examples, FIRST_ROUND * 2 ** s.rounds)
-            share = left * self.lanes / max(1, sum(1 for x in self.states if not x.done))
-            time_limit = max(0.2, min(left, max(share, 0.5) * (1 + s.rounds)))
+            time_limit = max(0.2, self.share(s, left, self.lanes))
+            s.share_s += time_limit
             s.search_before = time.perf_counter() - self.t_search
             s.sample(s.search_before)
         first = s.exclude is None

@@ -42,8 +42,9 @@ def hunt(view, **_: object) -> str:
         lines += [f"| {md_code(p.property)} | {p.status} | {p.examples} | {md_text(loc.scrub(p.reason)[:200])} |" for p in odd]
         lines.append("")
     lines += [f"<details><summary>{len(h.properties)} properties</summary>", "",
-              "| property | status | examples | rejected | seconds |", "|---|---|---:|---:|---:|"]
-    lines += [f"| {md_code(p.property)} | {p.status} | {p.examples} | {p.rejected} | {p.duration_s:.2f} |" for p in h.properties]
+              "| property | status | examples | rejected | seconds | share (s) |", "|---|---|---:|---:|---:|---:|"]
+    lines += [f"| {md_code(p.property)} | {p.status} | {p.examples} | {p.rejected} | {p.duration_s:.2f} | {p.share_s:.2f} |"
+              for p in h.properties]
     lines += ["", "</details>", ""]
     met = [d for d in h.deviations if d.met]
     if met:
