@@ -316,12 +316,11 @@ class DiffHunter(Hunt):
         matter to the signature, or another choice it persists under) where a family tells
         the sides apart. (example, verdict, violated by side, held by side, the explaining
         invariants, the difference)."""
-        needs = sig.config_dict()
         # the input as drawn, then cleaner ones the same difference survives on: masked rows
         # made valid, masked junk zeroed (another bug there must not blur the verdict)
         inputs = [ex] + [x for x in [fill_masked_rows(ex), *(neutralise(ex, c) for c in layout(ex))] if x is not None]
         configs = [dict(ex.config)] + [{**ex.config, k: v} for k, vs in self.choices(b).items()
-                                       for v in needs.get(k, vs) if _key(v) != _key(ex.config.get(k))]
+                                       for v in sig.choices(k, vs) if _key(v) != _key(ex.config.get(k))]
         cands = [dataclasses.replace(x, config=c) for x in inputs for c in configs]
         ra, rb = self.observe(b, cands)
         kept = []
