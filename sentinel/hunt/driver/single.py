@@ -3,8 +3,8 @@
 `Hunter` runs the phases of `engine.Hunt`: start checks the target out and starts the workers
 (one per lane, `--jobs`); search is a round robin over the properties: each lane takes the
 next property that no other lane holds and sends its worker one round of it (a `{"type":
-"hunt"}` job, `worker.round.run_round`: up to N examples or S seconds, each round twice as long
-as that property's last), so a cheap bug anywhere is found early and a long hunt spreads
+"hunt"}` job, `worker.round.run_round`: up to N examples, twice the property's last round's, or
+its fair share of the time left, `Hunt.share`), so a cheap bug anywhere is found early and a long hunt spreads
 evenly; document writes each finding as a scenario, verified on the target.
 """
 
