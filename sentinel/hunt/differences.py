@@ -140,3 +140,8 @@ def deviation_for(deviations: dict[str, dict[str, Any]], boundary: str, observab
         if all(_key(config.get(k)) in {_key(v) for v in vs} for k, vs in d["when"].items()):
             return name
     return None
+
+
+def skipped_note(deviations: dict[str, dict[str, Any]], name: str) -> str:
+    """What a finding says of the declared deviation that would have explained it, skipped here."""
+    return f"declared deviation {name!r} is skipped here: {deviations[name]['skipped']}"

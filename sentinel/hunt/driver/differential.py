@@ -39,7 +39,7 @@ from ...invariants import REGISTRY
 from ...report import Report, Target
 from ...runner import TargetSpec
 from ...spec import load_text
-from ..differences import ATOL, RTOL, Difference, deviation_for, differences, grads_for, not_run
+from ..differences import ATOL, RTOL, Difference, deviation_for, differences, grads_for, not_run, skipped_note
 from ..known import Known, fitted, runs_of
 from ..properties import PROPERTIES, SHRINK_TIME, Property, select
 from ..search import Answer, Search, replayable
@@ -383,9 +383,8 @@ class DiffHunter(Hunt):
                    "outcome": {"message": _message(d, verdict, viol, self.sides, ruling)}}
         skipped = deviation_for(self.deviations, b, d.observable, ex.config, skipped=True) if self.deviations else None
         if skipped:  # excused at the code it was declared for, not at this one: reported, and why
-            why = self.deviations[skipped]["skipped"]
-            finding["deviation_skipped"] = {"name": skipped, "why": why}
-            finding["outcome"]["message"] += f"; declared deviation {skipped!r} is skipped here: {why}"
+            finding["deviation_skipped"] = {"name": skipped, "why": self.deviations[skipped]["skipped"]}
+            finding["outcome"]["message"] += "; " + skipped_note(self.deviations, skipped)
         t = search.first["t"] - search.t0
         s.found.append(Found(finding, s.examples - search.st["examples"] + search.first["examples"],
                              s.duration_s + t, before_s + t, search.st["shrink_calls"]))
