@@ -215,6 +215,12 @@ class HuntDeviation(_Model):
     config: dict[str, list[Any]] = Field(default_factory=dict)
     met: int = Field(0, description="differing examples it explained")
     example: dict[str, Any] = Field(default_factory=dict, description="the first such input (config and inputs)")
+    source: str = Field("", description="the trainer function it excuses (module:qualname), where declared")
+    body: list[str] = Field(default_factory=list, description="the hashes of that function's body it was declared for")
+    hash_now: str | None = Field(None, description="the hash of that body at the hunted checkout")
+    applies: bool = Field(True, description="false: the code it excuses changed (or the commit is outside its "
+                          "range): it explained nothing, what it would have explained is reported")
+    skipped: str = Field("", description="why it does not apply here")
 
 
 class HuntSample(_Model):
@@ -243,6 +249,8 @@ class HuntProperty(_Model):
     shrink_calls: int = 0
     rounds: int = 0
     duration_s: float = Field(0.0, description="this property's own search seconds (all rounds)")
+    share_s: float = Field(0.0, description="the search seconds its rounds were allotted: the time left split "
+                           "evenly among the properties still running, each round in turn")
     findings: int = Field(0, description="distinct findings (signatures) on this property")
     progress: list[HuntSample] = Field(default_factory=list, description="examples and findings over the hunt's "
                                        "search seconds (schema 1.1; empty in a 1.0 report)")

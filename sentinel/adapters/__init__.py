@@ -1,7 +1,8 @@
 """The adapter framework: how the worker calls a target's code at a canonical boundary.
 
 One concept per module: ``contract`` (the `Adapter` base class, `@implements`, the declared
-tables: declines, preconditions, deviations, unsupported options), ``trainer`` (the base
+tables: declines, preconditions, deviations, unsupported options), ``excuses`` (a deviation
+tied to the code it excuses: body hash, commit range), ``trainer`` (the base
 class of real trainers' adapters: package, imports, `load()` outline, function lookup),
 ``binding`` (a call bound to a drifting signature, function lookup), ``layout`` (rows and
 groups), ``loading`` (locating and importing a target), ``shims`` (import stubs),

@@ -34,6 +34,7 @@ import torch
 
 from sentinel import boundaries
 from sentinel.errors import PreconditionUnmet, Unsupported
+from sentinel.adapters import excuses
 from sentinel.adapters.options import Pin
 
 
@@ -124,22 +125,42 @@ class Deviation:
 
     boundary: where; observables: the outputs (or `grad:OUT/IN`, `input:IN`) that differ,
     empty for any; when: the config choices under which it applies (key -> allowed values),
-    empty for always; reason: why it is intended; link: the trainer's documentation or code."""
+    empty for always; reason: why it is intended; link: the trainer's documentation or code.
+    source / body / commits tie it to the code it excuses (`excuses.py`): the trainer function
+    ("module:qualname"), the hash of its body as the author read it (or several), the commits it holds for
+    ((first, until): first an ancestor of the checkout or the checkout, until not). Where they
+    do not match the checkout, the deviation does not apply there."""
 
     boundary: str
     reason: str
     link: str
     observables: tuple[str, ...] = ()
     when: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
+    source: str = ""
+    body: tuple[str, ...] = ()  # the hashes of the bodies it was read at (one per version the author read)
+    commits: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         return {"boundary": self.boundary, "reason": self.reason, "link": self.link,
-                "observables": list(self.observables), "when": {k: list(v) for k, v in self.when.items()}}
+                "observables": list(self.observables), "when": {k: list(v) for k, v in self.when.items()},
+                "source": self.source, "body": list(self.body), "commits": list(self.commits)}
+
+    def problem(self) -> str | None:
+        """What is wrong with its tie to the code (None: nothing)."""
+        if self.source and ":" not in self.source:
+            return f"source names 'module:qualname', got {self.source!r}"
+        if self.body and not self.source:
+            return "a body hash needs the source it is of"
+        if self.commits and not (1 <= len(self.commits) <= 2 and self.commits[0]):
+            return f"commits is (first,) or (first, until), got {self.commits!r}"
+        return None
 
 
 def deviation(boundary: str, *, reason: str, link: str, observables: tuple[str, ...] = (),
-              when: Mapping[str, tuple[Any, ...] | list[Any]] | None = None) -> Deviation:
-    return Deviation(boundary, reason, link, tuple(observables), {k: tuple(v) for k, v in (when or {}).items()})
+              when: Mapping[str, tuple[Any, ...] | list[Any]] | None = None, source: str = "",
+              body: str | tuple[str, ...] = (), commits: tuple[str, ...] = ()) -> Deviation:
+    return Deviation(boundary, reason, link, tuple(observables), {k: tuple(v) for k, v in (when or {}).items()},
+                     source, (body,) if isinstance(body, str) else tuple(body), tuple(commits))
 
 
 @dataclass(frozen=True)
@@ -263,6 +284,8 @@ class Adapter:
             if bad or not dev.reason or not dev.link:
                 raise TypeError(f"{cls.__name__}.deviations[{name!r}]: needs a reason and a link, and options "
                                 f"of {dev.boundary!r} in `when` (unknown: {bad})")
+            if dev.problem():
+                raise TypeError(f"{cls.__name__}.deviations[{name!r}]: {dev.problem()}")
         cls._implemented = table
 
     def __init__(self, root: Path | None, device: torch.device, options: dict[str, Any] | None = None):
@@ -295,10 +318,14 @@ class Adapter:
                       "method": impl.method if impl else None}
         return out
 
-    @classmethod
-    def deviation_table(cls) -> dict[str, dict[str, Any]]:
-        """name -> the deviation as plain data (a differential hunt's parent reads it)."""
-        return {name: d.as_dict() for name, d in cls.deviations.items()}
+    def deviations_here(self) -> dict[str, dict[str, Any]]:
+        """The deviation table with, for each, whether it applies at this checkout
+        (`excuses.standing`: "applies", "skipped", "hash_now"); worked out once per adapter."""
+        if getattr(self, "_standing", None) is None:
+            roots = self.trainer_roots()
+            self._standing = {name: {**d.as_dict(), **excuses.standing(d.source, d.body, d.commits, roots, self.root)}
+                              for name, d in self.deviations.items()}
+        return self._standing
 
     @classmethod
     def pins(cls, boundary: str) -> dict[str, str]:

@@ -36,7 +36,7 @@ def hunt(
     invariant: Optional[List[str]] = typer.Option(None, "--invariant", "-i", help="Hunt only this invariant family (repeatable), e.g. sequence_uniform."),
     prop: Optional[List[str]] = typer.Option(None, "--property", help="Hunt only this property (repeatable), e.g. opsm_mask.sequence_uniform (see --list)."),
     keyword: Optional[str] = typer.Option(None, "-k", metavar="EXPR", help="Only properties whose names match EXPR, as pytest's -k: words (substrings of the property, its boundary or family) joined by and / or / not, e.g. -k 'opsm and not finite'. A differential hunt: only the boundaries that match."),
-    max_examples: int = typer.Option(300, "--max-examples", "-n", min=1, help="Examples per property: then it is finished."),
+    max_examples: Optional[int] = typer.Option(None, "--max-examples", "-n", min=1, help="Examples per property: then it is finished (default 300; a differential hunt: no cap, it spends its --time)."),
     min_examples: int = typer.Option(100, "--min-examples", min=1, help="A property cut off (budget, -x) before this many examples is `stopped`, not `holds`."),
     config: Optional[List[str]] = typer.Option(None, "--config", "-c", help="Pin a config option, KEY=VALUE (repeatable; a YAML value: token-mean, 0.1, null, '{mean_level: group}'). See `sentinel list boundaries`."),
     known: Optional[List[Path]] = typer.Option(None, "--known", help="Known findings not to report again: a hunt report (JSON) or scenario files / a folder of them (e.g. scenarios/findings/). Repeatable."),
@@ -166,11 +166,12 @@ def hunt(
             if differential:
                 rep = H.differential(*sides, boundary, time_budget, seed, against=bool(against), out_dir=out_dir,
                                      known=known_findings, config=pinned, first=first, shrink_time=shrink_time,
-                                     timeout=timeout, atol=atol, rtol=rtol, max_examples=max_examples,
+                                     timeout=timeout, atol=atol, rtol=rtol,
+                                     max_examples=max_examples or H.DiffSettings.max_examples,
                                      min_examples=min_examples,
                                      command=["sentinel", *sys.argv[1:]], on_event=on_event)
             else:
-                rep = H.hunt(spec, boundaries=boundary, families=invariant, names=prop, max_examples=max_examples,
+                rep = H.hunt(spec, boundaries=boundary, families=invariant, names=prop, max_examples=max_examples or 300,
                              min_examples=min_examples, time_budget=time_budget, seed=seed, db=None if no_db else db,
                              out_dir=out_dir, timeout=timeout, shrink_time=shrink_time, first=first, jobs=jobs,
                              config=pinned, known=known_findings, command=["sentinel", *sys.argv[1:]],

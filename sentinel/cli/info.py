@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from enum import Enum
 from pathlib import Path
@@ -14,6 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .. import boundaries
+from ..adapters import excuses
 from ..catalog import catalog_path
 from ..invariants import REGISTRY
 from ..report import schema_text, write_atomic
@@ -160,6 +162,7 @@ def list_(
     what: What = typer.Argument(What.scenarios, help="scenarios, boundaries, targets, invariants or plants."),
     paths: Optional[List[Path]] = typer.Option(None, "--path", "-p", help="Scenario files or folders (default: the bundled catalog)."),
     target: Optional[str] = typer.Option(None, "--target", "-t", help="boundaries: the trainer functions this target's adapter calls for each (read from its code; nothing is imported from the trainer)."),
+    repo: Optional[Path] = typer.Option(None, "--repo", help="boundaries --target: the checkout its declared deviations are checked against (default: $SENTINEL_<T>_REPO, else the installed package)."),
 ) -> None:
     """List the catalog's scenarios, the canonical boundaries, targets, invariant families or planted bugs.
 
@@ -169,6 +172,7 @@ def list_(
     if what == What.boundaries and target:
         _mapping_table(t, target)
         out.print(t)
+        _deviations_table(target, repo)
         return
     if what == What.scenarios:
         t.title = "scenarios"
@@ -231,6 +235,29 @@ def _mapping_table(t: Table, target: str) -> None:
         spec = boundaries.get(b)
         t.add_row(b, _ports(spec.inputs), _ports(spec.outputs), markup(calls), m["method"] or "",
                   *([reach[b]] if any(reach.values()) else []))
+
+
+def _deviations_table(target: str, repo: Path | None) -> None:
+    """Each declared deviation: the function it excuses, the body hash it was declared for,
+    the hash at the checkout (read from the file, no import) and whether it applies there."""
+    adapter = target_registry.adapter_class(target)
+    if not adapter.deviations:
+        return
+    info = target_registry.registry().get(target)
+    env = os.environ.get(info.repo_env) if info and info.repo_env else None
+    root = repo or (Path(env) if env else None)
+    t = Table(title=markup(f"declared deviations of {target} at {root or 'the installed package'} "
+                           "(declare body=<hash at checkout> to tie one to the code it excuses)"), title_justify="left")
+    for c in ("deviation", "boundary", "source", "declared hash", "hash at checkout", "applies"):
+        t.add_column(c, overflow="fold")
+    for name, d in adapter.deviations.items():
+        st = excuses.standing(d.source, d.body, d.commits, [root] if root else [], root)
+        applies = "yes" if st["applies"] else f"no: {st['skipped']}"
+        if not d.source and not d.commits:
+            applies += " (not tied to code)"
+        t.add_row(name, d.boundary, d.source or "-", " or ".join(d.body) or "-", st["hash_now"] or "-",
+                  markup(applies))
+    out.print(t)
 
 
 def _reach(adapter: Any, boundary: str) -> str:

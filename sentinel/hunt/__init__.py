@@ -9,7 +9,8 @@ How a hunt runs
 - The parent (`driver.single.Hunter`, in the CLI's process) checks the target out, starts one
   worker (`sentinel.worker`, the only process that imports torch and the target) and
   schedules *rounds*: one property, up to N examples or S seconds. Properties take turns
-  (round robin, each round twice as long as that property's last), so a cheap bug anywhere
+  (round robin, each round up to twice the last one's examples within its fair share of the
+  time left, `Hunt.share`), so a cheap bug anywhere
   is found early and a long hunt spreads evenly.
 - A round is one `{"type": "hunt"}` job (`worker.round.run_round`): the worker forks (on CPU), and
   the child runs Hypothesis itself (`hypothesis.find`) with the adapter in-process, so each

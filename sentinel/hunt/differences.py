@@ -128,13 +128,20 @@ def differences(boundary: str, ex, a: dict[str, Any], b: dict[str, Any], atol: f
 
 
 def deviation_for(deviations: dict[str, dict[str, Any]], boundary: str, observable: str,
-                  config: dict[str, Any]) -> str | None:
-    """The name of the declared deviation that explains a difference (None: none does)."""
+                  config: dict[str, Any], skipped: bool = False) -> str | None:
+    """The name of the declared deviation that explains a difference (None: none does). One
+    that does not apply at the checkout (`excuses.standing`) explains nothing; `skipped`: the
+    name of such a one that would have (the report says why it was skipped)."""
     for name, d in deviations.items():
-        if d["boundary"] != boundary:
+        if d["boundary"] != boundary or d.get("applies", True) == skipped:
             continue
         if d["observables"] and observable not in d["observables"]:
             continue
         if all(_key(config.get(k)) in {_key(v) for v in vs} for k, vs in d["when"].items()):
             return name
     return None
+
+
+def skipped_note(deviations: dict[str, dict[str, Any]], name: str) -> str:
+    """What a finding says of the declared deviation that would have explained it, skipped here."""
+    return f"declared deviation {name!r} is skipped here: {deviations[name]['skipped']}"

@@ -79,7 +79,8 @@ class Search:
         """None: go on; else the condition's answer: the round is over (False), or its shrinking
         budget is spent and only the best so far still fails."""
         now = time.monotonic()
-        if not self.best and (now > self.deadline or self.st["examples"] >= self.quota):
+        answered = self.st["examples"] + self.st["rejected"]  # a round answers one batch at least, however late
+        if not self.best and ((now > self.deadline and answered) or self.st["examples"] >= self.quota):
             self.st["timed_out"] += now > self.deadline
             return False
         if self.best and now - self.first["t"] > self.shrink_time:

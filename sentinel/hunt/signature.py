@@ -7,9 +7,13 @@ cannot hide a second one on the same property.
 
 - observable: what differs or fails (`loss`, `grad:loss/log_probs`, `input:ref_log_probs`,
   `exception` for a differential side that raises).
-- config: each config key whose other choices make the failure go away, with the choices
-  under which it persists (found by trying every other choice of each key alone); a key
-  whose every choice fails is left out (it does not matter).
+- config: each config key whose other choices make the failure go away, with the classes of
+  the choices under which it persists (`canonical`: a name, a bool, null, or a number's
+  sign: `=0`, `>0`, `<0`), found by trying each other class of each key alone; a key whose
+  every class fails is left out (it does not matter). Classes, not values: whether a
+  threshold of 0.2 or 0.28 still fails depends on the values drawn, not on the bug, so the
+  same bug gets the same signature at two revisions and two seeds; a coefficient at 0 (a
+  term turned off) and a mode are what a bug can need.
 - position class: which masked positions the failure needs, from the layout of each row's
   loss mask (`masked-head` before its first valid token, `masked-interior` between valid
   tokens, `masked-tail` after the last, `masked-row` a row with no valid token), plus
@@ -26,6 +30,7 @@ Pure numpy over examples; the caller supplies `probe`, which evaluates a changed
 from __future__ import annotations
 
 import json
+import numbers
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterable
 
@@ -56,29 +61,48 @@ def _key(value: Any) -> str:
     return json.dumps(value, sort_keys=True, default=str)
 
 
+def canonical(value: Any) -> str:
+    """A config value's class in a signature (see the module docstring): a name as is, a
+    bool / null as JSON, a number by its sign; a class label is its own class."""
+    if isinstance(value, str):
+        return value
+    if value is None or isinstance(value, bool):
+        return _key(value)
+    if isinstance(value, numbers.Real):  # numpy's scalars too
+        return "=0" if value == 0 else ">0" if value > 0 else "<0"
+    return _key(value)
+
+
 @dataclass(frozen=True)
 class Signature:
     property: str
     observable: str
-    config: tuple[tuple[str, tuple[str, ...]], ...] = ()  # key -> JSON of each choice it persists under
+    config: tuple[tuple[str, tuple[str, ...]], ...] = ()  # key -> the classes (`canonical`) it persists under
     position: tuple[str, ...] = ()
 
     @classmethod
     def make(cls, prop: str, observable: str, config: dict[str, list[Any]], position: Iterable[str]) -> "Signature":
-        return cls(prop, observable, tuple(sorted((k, tuple(_key(v) for v in vs)) for k, vs in config.items())),
-                   tuple(sorted(set(position))))
+        """`config`: key -> choices or their classes (a signature read back, or an older
+        one's values: each becomes its class)."""
+        return cls(prop, observable, tuple(sorted((k, tuple(sorted({canonical(v) for v in vs})))
+                                                  for k, vs in config.items())), tuple(sorted(set(position))))
 
     def admits(self, config: dict[str, Any]) -> bool:
         """The config makes every choice this signature needs."""
-        return all(_key(config.get(k)) in vs for k, vs in self.config)
+        return all(canonical(config.get(k)) in vs for k, vs in self.config)
 
     def overlaps(self, config: dict[str, list[Any]]) -> bool:
-        """Some config fails under both: every key the two name shares a choice."""
+        """Some config fails under both: every key the two name shares a class."""
         mine = dict(self.config)
-        return all(set(mine[k]) & {_key(v) for v in vs} for k, vs in config.items() if k in mine)
+        return all(set(mine[k]) & {canonical(v) for v in vs} for k, vs in config.items() if k in mine)
 
-    def config_dict(self) -> dict[str, list[Any]]:
-        return {k: [json.loads(v) for v in vs] for k, vs in self.config}
+    def choices(self, key: str, values: list[Any]) -> list[Any]:
+        """Those of `values` (a key's choices) this signature persists under (all: the key does not matter)."""
+        mine = dict(self.config).get(key)
+        return list(values) if mine is None else [v for v in values if canonical(v) in mine]
+
+    def config_dict(self) -> dict[str, list[str]]:
+        return {k: list(vs) for k, vs in self.config}
 
     def as_dict(self) -> dict[str, Any]:
         return {"property": self.property, "observable": self.observable, "config": self.config_dict(),
@@ -227,24 +251,46 @@ def position_class(ex, family: str, observable: str, probe: Probe, bad_value: bo
     return tuple(sorted(labels))
 
 
-def config_that_matters(ex, choices: dict[str, list[Any]], observable: str, probe: Probe) -> dict[str, list[Any]]:
-    """Each config key some other choice of which makes the failure go away, with the choices
-    under which it persists (the example's own first)."""
-    out: dict[str, list[Any]] = {}
+AMPLIFY = (2.0, 4.0)  # the example's float values further out, where a threshold no longer hides a bug
+
+
+def amplified(ex, factor: float):
+    """The example with every float token input (log-probs, advantages, values ...) times
+    `factor`: a ratio or a difference further from where a threshold of the config sits."""
+    scale = lambda a: (a * factor).astype(a.dtype)  # noqa: E731
+    names = _float_token_inputs(ex)
+    return replace(ex, inputs={n: scale(a) if n in names else a for n, a in ex.inputs.items()},
+                   variants={v: {n: scale(a) if n in names else a for n, a in ov.items()} for v, ov in ex.variants.items()})
+
+
+def config_that_matters(ex, choices: dict[str, list[Any]], observable: str, probe: Probe) -> dict[str, list[str]]:
+    """Each config key some other class of choices (`canonical`) makes the failure go away
+    under, with the classes it persists under (sorted). A class fails when one of its choices
+    does, on the example or on it `amplified` (a threshold that the drawn values happen not to
+    cross is no part of the bug); the example's own class fails."""
+    out: dict[str, list[str]] = {}
     for key, values in choices.items():
         if key not in ex.config:
             continue
-        cur, failing, held = ex.config[key], [ex.config[key]], False
+        failing, held = {canonical(ex.config[key])}, False
+        classes: dict[str, list[Any]] = {}
         for v in values:
-            if _key(v) == _key(cur):
+            classes.setdefault(canonical(v), []).append(v)
+        for c, vs in classes.items():
+            if c in failing:
                 continue
-            r = _fails(probe, replace(ex, config={**ex.config, key: v}), observable)
-            if r:
-                failing.append(v)
-            elif r is False:
-                held = True
+            results = []
+            for x in (ex, *(amplified(ex, f) for f in AMPLIFY)):
+                for v in vs:
+                    results.append(_fails(probe, replace(x, config={**x.config, key: v}), observable))
+                    if results[-1]:
+                        failing.add(c)
+                        break
+                if c in failing or results[0] is None:
+                    break
+            held = held or (c not in failing and False in results)
         if held:
-            out[key] = failing
+            out[key] = sorted(failing)
     return out
 
 

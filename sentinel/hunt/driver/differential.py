@@ -39,7 +39,7 @@ from ...invariants import REGISTRY
 from ...report import Report, Target
 from ...runner import TargetSpec
 from ...spec import load_text
-from ..differences import ATOL, RTOL, Difference, deviation_for, differences, grads_for, not_run
+from ..differences import ATOL, RTOL, Difference, deviation_for, differences, grads_for, not_run, skipped_note
 from ..known import Known, fitted, runs_of
 from ..properties import PROPERTIES, SHRINK_TIME, Property, select
 from ..search import Answer, Search, replayable
@@ -55,6 +55,7 @@ from .state import Found, PropertyState
 FAMILY = DIFFERENTIAL
 BATCH = 16
 FIRST_ROUND = 100  # examples in a boundary's first round; each later round doubles
+MIN_ROUND = 0.3  # seconds: the shortest round (at least one batch of BATCH examples gets compared)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,17 +142,21 @@ class DiffHunter(Hunt):
                    f"{self.sides.head.key}", "jobs": 2, "startup_s": max(x.startup_s for x in sides)})
 
     def rounds(self) -> None:
-        """One boundary's round at a time, the one with the fewest rounds first."""
+        """One boundary's round at a time, the one with the fewest rounds first, each its fair
+        share of the time left (`Hunt.share`). Every boundary gets its first round, even where
+        the time is spent before its turn (workers slow to answer): a short one (MIN_ROUND s)."""
         st = self.settings
         while True:
             reason = self.over()
+            running = [s for s in self.states if not s.done]
+            if reason is ExitReason.time_budget and any(x.rounds == 0 for x in running):
+                reason = None
             if reason is not None:
                 self.exit_reason = reason
                 return
-            running = [s for s in self.states if not s.done]
             s = min(running, key=lambda x: (x.rounds, self.states.index(x)))
             try:
-                self._round(s, st.time_budget - (time.perf_counter() - self.t_search), len(running))
+                self._round(s, st.time_budget - (time.perf_counter() - self.t_search))
             except SideDied as e:
                 s.status, s.reason = "error", str(e)
                 self.exit_reason = ExitReason.target_error
@@ -195,7 +200,7 @@ class DiffHunter(Hunt):
         out.update({k: [v] for k, v in pins.items() if k not in out})
         return out
 
-    def _round(self, s: PropertyState, left: float, running: int) -> None:
+    def _round(self, s: PropertyState, left: float) -> None:
         st, b = self.settings, s.prop.boundary
         t0 = time.perf_counter()
         before_s = time.perf_counter() - self.t_search
@@ -204,7 +209,8 @@ class DiffHunter(Hunt):
             s.exclude = self._probe_config(b)
             self._replay(s)
         n = min(st.max_examples - s.examples, FIRST_ROUND * 2 ** s.rounds)
-        limit = max(0.3, min(left, max(left / max(running, 1), 0.5) * (1 + s.rounds)))
+        limit = max(MIN_ROUND, self.share(s, left))
+        s.share_s += limit
         rnd = random.Random(f"{st.seed}:{b}:{s.rounds}") if st.seed is not None else None
         search = Search(DiffJudge(self, s), n, time.monotonic() + limit, st.shrink_time)
         # a batch with no valid token has no training signal: what a side returns there is its convention
@@ -310,12 +316,11 @@ class DiffHunter(Hunt):
         matter to the signature, or another choice it persists under) where a family tells
         the sides apart. (example, verdict, violated by side, held by side, the explaining
         invariants, the difference)."""
-        needs = sig.config_dict()
         # the input as drawn, then cleaner ones the same difference survives on: masked rows
         # made valid, masked junk zeroed (another bug there must not blur the verdict)
         inputs = [ex] + [x for x in [fill_masked_rows(ex), *(neutralise(ex, c) for c in layout(ex))] if x is not None]
         configs = [dict(ex.config)] + [{**ex.config, k: v} for k, vs in self.choices(b).items()
-                                       for v in needs.get(k, vs) if _key(v) != _key(ex.config.get(k))]
+                                       for v in sig.choices(k, vs) if _key(v) != _key(ex.config.get(k))]
         cands = [dataclasses.replace(x, config=c) for x in inputs for c in configs]
         ra, rb = self.observe(b, cands)
         kept = []
@@ -376,6 +381,10 @@ class DiffHunter(Hunt):
                    "differing": [x.observable for x in left], "judged_by": "reference" if ruling else "families",
                    "referee": ruling.as_dict() if ruling else None,
                    "outcome": {"message": _message(d, verdict, viol, self.sides, ruling)}}
+        skipped = deviation_for(self.deviations, b, d.observable, ex.config, skipped=True) if self.deviations else None
+        if skipped:  # excused at the code it was declared for, not at this one: reported, and why
+            finding["deviation_skipped"] = {"name": skipped, "why": self.deviations[skipped]["skipped"]}
+            finding["outcome"]["message"] += "; " + skipped_note(self.deviations, skipped)
         t = search.first["t"] - search.t0
         s.found.append(Found(finding, s.examples - search.st["examples"] + search.first["examples"],
                              s.duration_s + t, before_s + t, search.st["shrink_calls"]))

@@ -113,6 +113,15 @@ class Hunt:
             return ExitReason.finished
         return None
 
+    def share(self, s: PropertyState, left: float, lanes: int = 1) -> float:
+        """The search seconds a round of `s` may take: the time left, split evenly among the
+        running properties that have not had their turn in this cycle of rounds (`rounds` at
+        most `s`'s; rounds go to the fewest first): no round takes another property's turn, and
+        a round that ends early (its example quota) leaves its time to the rest. Lanes running
+        side by side each spend the time left at once."""
+        waiting = sum(1 for x in self.states if not x.done and x.rounds <= s.rounds) or 1
+        return max(0.0, min(left, left * lanes / waiting))
+
     def settle(self, s: PropertyState) -> None:
         """A property's verdict once the search is over (`verdicts.hunt_property_verdict`)."""
         s.verdict = verdicts.hunt_property_verdict(s.status, s.examples, len(s.found), self.settings.minimum)

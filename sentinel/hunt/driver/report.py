@@ -111,7 +111,7 @@ def _property(s: PropertyState) -> HuntProperty:
     return HuntProperty(property=p.name, boundary=p.boundary, family=p.family, doc=p.doc, status=s.verdict or "untested",
                         reason=s.reason, examples=s.examples, rejected=s.rejected, rejections=dict(s.reasons.most_common(20)),
                         errors=s.errors, shrink_calls=s.shrink_calls, rounds=s.rounds,
-                        duration_s=round(s.duration_s, 4), findings=len(s.found),
+                        duration_s=round(s.duration_s, 4), share_s=round(s.share_s, 4), findings=len(s.found),
                         progress=[HuntSample(s=t, examples=n, findings=f) for t, n, f in s.progress], excluded_known=dict(s.excluded),
                         preconditions=dict(s.preconditions),
                         unsupported_reasons=[f"config {k} excluded: {r}" for k, r in s.exclude_reasons.items()]
@@ -147,7 +147,9 @@ def deviation_entries(deviations: dict[str, dict[str, Any]]) -> list[HuntDeviati
     """The declared deviations (name -> declaration, met, example), as the report lists them."""
     return [HuntDeviation(name=n, boundary=d["boundary"], reason=d["reason"], link=d["link"],
                           observables=d["observables"], config=d["when"], met=d.get("met", 0),
-                          example=d.get("example") or {}) for n, d in deviations.items()]
+                          example=d.get("example") or {}, source=d.get("source", ""), body=list(d.get("body") or []),
+                          hash_now=d.get("hash_now"), applies=d.get("applies", True), skipped=d.get("skipped", ""))
+            for n, d in deviations.items()]
 
 
 def _summary(states: list[PropertyState], settings: HuntSettings, properties: list[HuntProperty],

@@ -3,8 +3,8 @@
 `Hunter` runs the phases of `engine.Hunt`: start checks the target out and starts the workers
 (one per lane, `--jobs`); search is a round robin over the properties: each lane takes the
 next property that no other lane holds and sends its worker one round of it (a `{"type":
-"hunt"}` job, `worker.round.run_round`: up to N examples or S seconds, each round twice as long
-as that property's last), so a cheap bug anywhere is found early and a long hunt spreads
+"hunt"}` job, `worker.round.run_round`: up to N examples, twice the property's last round's, or
+its fair share of the time left, `Hunt.share`), so a cheap bug anywhere is found early and a long hunt spreads
 evenly; document writes each finding as a scenario, verified on the target.
 """
 
@@ -226,8 +226,8 @@ class Hunter(Hunt):
         with self.lock:
             left = st.time_budget - (time.perf_counter() - self.t_search)
             n = min(st.max_examples - s.examples, FIRST_ROUND * 2 ** s.rounds)
-            share = left * self.lanes / max(1, sum(1 for x in self.states if not x.done))
-            time_limit = max(0.2, min(left, max(share, 0.5) * (1 + s.rounds)))
+            time_limit = max(0.2, self.share(s, left, self.lanes))
+            s.share_s += time_limit
             s.search_before = time.perf_counter() - self.t_search
             s.sample(s.search_before)
         first = s.exclude is None

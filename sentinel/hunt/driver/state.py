@@ -72,6 +72,7 @@ class PropertyState:
     rounds: int = 0
     empty_rounds: int = 0
     duration_s: float = 0.0  # this property's own search seconds
+    share_s: float = 0.0  # the search seconds its rounds were allotted (`Hunt.share`)
     cpu_s: float = 0.0  # CPU seconds its rounds took in the worker (what a loaded machine does not inflate)
     status: str = "running"  # running | finished | unsupported | error; the verdict comes at the end
     verdict: str | None = None

@@ -117,12 +117,13 @@ class Checker:
         return {k: [self.pin[k]] if k in self.pin else [v for v in vs if v not in self.exclude.get(k, [])]
                 for k, vs in self.prop.config_choices(self.domains).items()}
 
-    def deviation(self, ex: S.Example, outcome: Outcome, inv: Any) -> str | None:
+    def deviation(self, ex: S.Example, outcome: Outcome, inv: Any, skipped: bool = False) -> str | None:
         """The declared deviation a violation of a formula property is (None: none). Only a
-        property that states the reference's formula can meet a convention that departs from it."""
+        property that states the reference's formula can meet a convention that departs from it.
+        skipped: the one that would have been, had it applied at this checkout."""
         if self.prop.family not in FORMULA_FAMILIES or not self.deviations:
             return None
-        return deviation_for(self.deviations, self.prop.boundary, observable_of(inv, outcome), ex.config)
+        return deviation_for(self.deviations, self.prop.boundary, observable_of(inv, outcome), ex.config, skipped)
 
     def known_as(self, ex: S.Example, outcome: Outcome, inv: Any) -> Signature | None:
         """The known signature a violation has (None: a new bug)."""

@@ -34,6 +34,7 @@ from sentinel.errors import PreconditionUnmet, Unsupported
 from ... import strategies as S
 from .. import coverage, properties
 from ..properties import SHRINK_TIME, Property
+from ..differences import skipped_note
 from ..search import Answer, Search, plain, replayable
 from ..signature import Signature, nonfinite
 from .check import Checker, NotApplicable, observable_of, unsupported_reason
@@ -161,7 +162,7 @@ def run_round(adapter, device, job: dict[str, Any], emit: Callable[[dict[str, An
     t_probe, cpu0 = time.monotonic(), time.process_time()
     checker = Checker(prop, adapter, device, dict(job.get("exclude") or {}),
                       [Signature.from_dict(d) for d in job.get("known") or []], pin=dict(job.get("pin") or {}),
-                      deviations=type(adapter).deviation_table(),
+                      deviations=adapter.deviations_here(),
                       domains=dict(getattr(type(adapter), "option_domains", {}).get(prop.boundary, {})))
     options.drain()  # the options the trainer reads from here on are this round's
     out: dict[str, Any] = {"status": "ok", "property": prop.name, "examples": 0, "rejected": 0, "errors": 0,
@@ -193,7 +194,10 @@ def run_round(adapter, device, job: dict[str, Any], emit: Callable[[dict[str, An
     search.progress(force=True)
     out.update(search.st, note=note, reasons=dict(search.reasons.most_common(20)), error_sample=search.error_sample,
                preconditions=dict(search.preconditions),
-               excluded_known=dict(search.excluded), deviations=search.deviations, probe_s=t0 - t_probe,
+               excluded_known=dict(search.excluded), probe_s=t0 - t_probe,
+               # those that do not apply at this checkout are listed too, with why (never met)
+               deviations={**{n: {**d, "met": 0, "example": {}} for n, d in checker.deviations.items()
+                              if not d.get("applies", True)}, **search.deviations},
                ran_out_of_time=search.st["timed_out"] > 0)
     if search.best:
         best = search.best
@@ -201,6 +205,9 @@ def run_round(adapter, device, job: dict[str, Any], emit: Callable[[dict[str, An
             out["note"] = note + f" (shrunk to a batch of {len(found)})"
         sig = checker.signature(best["ex"], best["answer"].detail["outcome"], best["answer"].detail["inv"])
         out["finding"] = _finding(prop, best, sig, search.first["examples"], search.first["t"] - t_probe)
+        skipped = checker.deviation(best["ex"], best["answer"].detail["outcome"], best["answer"].detail["inv"], True)
+        if skipped:  # excused at the code it was declared for, not at this one: reported, and why
+            out["finding"]["outcome"]["message"] += "; " + skipped_note(checker.deviations, skipped)
         out["signature_probes"] = checker.probes
     out["options"] = {"read": options.drain().get(prop.boundary, {}),
                       "pinned": type(adapter).pins(prop.boundary) if hasattr(type(adapter), "pins") else {}}

@@ -65,8 +65,8 @@ def _properties(adapter, device, ex, names: list[str], origins: dict[str, str] |
 def hello(adapter) -> dict[str, Any]:
     """What the parent needs to know of this side before it draws: its boundaries and the
     deviations from the reference its adapter declares."""
-    table = getattr(type(adapter), "deviation_table", None)
-    return {"boundaries": adapter.supported(), "deviations": table() if table else {}}
+    here = getattr(adapter, "deviations_here", None)  # each with whether it applies at this checkout
+    return {"boundaries": adapter.supported(), "deviations": here() if here else {}}
 
 
 def serve(adapter, device, job: dict[str, Any], emit: Callable[[dict[str, Any]], None]) -> dict[str, Any]:

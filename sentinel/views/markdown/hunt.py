@@ -42,13 +42,19 @@ def hunt(view, **_: object) -> str:
         lines += [f"| {md_code(p.property)} | {p.status} | {p.examples} | {md_text(loc.scrub(p.reason)[:200])} |" for p in odd]
         lines.append("")
     lines += [f"<details><summary>{len(h.properties)} properties</summary>", "",
-              "| property | status | examples | rejected | seconds |", "|---|---|---:|---:|---:|"]
-    lines += [f"| {md_code(p.property)} | {p.status} | {p.examples} | {p.rejected} | {p.duration_s:.2f} |" for p in h.properties]
+              "| property | status | examples | rejected | seconds | share (s) |", "|---|---|---:|---:|---:|---:|"]
+    lines += [f"| {md_code(p.property)} | {p.status} | {p.examples} | {p.rejected} | {p.duration_s:.2f} | {p.share_s:.2f} |"
+              for p in h.properties]
     lines += ["", "</details>", ""]
     met = [d for d in h.deviations if d.met]
     if met:
         lines += ["Declared deviations met (not findings):", ""]
         lines += [f"- {md_code(d.name)} ({md_text(d.boundary)}): {d.met} example(s): {md_text(d.reason)}" for d in met]
+        lines.append("")
+    skipped = [d for d in h.deviations if not d.applies]
+    if skipped:
+        lines += ["Declared deviations skipped (they explain nothing at this checkout):", ""]
+        lines += [f"- {md_code(d.name)} ({md_text(d.boundary)}): {md_text(d.skipped)}" for d in skipped]
         lines.append("")
     lines += reach_lines(h)
     return "\n".join(lines + reproduce(report, loc))

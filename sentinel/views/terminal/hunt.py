@@ -35,7 +35,7 @@ def hunt(view, out: Console, verbose: bool = False) -> None:
     h = rep.hunt
     results = {r.id: r for r in rep.results}
     t = Table(title=f"RL-Sentinel hunt · {', '.join(rep.targets)}", title_justify="left")
-    for c in ("property", "verdict", "examples", "rejected", "errors", "s", "why"):
+    for c in ("property", "verdict", "examples", "rejected", "errors", "s / share", "why"):
         t.add_column(c, overflow="fold")
     for p in h.properties:
         if not verbose and p.status in ("holds", "unsupported") and not p.errors:
@@ -49,7 +49,8 @@ def hunt(view, out: Console, verbose: bool = False) -> None:
         if p.excluded_known:
             why += f" · {sum(p.excluded_known.values())} known-bug example(s) passed over"
         t.add_row(Text(terminal(p.property)), Text(label(p.status), style(p.status) or "yellow"),
-                  str(p.examples), str(p.rejected), str(p.errors), f"{p.duration_s:.2f}", Text(terminal(why)))
+                  str(p.examples), str(p.rejected), str(p.errors), f"{p.duration_s:.2f} / {p.share_s:.2f}",
+                  Text(terminal(why)))
     if t.row_count:
         out.print(t)
     for f in h.findings:
@@ -71,7 +72,10 @@ def hunt(view, out: Console, verbose: bool = False) -> None:
             out.print(f"[dim]known, passed over {k.excluded}x: {markup(_sig_text(k.signature))} ({markup(k.source)})[/]",
                       highlight=False)
     for dev in h.deviations:
-        if dev.met:
+        if not dev.applies:
+            out.print(f"[yellow]deviation skipped[/] {markup(dev.name)} ({markup(dev.boundary)}): "
+                      f"{markup(dev.skipped)}", highlight=False)
+        elif dev.met:
             out.print(f"[yellow]deviation[/] {markup(dev.name)} ({markup(dev.boundary)}): {dev.met} example(s) "
                       f"explained: {markup(dev.reason)} ({markup(dev.link)})", highlight=False)
     for o in h.options:
