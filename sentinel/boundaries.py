@@ -139,6 +139,11 @@ class Boundary:
     graph_inputs: tuple[str, ...] = ()
 
     @property
+    def differentiable(self) -> tuple[str, ...]:
+        """Every input a gradient may be observed with respect to (a found difference replays)."""
+        return (*self.grad_inputs, *self.graph_inputs)
+
+    @property
     def config(self) -> dict[str, Any]:
         """Option name -> default."""
         return {o.name: o.default for o in self.options}

@@ -41,14 +41,16 @@ def is_extra(observable: str) -> bool:
     return observable.startswith(EXTRA_PREFIXES)
 
 
-def grads_for(boundary: str) -> list[tuple[str, str]]:
+def grads_for(boundary: str, graph: bool = True) -> list[tuple[str, str]]:
     """The gradients a differential hunt observes: of each scalar output (else each token
-    output, summed) with respect to each input that takes a gradient, and each input a trainer
-    may hand over still in the graph (`Boundary.graph_inputs`: a gradient there that one side
-    has and the other not is a difference)."""
+    output, summed) with respect to each input that takes a gradient, and (`graph`) each input a
+    trainer may hand over still in the graph (`Boundary.graph_inputs`: a gradient there that one
+    revision has and the other not is a difference). Against the reference `graph` is off: how
+    a function differentiates through an input the canonical data path never attaches is a
+    trainer's own convention, judged only against the same trainer's other revision."""
     spec = get_boundary(boundary)
     outs = [p.name for p in spec.outputs if p.kind == "scalar"] or [p.name for p in spec.outputs if p.kind == "token"]
-    return [(o, w) for o in outs for w in (*spec.grad_inputs, *spec.graph_inputs)]
+    return [(o, w) for o in outs for w in (*spec.grad_inputs, *(spec.graph_inputs if graph else ()))]
 
 
 def _valid(boundary: str, name: str, ex, shape: tuple[int, ...]) -> np.ndarray | None:

@@ -252,7 +252,8 @@ class DiffHunter(Hunt):
                    "found": s.found[-1].finding["signature"] if search.best else None, "findings": len(s.found)})
 
     def observe(self, b: str, examples: list) -> tuple[list, list]:
-        return self.sides.ask({"op": "observe", "boundary": b, "examples": examples, "grads": grads_for(b)})
+        return self.sides.ask({"op": "observe", "boundary": b, "examples": examples,
+                               "grads": grads_for(b, graph=not self.against)})
 
     def unexplained(self, b: str, ex, ra: dict, rb: dict) -> tuple[list[Difference], list[str]]:
         """The differences no declared deviation explains, and the deviations that explain the rest."""
