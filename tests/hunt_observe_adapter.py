@@ -6,9 +6,10 @@ detached. Its values are the reference's; only a gradient through old_log_probs 
 trainer may hand over still in the graph: Boundary.graph_inputs) tells them apart.
 
 KlLogged / KlShifted: a k1 KL that also logs the sum of the raw log-ratio over every position
-(masked ones included: a logged copy that sees junk). KlShifted adds 0.5 wherever log pi < -1,
-so the logged copy differs on many more examples (any position) than the output (a valid
-position only): the hunt must still report the output.
+(masked ones included: a logged copy that sees junk). KlShifted adds 0.5 at every masked
+position and at valid ones where log pi < -1.4, so the logged copy differs on many more
+examples (any with a masked position) than the output (a valid position that low): the hunt
+must still report the output.
 """
 
 from __future__ import annotations
@@ -46,7 +47,9 @@ class KlLogged(ReferenceAdapter):
         if config.get("kl_type") != "k1":
             return super().b_kl(inputs, config)
         lp, ref, m = inputs["log_probs"], inputs["ref_log_probs"], inputs["loss_mask"]
-        raw = lp - ref + self.shift * (lp < -1.0)
+        # the shift: on every masked position (junk the output drops, the logged copy keeps), on a
+        # valid one only where log pi < -1.4
+        raw = lp - ref + self.shift * torch.where(m.bool(), lp < -1.4, torch.ones_like(m, dtype=torch.bool))
         finite = torch.nan_to_num(raw, nan=0.0, posinf=0.0, neginf=0.0)
         return BoundaryResult({"kl": keep(raw, m)}, extras=returned({"metrics": {"raw_sum": finite.sum()}}))
 
