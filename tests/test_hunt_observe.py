@@ -43,6 +43,9 @@ def test_masked_positions_count_where_one_side_zeroes_them():
     # neither side masks them: junk both sides ignore
     assert D.differences("advantages", ex, _answer(outputs={"advantages": junk}),
                          _answer(outputs={"advantages": other})) == []
+    # against the reference (which zeroes every masked position) junk there is the trainer's convention
+    assert D.differences("advantages", ex, _answer(outputs={"advantages": clean}),
+                         _answer(outputs={"advantages": junk}), masked=False) == []
     # a per-token extra shaped like the loss mask follows the same rule
     assert [x.observable for x in D.differences("advantages", ex, _answer(extras={"returned:kl": junk}),
                                                 _answer(extras={"returned:kl": clean}))] == ["returned:kl"]
@@ -75,3 +78,12 @@ def test_an_output_difference_is_preferred_to_one_in_a_logged_copy(tmp_path):
                          config={"kl_type": "k1"}, **DIFFERENTIAL)
     f, = rep.hunt.findings
     assert f.signature.observable in ("kl", "grad:kl/log_probs"), f
+
+
+def test_a_loss_gradient_into_a_masked_token_counts_where_the_other_side_has_none():
+    mask = np.array([[1, 0]], np.float32)
+    ex = Example("policy_loss", {}, {"log_probs": np.zeros((1, 2), np.float32), "loss_mask": mask})
+    clean, leak = np.array([[0.5, 0.0]]), np.array([[0.5, 0.25]])
+    d, = D.differences("policy_loss", ex, _answer(grads={"loss/log_probs": leak}),
+                       _answer(grads={"loss/log_probs": clean}))
+    assert d.observable == "grad:loss/log_probs" and d.positions == [[0, 1]]

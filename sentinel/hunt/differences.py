@@ -90,9 +90,10 @@ def masked_matters(a, b, where: np.ndarray | None) -> np.ndarray | None:
     The rule (its one home): a value at a masked position is harmless when the trainer masks it
     downstream, and neither side can be blamed for junk there; but a side whose value is exactly
     0 at every masked position masks it itself, so its callers may sum or log it unmasked, and
-    the other side leaving anything else there (a whitened advantage on padding, a gradient
-    into a padded token) is a real difference: then masked positions are compared too. Where
-    both sides zero them, or neither does, only the valid positions count."""
+    the other side leaving anything else there (a whitened advantage on padding, a loss
+    gradient into a padded token) is a real difference: then masked positions are compared too.
+    Where both sides zero them, or neither does, only the valid positions count. Applied between
+    two revisions of one trainer, to outputs, per-token extras and gradients of a loss."""
     if where is None or where.all():
         return where
     a64, b64 = np.asarray(a, np.float64), np.asarray(b, np.float64)
@@ -101,6 +102,13 @@ def masked_matters(a, b, where: np.ndarray | None) -> np.ndarray | None:
     masked = ~where
     zero_a, zero_b = bool((a64[masked] == 0).all()), bool((b64[masked] == 0).all())
     return None if zero_a != zero_b else where
+
+
+def _of_scalar(boundary: str, grad: str) -> bool:
+    """A gradient of a scalar output (a loss: what trains), not of a token output summed by the
+    hunt (its masked positions are the sum's, not the trainer's)."""
+    port = get_boundary(boundary).output(grad.split("/", 1)[0])
+    return port is not None and port.kind == "scalar"
 
 
 def _differs(a: np.ndarray, b: np.ndarray, where: np.ndarray | None, atol: float, rtol: float
@@ -128,9 +136,11 @@ def not_run(*answers: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def differences(boundary: str, ex, a: dict[str, Any], b: dict[str, Any], atol: float = ATOL,
-                rtol: float = RTOL) -> list[Difference]:
+                rtol: float = RTOL, masked: bool = True) -> list[Difference]:
     """Every observable on which answers `a` (base) and `b` (head) to example `ex` differ (none
-    where a side does not support the example: nothing to compare)."""
+    where a side does not support the example: nothing to compare). `masked`: apply
+    `masked_matters` (off against the reference, which zeroes every masked position as its own
+    convention)."""
     if not_run(a, b):
         return []
     if a["status"] == "error" or b["status"] == "error":
@@ -156,7 +166,8 @@ def differences(boundary: str, ex, a: dict[str, Any], b: dict[str, Any], atol: f
                 y = np.zeros(shape, np.float32) if y is None else y
             where = None if kind == "inputs_after" else _extra_valid(ex, np.shape(x)) if kind == "extras" \
                 else _valid(boundary, label, ex, np.shape(x))
-            where = masked_matters(x, y, where)
+            if masked and (kind != "grads" or _of_scalar(boundary, name)):
+                where = masked_matters(x, y, where)
             tol = (0.0, 0.0) if kind == "inputs_after" else (atol, rtol)
             bad, pos, nonfin = _differs(x, y, where, *tol)
             if bad:

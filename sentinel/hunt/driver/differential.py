@@ -257,7 +257,7 @@ class DiffHunter(Hunt):
 
     def unexplained(self, b: str, ex, ra: dict, rb: dict) -> tuple[list[Difference], list[str]]:
         """The differences no declared deviation explains, and the deviations that explain the rest."""
-        diffs = differences(b, ex, ra, rb, self.settings.atol, self.settings.rtol)
+        diffs = differences(b, ex, ra, rb, self.settings.atol, self.settings.rtol, masked=not self.against)
         devs, left = [], []
         for d in diffs:
             # a convention changes values; it does not make them NaN: a non-finite difference is never one
