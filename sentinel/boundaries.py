@@ -132,6 +132,16 @@ class Boundary:
     outputs: tuple[Port, ...]
     options: tuple[Option, ...] = ()
     grad_inputs: tuple[str, ...] = ()  # inputs that may carry requires_grad
+    # inputs a trainer may hand over still in the autograd graph although the loss must not
+    # differentiate through them (on-policy or bypass modes pass the current log-probs as the old
+    # ones): the differential hunt takes gradients w.r.t. them too, so a weight or ratio left
+    # undetached shows as a gradient difference (sentinel/hunt/differences.grads_for)
+    graph_inputs: tuple[str, ...] = ()
+
+    @property
+    def differentiable(self) -> tuple[str, ...]:
+        """Every input a gradient may be observed with respect to (a found difference replays)."""
+        return (*self.grad_inputs, *self.graph_inputs)
 
     @property
     def config(self) -> dict[str, Any]:
@@ -214,6 +224,7 @@ _register(Boundary(
     options=(Option("opsm_delta", 0.1, hunt=(0.1, 0.0, 0.05, 0.5), doc="KL threshold above which a sequence is rejected"),
              *_clip(0.2, 0.2, (0.2, 0.1, 0.3), (0.2, 0.28, None)), _agg(hunt=False)),
     grad_inputs=("log_probs",),
+    graph_inputs=("old_log_probs",),
 ))
 
 # Decoupled PPO (AReaL): old_log_probs is the proximal policy, rollout_log_probs the behaviour
@@ -241,6 +252,7 @@ _register(Boundary(
                     doc="token: PPO's per-token ratio; sequence: GSPO's length-normalised sequence ratio"),
              *_DECOUPLED),
     grad_inputs=("log_probs",),
+    graph_inputs=("old_log_probs",),
 ))
 
 _register(Boundary(
@@ -250,6 +262,7 @@ _register(Boundary(
     outputs=_POLICY_OUTPUTS,
     options=(*_clip(1.0, 0.28, (1.0, 0.2), (0.28, 0.2)), _agg(), *_DECOUPLED),
     grad_inputs=("log_probs",),
+    graph_inputs=("old_log_probs",),
 ))
 
 _register(Boundary(
@@ -258,6 +271,7 @@ _register(Boundary(
     inputs=(_tok("log_probs"), _tok("old_log_probs"), LOSS_MASK),
     outputs=(_tok("seq_kl"),),
     grad_inputs=("log_probs",),
+    graph_inputs=("old_log_probs",),
 ))
 
 _register(Boundary(
@@ -344,6 +358,7 @@ _register(Boundary(
              Option("tis_clip_low", 0.0, hunt=(0.0, 0.5, 0.8)), Option("tis_clip", 2.0, hunt=(2.0, 1.2, 5.0)),
              _agg()),
     grad_inputs=("log_probs",),
+    graph_inputs=("old_log_probs",),
 ))
 
 _register(Boundary(

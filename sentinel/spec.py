@@ -216,8 +216,8 @@ def _check_requires(config: dict[str, Any], inputs: dict[str, Any], spec: bounda
 def _check_grad(of: str, wrt: str, spec: boundaries.Boundary, ctx: _Ctx, path: tuple) -> None:
     if spec.output(of) is None:
         ctx.add(path + ("of",), f"boundary {spec.name!r} has no output {of!r}")
-    if wrt not in spec.grad_inputs:
-        ctx.add(path + ("wrt",), f"gradients of {spec.name!r} can be taken w.r.t. {list(spec.grad_inputs)}, not {wrt!r}")
+    if wrt not in spec.differentiable:
+        ctx.add(path + ("wrt",), f"gradients of {spec.name!r} can be taken w.r.t. {list(spec.differentiable)}, not {wrt!r}")
 
 
 def _parse_invariant(item: Any, ctx: _Ctx, path: tuple) -> Invariant | None:

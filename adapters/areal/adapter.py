@@ -22,6 +22,7 @@ from sentinel.adapters.binding import bind
 from sentinel.adapters.contract import BoundaryResult, implements
 from sentinel.adapters.layout import group_ids, group_layout, unpermute
 from sentinel.adapters.loading import bare_package, first_on_path, keep_host_logging, locate, module_exists
+from sentinel.adapters.observables import Watch, extras
 from sentinel.adapters.shims import install_stubs
 from sentinel.adapters.trainer import TrainerAdapter, floating
 from sentinel.errors import TargetLoadError, Unsupported
@@ -300,6 +301,7 @@ class ArealAdapter(Surfaces, TrainerAdapter):
         passed = {k: list(v.split(sizes, dim=0)) for k, v in batch.items()}
         trajs = [{k: passed[k][i] for k in batch} for i in range(len(sizes))]
 
+        watches = [Watch(actor, "actor")] + ([Watch(actor.config)] if getattr(actor, "config", None) is not None else [])
         results = actor.compute_advantages(trajs)
 
         def back(key: str) -> torch.Tensor:  # AReaL predicting position p == canonical token p
@@ -325,7 +327,16 @@ class ArealAdapter(Surfaces, TrainerAdapter):
         for canon, mine in (("ref_log_probs", "ref_logp"), ("values", "values")):
             if mine in after:
                 inputs_after[canon] = after[mine][:, :T].to(inputs[canon].dtype)
-        return BoundaryResult(outputs, inputs_after, self._ref(self._actor_mod.PPOActor._compute_advantages))
+        # every key compute_advantages returned, its groups' rows put back in canonical order
+        keys = [k for k in results[0] if all(isinstance(r.get(k), torch.Tensor) and r[k].dim() for r in results)]
+        rows = {}
+        for k in keys:
+            try:
+                rows[k] = unpermute(torch.cat([r[k] for r in results], dim=0), perm)
+            except RuntimeError:  # groups of unequal widths: kept per group
+                rows[k] = [r[k] for r in results]
+        return BoundaryResult(outputs, inputs_after, self._ref(self._actor_mod.PPOActor._compute_advantages),
+                              extras({"results": rows}, *watches))
 
     @implements("gae", calls=("areal.trainer.ppo.gae:_compute_token_level_gae",))
     def b_gae(self, inputs: dict[str, torch.Tensor], config: dict[str, Any]) -> BoundaryResult:
@@ -414,7 +425,8 @@ class ArealAdapter(Surfaces, TrainerAdapter):
                                                                                config["rejection_sampling"]),
                                 "importance_sampling_level": config["importance_sampling_level"]}))
         return BoundaryResult(self._loss_outputs(loss, stat),
-                              {"loss_mask": kw["loss_mask"].to(inputs["loss_mask"].dtype)}, self._ref(fn))
+                              {"loss_mask": kw["loss_mask"].to(inputs["loss_mask"].dtype)}, self._ref(fn),
+                              extras((loss, stat)))
 
     @implements("cispo_loss", calls=(f"{FUNCTIONAL}:cispo_loss_fn",))
     def b_cispo_loss(self, inputs: dict[str, torch.Tensor], config: dict[str, Any]) -> BoundaryResult:
@@ -430,7 +442,8 @@ class ArealAdapter(Surfaces, TrainerAdapter):
                                 "rejection_sampling": self._rejection_sampling("cispo_loss",
                                                                                config["rejection_sampling"])}))
         return BoundaryResult(self._loss_outputs(loss, stat),
-                              {"loss_mask": kw["loss_mask"].to(inputs["loss_mask"].dtype)}, self._ref(fn))
+                              {"loss_mask": kw["loss_mask"].to(inputs["loss_mask"].dtype)}, self._ref(fn),
+                              extras((loss, stat)))
 
     @implements("is_correction", calls=(f"{FUNCTIONAL}:ppo_actor_loss_fn",))
     def b_is_correction(self, inputs: dict[str, torch.Tensor], config: dict[str, Any]) -> BoundaryResult:
@@ -450,7 +463,8 @@ class ArealAdapter(Surfaces, TrainerAdapter):
                                 "rejection_sampling": self._rejection_sampling("is_correction", rs)}))
         out = self._loss_outputs(loss, stat)
         return BoundaryResult({"weights": out["weights"], "pg_loss": out["pg_loss"], "loss": loss},
-                              {"loss_mask": kw["loss_mask"].to(inputs["loss_mask"].dtype)}, self._ref(fn))
+                              {"loss_mask": kw["loss_mask"].to(inputs["loss_mask"].dtype)}, self._ref(fn),
+                              extras((loss, stat)))
 
     @implements("kl", calls=(f"{DATA}:KLEstimator",))
     def b_kl(self, inputs: dict[str, torch.Tensor], config: dict[str, Any]) -> BoundaryResult:

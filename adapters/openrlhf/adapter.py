@@ -16,6 +16,7 @@ from sentinel.adapters.contract import BoundaryResult, implements, refuse
 from sentinel.adapters.frames import locals_on_return
 from sentinel.adapters.layout import group_ids, group_layout, unpermute
 from sentinel.adapters.loading import version_facts
+from sentinel.adapters.observables import Watch, extras
 from sentinel.adapters.shims import block, is_stub
 from sentinel.adapters.spying import spy
 from sentinel.adapters.trainer import TrainerAdapter, floating, shifts_rewards
@@ -137,7 +138,7 @@ class OpenRLHFAdapter(TrainerAdapter):
     def _policy(self, boundary: str, inputs: dict[str, torch.Tensor], config: dict[str, Any],
                 correction: dict[str, Any] | None = None) -> tuple[dict[str, Any], Callable]:
         """PolicyLoss built from the canonical config and called on one micro-batch; returns
-        (outputs, the forward)."""
+        (outputs, the forward, its extras)."""
         cls = self._fn("PolicyLoss", LOSS, boundary=boundary)
         params = parameters(cls.__init__)
         low, high = float(config["eps_clip"]), float(config["eps_clip_high"])
@@ -187,8 +188,10 @@ class OpenRLHFAdapter(TrainerAdapter):
             call.update(norms(None, mask))
         forward = type(loss_fn).forward
         reducer = "aggregate_loss" if callable(getattr(self.mods[LOSS], "aggregate_loss", None)) else "masked_mean"
+        watch = Watch(loss_fn, "loss_fn")  # the PolicyLoss module: a forward that changes its own state
         with spy(self.mods[LOSS], reducer) as reduced, locals_on_return(forward, ("vllm_is", "coef")) as frames:
             out = loss_fn(**bind(loss_fn.forward, boundary, call))
+        observed = extras(out, watch)  # the loss and the metrics forward returns beside it (clip ratio, ppo_kl, ...)
         loss = out[0] if isinstance(out, tuple) else out
         if not reduced:
             raise Unsupported(f"PolicyLoss.forward did not call {reducer} at this OpenRLHF version")
@@ -199,14 +202,14 @@ class OpenRLHFAdapter(TrainerAdapter):
             weight = frames[-1].get("coef", frames[-1].get("vllm_is"))
             if weight is not None:
                 outputs["weights"] = weight
-        return outputs, forward
+        return outputs, forward, observed
 
     @implements("policy_loss", calls=(f"{LOSS}:PolicyLoss.forward", f"{LOSS}:aggregate_loss",
                                       f"{LOSS_UTILS}:get_loss_batch_info"))
     def b_policy_loss(self, inputs, config):
-        outputs, fn = self._policy("policy_loss", inputs, config)
+        outputs, fn, observed = self._policy("policy_loss", inputs, config)
         outputs.pop("weights", None)
-        return BoundaryResult(outputs, function=self._ref(fn))
+        return BoundaryResult(outputs, function=self._ref(fn), extras=observed)
 
     @implements("is_correction", calls=(f"{LOSS}:PolicyLoss.forward", f"{LOSS}:aggregate_loss"))
     def b_is_correction(self, inputs, config):
@@ -237,10 +240,10 @@ class OpenRLHFAdapter(TrainerAdapter):
             raise Unsupported("PolicyLoss has no vLLM IS correction at this OpenRLHF version")
         cfg = {**config, "eps_clip_c": None, "importance_sampling_level": "token", "use_decoupled_loss": False,
                "rejection_sampling": None}
-        outputs, fn = self._policy("is_correction", inputs, cfg, corr)
+        outputs, fn, observed = self._policy("is_correction", inputs, cfg, corr)
         if "weights" not in outputs:
             raise Unsupported("PolicyLoss.forward keeps no IS weight (coef / vllm_is) at this OpenRLHF version")
-        return BoundaryResult(outputs, function=self._ref(fn))
+        return BoundaryResult(outputs, function=self._ref(fn), extras=observed)
 
     @implements("loss_agg", calls=(f"{LOSS}:aggregate_loss",))
     def b_loss_agg(self, inputs, config):
@@ -315,6 +318,7 @@ class OpenRLHFAdapter(TrainerAdapter):
                     return out
                 setattr(maker, name, recording)
         mod = self.mods[MAKER]
+        watch = Watch(args)
         with spy(mod, "compute_reward") as shaped:
             try:
                 call = maker.compute_advantages_and_returns
@@ -335,6 +339,10 @@ class OpenRLHFAdapter(TrainerAdapter):
         if shaped:
             outputs["token_rewards"] = back(shaped[0][1])
         outputs["function"] = method
+        # the experience as the call left it (its info dict included) and what it set in args, rows
+        # put back in canonical order
+        outputs["extras"] = {k: back(v) if v.dim() and v.shape[0] == n_rows else v
+                             for k, v in extras({"experience": out_exp}, watch).items()}
         return outputs
 
     @implements("advantages", calls=(f"{MAKER}:RemoteExperienceMaker.compute_advantages_and_returns",
@@ -386,7 +394,7 @@ class OpenRLHFAdapter(TrainerAdapter):
             outputs["token_rewards"] = res["token_rewards"]
         if kl is not None:
             outputs["logged_kl"] = kl  # the KL make_experience keeps, as it is after the call
-        return BoundaryResult(outputs, function=self._ref(res["function"]))
+        return BoundaryResult(outputs, function=self._ref(res["function"]), extras=res["extras"])
 
     @implements("reward_norm", calls=(f"{MAKER}:RemoteExperienceMaker.compute_advantages_and_returns",))
     def b_reward_norm(self, inputs, config):
@@ -416,7 +424,7 @@ class OpenRLHFAdapter(TrainerAdapter):
                               group=None if whole else inputs.get("group"),
                               group_size=None if whole else config["group_size"])
         adv = res["estimated"] if res["whitened"] else res["advantages"]
-        return BoundaryResult({"rewards": adv[:, 0]}, function=self._ref(res["function"]))
+        return BoundaryResult({"rewards": adv[:, 0]}, function=self._ref(res["function"]), extras=res["extras"])
 
     @implements("gae", calls=(f"{MAKER}:RemoteExperienceMaker.get_advantages_and_returns",))
     def b_gae(self, inputs, config):

@@ -15,6 +15,7 @@ import torch
 from sentinel.adapters.contract import BoundaryResult, implements
 from sentinel.adapters.frames import locals_on_return
 from sentinel.adapters.loading import keep_host_logging, version_facts
+from sentinel.adapters.observables import Watch, extras
 from sentinel.adapters.shims import hidden
 from sentinel.adapters.trainer import TrainerAdapter
 from sentinel.errors import TargetLoadError, Unsupported
@@ -163,6 +164,7 @@ class TRLAdapter(TrainerAdapter):
                                epsilon=eps_low, epsilon_low=eps_low, epsilon_high=eps_high, beta=beta,
                                max_completion_length=T, **values)
         fn = self.trainer_cls._compute_loss
+        watch = Watch(getattr(trainer, "args", None) or {}, "config")
         try:
             with locals_on_return(fn, OUTPUTS) as frames:
                 loss = trainer._compute_loss(model, batch)
@@ -173,7 +175,9 @@ class TRLAdapter(TrainerAdapter):
             raise RuntimeError(why) from None
         seen = frames[-1] if frames else {}
         full = lambda t: t.expand(B, T) if t is not None and t.dim() == 2 else t  # noqa: E731 - (B, 1) -> [B, T]
-        return {"loss": loss, **{k: full(seen.get(k)) for k in OUTPUTS}}
+        # the loss, the metrics the call logged (trainer._metrics) and what it changed in args
+        observed = extras({"value": loss, "logged": getattr(trainer, "_metrics", None)}, watch)
+        return {"loss": loss, **{k: full(seen.get(k)) for k in OUTPUTS}, "extras": observed}
 
     def _clip(self, config: dict[str, Any]) -> tuple[float, float]:
         return float(config["eps_clip"]), float(config["eps_clip_high"])
@@ -216,7 +220,7 @@ class TRLAdapter(TrainerAdapter):
         outputs = {"pg_loss": out["per_token_loss"], "loss": out["loss"]}
         if out["is_region_clipped"] is not None:
             outputs["clipfrac"] = out["is_region_clipped"].float()
-        return BoundaryResult(outputs, function=self._ref(self.trainer_cls._compute_loss))
+        return BoundaryResult(outputs, function=self._ref(self.trainer_cls._compute_loss), extras=out["extras"])
 
     @implements("cispo_loss", calls=(f"{GRPO}:GRPOTrainer._compute_loss",))
     def b_cispo_loss(self, inputs, config):
@@ -232,7 +236,7 @@ class TRLAdapter(TrainerAdapter):
             raise Unsupported("TRL has no decoupled CISPO loss")
         out = self._loss("cispo_loss", inputs, loss_type="cispo", eps_low=0.2, eps_high=1.0 + high)
         return BoundaryResult({"pg_loss": out["per_token_loss"], "loss": out["loss"]},
-                              function=self._ref(self.trainer_cls._compute_loss))
+                              function=self._ref(self.trainer_cls._compute_loss), extras=out["extras"])
 
     @implements("loss_agg", calls=(f"{GRPO}:GRPOTrainer._compute_loss",))
     def b_loss_agg(self, inputs, config):
@@ -245,7 +249,8 @@ class TRLAdapter(TrainerAdapter):
         batch = {"log_probs": lp, "old_log_probs": lp.clone(), "loss_mask": mask, "advantages": -v}
         out = self._loss("loss_agg", batch, loss_type=loss_type, eps_low=0.2, eps_high=0.2,
                          advantages=self._advantages(-v, mask))
-        return BoundaryResult({"loss": out["loss"]}, function=self._ref(self.trainer_cls._compute_loss))
+        return BoundaryResult({"loss": out["loss"]}, function=self._ref(self.trainer_cls._compute_loss),
+                              extras=out["extras"])
 
     @implements("opsm_mask", calls=(f"{GRPO}:GRPOTrainer.get_off_policy_mask", f"{GRPO}:GRPOTrainer._compute_loss"))
     def b_opsm_mask(self, inputs, config):
@@ -259,7 +264,7 @@ class TRLAdapter(TrainerAdapter):
         mask = out["off_policy_mask"]
         return BoundaryResult({"opsm_mask": mask.to(out["per_token_loss"].dtype), "pg_loss": out["per_token_loss"],
                                "reduced_policy_loss": out["loss"]},
-                              function=self._ref(self.trainer_cls.get_off_policy_mask))
+                              function=self._ref(self.trainer_cls.get_off_policy_mask), extras=out["extras"])
 
     @implements("kl", calls=(f"{GRPO}:GRPOTrainer._compute_loss",))
     def b_kl(self, inputs, config):
@@ -273,4 +278,5 @@ class TRLAdapter(TrainerAdapter):
         batch = {**inputs, "old_log_probs": lp.detach(), "advantages": torch.zeros(mask.shape, device=mask.device)}
         out = self._loss("kl", batch, loss_type="bnpo", eps_low=0.2, eps_high=0.2, beta=1.0,
                          advantages=torch.zeros(mask.shape[0], device=mask.device))
-        return BoundaryResult({"kl": out["per_token_kl"]}, function=self._ref(self.trainer_cls._compute_loss))
+        return BoundaryResult({"kl": out["per_token_kl"]}, function=self._ref(self.trainer_cls._compute_loss),
+                              extras=out["extras"])

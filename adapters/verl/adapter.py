@@ -21,6 +21,7 @@ from sentinel.adapters.loading import (
     keep_host_logging,
     version_facts,
 )
+from sentinel.adapters.observables import Watch, extras
 from sentinel.adapters.shims import is_stub
 from sentinel.adapters.spying import spy
 from sentinel.adapters.trainer import TrainerAdapter, shifts_rewards
@@ -392,13 +393,16 @@ class VerlAdapter(PolicyLosses, Surfaces, TrainerAdapter):
 
         core, trainer = self.core, self.mods.get(TRAINER)
         outputs: dict[str, Any] = {}
+        observed: dict[str, Any] = {}
+        watch = Watch(algo)
         # 1. KL in reward (ray_trainer.apply_kl_penalty; the trainer skips it when use_kl_in_reward is off)
         if use_kl:
             with spy(core, "kl_penalty") as kl_calls:
                 if trainer is not None and callable(getattr(trainer, "apply_kl_penalty", None)):
                     fixed = getattr(core, "FixedKLController", None)
                     kl_ctrl = fixed(kl_coef=kl_coef) if fixed is not None else core.get_kl_controller(algo.kl_ctrl)
-                    data, _metrics = trainer.apply_kl_penalty(data, kl_ctrl=kl_ctrl, kl_penalty=kl_name)
+                    data, kl_metrics = trainer.apply_kl_penalty(data, kl_ctrl=kl_ctrl, kl_penalty=kl_name)
+                    observed.update(extras({"kl_metrics": kl_metrics}))
                 else:  # the same composition from core_algos (apply_kl_penalty's four lines)
                     kld = core.kl_penalty(tensors["old_log_probs"], tensors["ref_log_prob"], kl_penalty=kl_name)
                     data.batch["token_level_rewards"] = scores - kl_coef * (kld * mask)
@@ -432,7 +436,9 @@ class VerlAdapter(PolicyLosses, Surfaces, TrainerAdapter):
             raise Unsupported(f"normalize_advantages: verl's {name!r} estimator does not whiten its advantages "
                               f"and verl has no separate advantage normalisation")
         outputs.update(advantages=adv, returns=ret, token_rewards=data.batch["token_level_rewards"])
-        return BoundaryResult(outputs, function=self._ref(est_fn))
+        # the batch as the trainer left it (every tensor it added or changed) and its config changes
+        observed.update(extras({"data": _carried(data)}, watch))
+        return BoundaryResult(outputs, function=self._ref(est_fn), extras=observed)
 
     # --- rollout / trainer mismatch -------------------------------------------------------
     @contextlib.contextmanager
@@ -497,7 +503,7 @@ class VerlAdapter(PolicyLosses, Surfaces, TrainerAdapter):
                 raise Unsupported(f"verl {self.facts.get('version')} registers no 'bypass_mode' policy loss "
                                   f"(off-policy REINFORCE with IS weights pi_theta / pi_rollout)")
             with self._weights_seen() as seen:
-                token, loss, fn = self._policy("is_correction", "bypass_mode", lp, roll, adv, inputs["loss_mask"],
+                token, loss, fn, observed = self._policy("is_correction", "bypass_mode", lp, roll, adv, inputs["loss_mask"],
                                                clip_low=low, clip_high=high, clip_c=None, loss_agg=loss_agg,
                                                rollout_correction={**corr, "loss_type": "reinforce",
                                                                    "bypass_mode": True})
@@ -505,12 +511,13 @@ class VerlAdapter(PolicyLosses, Surfaces, TrainerAdapter):
             entry = getattr(self.mods[ROLLOUT_CORR], "compute_rollout_correction_and_rejection_mask", None)
             with self._weights_seen() as seen:
                 if entry is not None:
-                    entry(**bind(entry, "is_correction", {"old_log_prob": old, "rollout_log_prob": roll,
-                                                          "response_mask": mask}, corr))
+                    got = entry(**bind(entry, "is_correction", {"old_log_prob": old, "rollout_log_prob": roll,
+                                                                "response_mask": mask}, corr))
                 else:  # before the unified entry: the weight function on the trainer's log-ratio
-                    wfn(**bind(wfn, "is_correction", {"log_ratio": old - roll, "response_mask": mask}, corr))
+                    got = wfn(**bind(wfn, "is_correction", {"log_ratio": old - roll, "response_mask": mask}, corr))
+            correction = extras({"correction": _carried(got)})  # its mask and metrics beside the weights
             if seen:
-                token, loss, fn = self._policy("is_correction", "vanilla", lp, old, adv, inputs["loss_mask"],
+                token, loss, fn, observed = self._policy("is_correction", "vanilla", lp, old, adv, inputs["loss_mask"],
                                                clip_low=low, clip_high=high, clip_c=None, loss_agg=loss_agg,
                                                rollout_is_weights=seen[-1][1][0])
         if not seen:
@@ -518,7 +525,19 @@ class VerlAdapter(PolicyLosses, Surfaces, TrainerAdapter):
         outputs: dict[str, Any] = {"weights": seen[-1][1][0], "loss": loss}
         if token is not None:
             outputs["pg_loss"] = token
-        return BoundaryResult(outputs, function=self._ref(wfn).with_also(self._ref(fn)))
+        if method != "off_policy_is":
+            observed = {**correction, **observed}
+        return BoundaryResult(outputs, function=self._ref(wfn).with_also(self._ref(fn)), extras=observed)
+
+
+def _carried(value: Any) -> Any:
+    """A return value with each DataProto (or plain carrier) as the dict of its batch tensors."""
+    if isinstance(value, (tuple, list)):
+        return [_carried(v) for v in value]
+    batch = getattr(value, "batch", None)
+    if batch is not None and hasattr(batch, "items"):
+        return {"batch": dict(batch.items()), "meta_info": dict(getattr(value, "meta_info", None) or {})}
+    return value
 
 
 class _PlainProto(types.SimpleNamespace):

@@ -16,6 +16,7 @@ import torch
 
 from sentinel.adapters.binding import bind, parameters, signature_text
 from sentinel.adapters.contract import BoundaryResult
+from sentinel.adapters.observables import Watch, extras
 from sentinel.adapters.spying import spy
 from sentinel.errors import Unsupported
 
@@ -69,7 +70,9 @@ class PolicyLosses:
                 mask: torch.Tensor, *, clip_low: float, clip_high: float, clip_c: float | None, loss_agg: str,
                 rollout_is_weights: torch.Tensor | None = None, fn: Callable | None = None,
                 extra: dict[str, Any] | None = None, rollout_correction: dict[str, Any] | None = None):
-        """One registered policy loss on one micro-batch; returns (token loss, scalar loss, fn)."""
+        """One registered policy loss on one micro-batch; returns (token loss, scalar loss, fn,
+        extras: what it returned beside the loss (clip fractions, ppo_kl, a metrics dict) and what it
+        changed in its ActorConfig)."""
         core = self.core
         c = math.inf if clip_c is None else float(clip_c)
         registry = getattr(core, "get_policy_loss_fn", None)
@@ -83,6 +86,7 @@ class PolicyLosses:
             except (ValueError, KeyError) as e:
                 raise Unsupported(f"verl has no registered policy loss {loss_mode!r} at "
                                   f"{self.facts.get('version')}: {e}") from e
+        cfg = None
         if fn is not None:
             cfg = self._actor_config(boundary, clip_low=clip_low, clip_high=clip_high, clip_c=c, loss_agg=loss_agg,
                                      loss_mode=loss_mode, mask=mask, rollout_correction=rollout_correction)
@@ -111,13 +115,15 @@ class PolicyLosses:
                          aliases={"response_mask": ("eos_mask",)})
             if loss_agg != "token-mean" and "loss_agg_mode" not in params:
                 raise Unsupported(f"{signature_text(fn)} aggregates by token-mean only (loss_agg={loss_agg})")
+        watch = [Watch(cfg)] if cfg is not None else []
         with spy(core, "agg_loss") as agg_calls:  # the token loss verl hands its aggregation
             out = fn(**kw)
+        observed = extras(out, *watch)
         loss = out[0] if isinstance(out, tuple) else out
         token = next((a.get("loss_mat") for a, r in agg_calls if r is loss), None)
         if token is None and len(agg_calls) == 1:
             token = agg_calls[0][0].get("loss_mat")
-        return token, loss, fn
+        return token, loss, fn, observed
 
     _RS_KEYS = ("rollout_is", "rollout_is_threshold", "rollout_is_batch_normalize", "rollout_rs",
                 "rollout_rs_threshold")
@@ -166,7 +172,7 @@ class PolicyLosses:
     def _policy_boundary(self, boundary: str, mode: str, inputs, config, low: float, high: float,
                          clip_c: float | None) -> BoundaryResult:
         weights, mask = self._decoupled(boundary, inputs, config)
-        token, loss, fn = self._policy(
+        token, loss, fn, observed = self._policy(
             boundary, mode, inputs["log_probs"], inputs["old_log_probs"], inputs["advantages"], mask,
             clip_low=low, clip_high=high, clip_c=clip_c, loss_agg=config["loss_agg"],
             rollout_is_weights=weights)
@@ -175,4 +181,4 @@ class PolicyLosses:
             outputs["pg_loss"] = token
         if weights is not None:
             outputs["weights"] = weights
-        return BoundaryResult(outputs, function=self._ref(fn))
+        return BoundaryResult(outputs, function=self._ref(fn), extras=observed)

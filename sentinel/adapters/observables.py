@@ -34,9 +34,12 @@ def _children(v: Any) -> list[tuple[str, Any]] | None:
     if isinstance(v, dict):
         return [(str(k), x) for k, x in v.items()]
     if isinstance(v, (tuple, list)):
-        if v and all(isinstance(x, torch.Tensor) for x in v):  # per-sample tensors: one observable
-            try:
-                return [("", torch.cat([x.reshape(-1) for x in v]))]
+        # a list of tensors holds one per sample: one observable; a tuple's members are named apart
+        # (verl's (pg_loss, clipfrac, ppo_kl, ...))
+        if isinstance(v, list) and v and all(isinstance(x, torch.Tensor) for x in v):
+            flat = [x.reshape(-1) for x in v]
+            try:  # rows of one length stack into a batch (then masked like one), else one run
+                return [("", torch.stack(flat) if len({len(x) for x in flat}) == 1 else torch.cat(flat))]
             except RuntimeError:
                 pass
         return [(str(i), x) for i, x in enumerate(v)]
@@ -104,3 +107,12 @@ class Watch:
             if v is not None:
                 out[f"{self.name}:{k}.value"] = v.detach().clone()
         return out
+
+
+def extras(value: Any, *watches: Watch) -> dict[str, torch.Tensor]:
+    """`BoundaryResult.extras` of one call: what it returned (`returned`) and what it changed in
+    each watched args/config object (`Watch.changes`)."""
+    out = returned(value)
+    for w in watches:
+        out.update(w.changes())
+    return out

@@ -2,11 +2,12 @@
 
 Compared, in this order: each gradient at its input's valid positions (what trains the
 model; all V values of a vocab tensor's valid position), each output at the positions its boundary's output contract makes valid (token
-outputs where loss_mask is 1, row outputs in rows whose row mask is 1, scalars always), then
+outputs where loss_mask is 1, row outputs in rows whose row mask is 1, scalars always; masked
+positions too where one side zeroes them and the other does not: `masked_matters`), then
 each input's state after the call, everywhere (a mutation of a masked position is a mutation),
 then the extras (`returned:...` values the function returned beyond the outputs, `config:...`
 changes it made to its args/config object; sentinel/adapters/observables.py). An output only one side
-produces is not a difference (an optional output). A side that raises where the other
+produces is not a difference (an optional output); a config attribute only one side changed is. A side that raises where the other
 answers differs on `exception`.
 """
 
@@ -32,12 +33,24 @@ class Difference:
     non_finite: bool = False  # a differing value is NaN / Inf on either side
 
 
-def grads_for(boundary: str) -> list[tuple[str, str]]:
+EXTRA_PREFIXES = ("returned:", "config:")  # sentinel/adapters/observables.py
+
+
+def is_extra(observable: str) -> bool:
+    """A value beside the boundary's canonical outputs: no family reads it, no scenario pins it."""
+    return observable.startswith(EXTRA_PREFIXES)
+
+
+def grads_for(boundary: str, graph: bool = True) -> list[tuple[str, str]]:
     """The gradients a differential hunt observes: of each scalar output (else each token
-    output, summed) with respect to each input that takes a gradient."""
+    output, summed) with respect to each input that takes a gradient, and (`graph`) each input a
+    trainer may hand over still in the graph (`Boundary.graph_inputs`: a gradient there that one
+    revision has and the other not is a difference). Against the reference `graph` is off: how
+    a function differentiates through an input the canonical data path never attaches is a
+    trainer's own convention, judged only against the same trainer's other revision."""
     spec = get_boundary(boundary)
     outs = [p.name for p in spec.outputs if p.kind == "scalar"] or [p.name for p in spec.outputs if p.kind == "token"]
-    return [(o, w) for o in outs for w in spec.grad_inputs]
+    return [(o, w) for o in outs for w in (*spec.grad_inputs, *(spec.graph_inputs if graph else ()))]
 
 
 def _valid(boundary: str, name: str, ex, shape: tuple[int, ...]) -> np.ndarray | None:
@@ -71,6 +84,33 @@ def _extra_valid(ex, shape: tuple[int, ...]) -> np.ndarray | None:
     return m.astype(bool) if m is not None and m.shape == shape else None
 
 
+def masked_matters(a, b, where: np.ndarray | None) -> np.ndarray | None:
+    """Where a per-token observable's values matter, masked positions included when they do.
+
+    The rule (its one home): a value at a masked position is harmless when the trainer masks it
+    downstream, and neither side can be blamed for junk there; but a side whose value is exactly
+    0 at every masked position masks it itself, so its callers may sum or log it unmasked, and
+    the other side leaving anything else there (a whitened advantage on padding, a loss
+    gradient into a padded token) is a real difference: then masked positions are compared too.
+    Where both sides zero them, or neither does, only the valid positions count. Applied between
+    two revisions of one trainer, to outputs, per-token extras and gradients of a loss."""
+    if where is None or where.all():
+        return where
+    a64, b64 = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    if a64.shape != where.shape or b64.shape != where.shape:
+        return where
+    masked = ~where
+    zero_a, zero_b = bool((a64[masked] == 0).all()), bool((b64[masked] == 0).all())
+    return None if zero_a != zero_b else where
+
+
+def _of_scalar(boundary: str, grad: str) -> bool:
+    """A gradient of a scalar output (a loss: what trains), not of a token output summed by the
+    hunt (its masked positions are the sum's, not the trainer's)."""
+    port = get_boundary(boundary).output(grad.split("/", 1)[0])
+    return port is not None and port.kind == "scalar"
+
+
 def _differs(a: np.ndarray, b: np.ndarray, where: np.ndarray | None, atol: float, rtol: float
              ) -> tuple[bool, list[list[int]], bool]:
     a64, b64 = np.asarray(a, np.float64), np.asarray(b, np.float64)
@@ -96,9 +136,11 @@ def not_run(*answers: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def differences(boundary: str, ex, a: dict[str, Any], b: dict[str, Any], atol: float = ATOL,
-                rtol: float = RTOL) -> list[Difference]:
+                rtol: float = RTOL, masked: bool = True) -> list[Difference]:
     """Every observable on which answers `a` (base) and `b` (head) to example `ex` differ (none
-    where a side does not support the example: nothing to compare)."""
+    where a side does not support the example: nothing to compare). `masked`: apply
+    `masked_matters` (off against the reference, which zeroes every masked position as its own
+    convention)."""
     if not_run(a, b):
         return []
     if a["status"] == "error" or b["status"] == "error":
@@ -106,6 +148,10 @@ def differences(boundary: str, ex, a: dict[str, Any], b: dict[str, Any], atol: f
         return [] if a["status"] == b["status"] else [Difference("exception", [], text(a), text(b))]
     out = []
     for kind in ("grads", "outputs", "inputs_after", "extras"):  # the gradient first: it is what trains
+        if kind == "extras":  # a config attribute one side changed and the other left as it was
+            ea, eb = a.get(kind, {}), b.get(kind, {})
+            out += [Difference(n, [], float(n in ea), float(n in eb))
+                    for n in sorted(set(ea) ^ set(eb)) if n.startswith("config:") and not n.endswith(".value")]
         for name in a.get(kind, {}):
             if name not in b.get(kind, {}):
                 continue
@@ -120,6 +166,8 @@ def differences(boundary: str, ex, a: dict[str, Any], b: dict[str, Any], atol: f
                 y = np.zeros(shape, np.float32) if y is None else y
             where = None if kind == "inputs_after" else _extra_valid(ex, np.shape(x)) if kind == "extras" \
                 else _valid(boundary, label, ex, np.shape(x))
+            if masked and (kind != "grads" or _of_scalar(boundary, name)):
+                where = masked_matters(x, y, where)
             tol = (0.0, 0.0) if kind == "inputs_after" else (atol, rtol)
             bad, pos, nonfin = _differs(x, y, where, *tol)
             if bad:

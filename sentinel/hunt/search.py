@@ -22,6 +22,11 @@ import numpy as np
 from .. import strategies as S
 
 PROGRESS_EVERY = 0.5  # seconds between progress lines from a round
+# a difference only on extras (a returned metric, a config change) becomes a finding only after
+# this many such examples (over a hunt's rounds): until then the search looks on for one whose canonical
+# outputs differ too, which a family can judge and a scenario can replay (the same bug seen
+# through a logged copy of an output would otherwise be found through the copy)
+SECONDARY_PATIENCE = 64
 
 
 @dataclass
@@ -35,6 +40,7 @@ class Answer:
     violations: list[str] = field(default_factory=list)  # the observables that fail or differ
     deviations: list[str] = field(default_factory=list)  # declared deviations explaining what differs
     detail: dict[str, Any] = field(default_factory=dict)  # the judge's own record, kept with the best
+    secondary: bool = False  # it differs only on values beside the canonical outputs (extras)
 
 
 class Judge(Protocol):
@@ -53,7 +59,7 @@ class Search:
     """The state of one round's search: counts, the first and best violation."""
 
     def __init__(self, judge: Judge, quota: int, deadline: float, shrink_time: float, *,
-                 emit: Callable[[dict[str, Any]], None] | None = None, name: str = ""):
+                 emit: Callable[[dict[str, Any]], None] | None = None, name: str = "", patience: int = 0):
         self.judge, self.quota, self.deadline, self.shrink_time = judge, quota, deadline, shrink_time
         self.emit, self.name = emit, name
         self.t0 = self.last_emit = time.monotonic()
@@ -66,6 +72,8 @@ class Search:
         self.first: dict[str, Any] = {}  # when the first violation came: t (monotonic), examples
         self.best: dict[str, Any] = {}  # ex, fp, observable, answer
         self.error_sample: dict[str, Any] | None = None
+        self.patience = patience  # extras-only examples still to pass over (SECONDARY_PATIENCE)
+        self.secondary_seen = 0  # examples passed over that differed on extras only
 
     def progress(self, force: bool = False) -> None:
         now = time.monotonic()
@@ -119,6 +127,9 @@ class Search:
             return False
         if not best:
             self.violating += 1
+            if a.secondary and self.secondary_seen < self.patience:
+                self.secondary_seen += 1
+                return False
         elif best["observable"] not in a.violations:
             return False  # shrinking keeps the first violation's observable: no slipping to another bug
         observable = best["observable"] if best else a.violations[0]

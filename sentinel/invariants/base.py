@@ -210,9 +210,9 @@ class Invariant(BaseModel):
         out = []
         for n in names or []:
             if m := GRAD_RE.match(n):  # grad:OUT/INP: a gradient the worker can take, else never observed
-                if sc.spec.output(m[1]) is None or m[2] not in sc.spec.grad_inputs:
+                if sc.spec.output(m[1]) is None or m[2] not in sc.spec.differentiable:
                     out.append((fld, f"{n!r}: gradients of {sc.boundary!r} are d(output)/d(input) for inputs "
-                                     f"{list(sc.spec.grad_inputs)}"))
+                                     f"{list(sc.spec.differentiable)}"))
             elif m := INPUT_RE.match(n):
                 if sc.spec.input(m[1]) is None:
                     out.append((fld, f"{n!r}: boundary {sc.boundary!r} has no input {m[1]!r}"))

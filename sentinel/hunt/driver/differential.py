@@ -39,10 +39,11 @@ from ...invariants import REGISTRY
 from ...report import Report, Target
 from ...runner import TargetSpec
 from ...spec import load_text
-from ..differences import ATOL, RTOL, Difference, deviation_for, differences, grads_for, not_run, skipped_note
+from ..differences import (ATOL, RTOL, Difference, deviation_for, differences, grads_for, is_extra, not_run,
+                           skipped_note)
 from ..known import Known, fitted, runs_of
 from ..properties import PROPERTIES, SHRINK_TIME, Property, select
-from ..search import Answer, Search, replayable
+from ..search import SECONDARY_PATIENCE, Answer, Search, replayable
 from ..signature import (DIFFERENTIAL, Signature, _key, fill_masked_rows, known_match, layout, neutralise, perturbs,
                          signature)
 from .engine import ExitReason, Hunt, resolved
@@ -212,7 +213,10 @@ class DiffHunter(Hunt):
         limit = max(MIN_ROUND, self.share(s, left))
         s.share_s += limit
         rnd = random.Random(f"{st.seed}:{b}:{s.rounds}") if st.seed is not None else None
-        search = Search(DiffJudge(self, s), n, time.monotonic() + limit, st.shrink_time)
+        # extras-only differences wait for one on an output (search.SECONDARY_PATIENCE), never past
+        # half of what is left of the example budget
+        patience = max(0, min(SECONDARY_PATIENCE - s.secondary_seen, (st.max_examples - s.examples) // 2))
+        search = Search(DiffJudge(self, s), n, time.monotonic() + limit, st.shrink_time, patience=patience)
         # a batch with no valid token has no training signal: what a side returns there is its convention
         # every input on its own, and the relations / edges of strategies.RELATIONS among them
         strategy = S.batches(S.examples(b, config=self.choices(b), junk="wild", row_mask=True, min_valid=1,
@@ -233,6 +237,7 @@ class DiffHunter(Hunt):
         s.rejected += search.st["rejected"]
         s.errors += search.st["errors"]
         s.shrink_calls += search.st["shrink_calls"]
+        s.secondary_seen += search.secondary_seen
         s.reasons.update(search.reasons)
         s.excluded.update(search.excluded)
         s.error_sample = s.error_sample or search.error_sample
@@ -254,11 +259,12 @@ class DiffHunter(Hunt):
                    "found": s.found[-1].finding["signature"] if search.best else None, "findings": len(s.found)})
 
     def observe(self, b: str, examples: list) -> tuple[list, list]:
-        return self.sides.ask({"op": "observe", "boundary": b, "examples": examples, "grads": grads_for(b)})
+        return self.sides.ask({"op": "observe", "boundary": b, "examples": examples,
+                               "grads": grads_for(b, graph=not self.against)})
 
     def unexplained(self, b: str, ex, ra: dict, rb: dict) -> tuple[list[Difference], list[str]]:
         """The differences no declared deviation explains, and the deviations that explain the rest."""
-        diffs = differences(b, ex, ra, rb, self.settings.atol, self.settings.rtol)
+        diffs = differences(b, ex, ra, rb, self.settings.atol, self.settings.rtol, masked=not self.against)
         devs, left = [], []
         for d in diffs:
             # a convention changes values; it does not make them NaN: a non-finite difference is never one
@@ -420,7 +426,8 @@ class DiffJudge:
             return Answer(rejected=f"both sides raised {a['type']}", error={
                 "type": a["type"], "message": a["message"], "traceback": "", "example": repr(ex)[:4000]})
         left, devs = self.h.unexplained(self.b, ex, a, b)
-        return Answer(violations=[x.observable for x in left], deviations=devs, detail={"left": left})
+        return Answer(violations=[x.observable for x in left], deviations=devs, detail={"left": left},
+                      secondary=bool(left) and all(is_extra(x.observable) for x in left))
 
     def deviation(self, ex, a: Answer, observable: str) -> None:
         return None  # what a declared deviation explains is no violation (`unexplained`)

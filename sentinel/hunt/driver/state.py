@@ -71,6 +71,7 @@ class PropertyState:
     shrink_calls: int = 0
     rounds: int = 0
     empty_rounds: int = 0
+    secondary_seen: int = 0  # differential: examples passed over that differed on extras only (search.py)
     duration_s: float = 0.0  # this property's own search seconds
     share_s: float = 0.0  # the search seconds its rounds were allotted (`Hunt.share`)
     cpu_s: float = 0.0  # CPU seconds its rounds took in the worker (what a loaded machine does not inflate)

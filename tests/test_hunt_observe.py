@@ -1,0 +1,89 @@
+"""What a differential hunt observes beside the canonical outputs (issue 19, item 3): gradients
+through inputs a trainer may hand over still in the graph, masked positions where one side
+masks its own output, config attributes one side changed, and findings on an output before
+one on an extra (a logged copy of the output)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from sentinel import hunt as H
+from sentinel.hunt import differences as D
+from sentinel.runner import TargetSpec
+from sentinel.strategies import Example
+from untimed import DIFFERENTIAL, DIFFERENTIAL_SECONDS
+
+HERE = Path(__file__).resolve().parent
+
+
+def _toys() -> None:
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))
+
+
+def _answer(**kinds):
+    return {"status": "ok", "outputs": {}, "grads": {}, "inputs_after": {}, "extras": {}, **kinds}
+
+
+def test_gradients_are_taken_through_inputs_a_trainer_may_keep_in_the_graph():
+    assert ("loss", "old_log_probs") in D.grads_for("is_correction")
+    assert ("loss", "old_log_probs") in D.grads_for("policy_loss")
+    assert ("loss", "old_log_probs") not in D.grads_for("policy_loss", graph=False)  # against the reference
+
+
+def test_masked_positions_count_where_one_side_zeroes_them():
+    mask = np.array([[1, 1, 0]], np.float32)
+    ex = Example("advantages", {}, {"rewards": np.ones(1, np.float32), "loss_mask": mask})
+    clean, junk, other = np.array([[0.5, -0.5, 0.0]]), np.array([[0.5, -0.5, 0.7]]), np.array([[0.5, -0.5, 0.9]])
+    # the fix masks its advantages, the parent left whitened values on padding: a difference there
+    d, = D.differences("advantages", ex, _answer(outputs={"advantages": junk}), _answer(outputs={"advantages": clean}))
+    assert d.observable == "advantages" and d.positions == [[0, 2]]
+    # neither side masks them: junk both sides ignore
+    assert D.differences("advantages", ex, _answer(outputs={"advantages": junk}),
+                         _answer(outputs={"advantages": other})) == []
+    # against the reference (which zeroes every masked position) junk there is the trainer's convention
+    assert D.differences("advantages", ex, _answer(outputs={"advantages": clean}),
+                         _answer(outputs={"advantages": junk}), masked=False) == []
+    # a per-token extra shaped like the loss mask follows the same rule
+    assert [x.observable for x in D.differences("advantages", ex, _answer(extras={"returned:kl": junk}),
+                                                _answer(extras={"returned:kl": clean}))] == ["returned:kl"]
+
+
+def test_a_config_attribute_only_one_side_changed_is_a_difference():
+    ex = Example("kl", {}, {"loss_mask": np.ones((1, 2), np.float32)})
+    d, = D.differences("kl", ex, _answer(), _answer(extras={"config:kl_coef": np.float32(1.0),
+                                                             "config:kl_coef.value": np.float32(0.05)}))
+    assert d.observable == "config:kl_coef" and (d.base, d.head) == (0.0, 1.0)
+
+
+def test_an_undetached_is_weight_is_found_through_the_old_log_probs_gradient(tmp_path):
+    # the weights, the loss and its gradient w.r.t. log pi are the reference's: only the
+    # gradient through old_log_probs (bypass modes pass log pi there) shows the leak
+    _toys()
+    rep = H.differential(TargetSpec("reference"), TargetSpec("hunt_observe_adapter:UndetachedTis"), ["is_correction"],
+                         DIFFERENTIAL_SECONDS, 0, out_dir=tmp_path, first=True, max_examples=200,
+                         config={"method": "vanilla_tis"}, **DIFFERENTIAL)
+    f, = rep.hunt.findings
+    assert f.signature.observable == "grad:loss/old_log_probs", f
+
+
+def test_an_output_difference_is_preferred_to_one_in_a_logged_copy(tmp_path):
+    # the logged copy differs wherever log pi < -1 at any position, the output only at a valid
+    # one: the hunt reports the output (a family can judge it, a scenario replays it)
+    _toys()
+    rep = H.differential(TargetSpec("hunt_observe_adapter:KlLogged"), TargetSpec("hunt_observe_adapter:KlShifted"),
+                         ["kl"], DIFFERENTIAL_SECONDS, 0, out_dir=tmp_path, first=True, max_examples=300,
+                         config={"kl_type": "k1"}, **DIFFERENTIAL)
+    f, = rep.hunt.findings
+    assert f.signature.observable in ("kl", "grad:kl/log_probs"), f
+
+
+def test_a_loss_gradient_into_a_masked_token_counts_where_the_other_side_has_none():
+    mask = np.array([[1, 0]], np.float32)
+    ex = Example("policy_loss", {}, {"log_probs": np.zeros((1, 2), np.float32), "loss_mask": mask})
+    clean, leak = np.array([[0.5, 0.0]]), np.array([[0.5, 0.25]])
+    d, = D.differences("policy_loss", ex, _answer(grads={"loss/log_probs": leak}),
+                       _answer(grads={"loss/log_probs": clean}))
+    assert d.observable == "grad:loss/log_probs" and d.positions == [[0, 1]]
