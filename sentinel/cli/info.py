@@ -14,6 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .. import boundaries
+from ..adapters.options import is_trainer
 from ..catalog import catalog_path
 from ..invariants import REGISTRY
 from ..report import schema_text, write_atomic
@@ -236,7 +237,8 @@ def _mapping_table(t: Table, target: str) -> None:
 def _reach(adapter: Any, boundary: str) -> str:
     """The options the adapter pins on `boundary` (with why) and the hunt values it adds."""
     pins = [f"{k}: pinned, {r}" for k, r in adapter.pins(boundary).items()] if hasattr(adapter, "pins") else []
-    domains = [f"{k}: hunt also draws {', '.join(map(repr, vs))}"
+    domains = [f"{k}: trainer option, default {vs[0]!r}, hunt also draws {', '.join(map(repr, vs[1:]))}"
+               if is_trainer(k) else f"{k}: hunt also draws {', '.join(map(repr, vs))}"
                for k, vs in (getattr(adapter, "option_domains", {}).get(boundary) or {}).items()]
     return markup("\n".join(pins + domains), lines=True)
 

@@ -63,10 +63,11 @@ def _properties(adapter, device, ex, names: list[str], origins: dict[str, str] |
 
 
 def hello(adapter) -> dict[str, Any]:
-    """What the parent needs to know of this side before it draws: its boundaries and the
-    deviations from the reference its adapter declares."""
+    """What the parent needs to know of this side before it draws: its boundaries, the
+    deviations from the reference its adapter declares and its option_domains (hunt values)."""
     table = getattr(type(adapter), "deviation_table", None)
-    return {"boundaries": adapter.supported(), "deviations": table() if table else {}}
+    domains = {b: {k: list(vs) for k, vs in d.items()} for b, d in getattr(type(adapter), "option_domains", {}).items()}
+    return {"boundaries": adapter.supported(), "deviations": table() if table else {}, "domains": domains}
 
 
 def serve(adapter, device, job: dict[str, Any], emit: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
