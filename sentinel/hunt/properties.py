@@ -23,6 +23,11 @@ from ..errors import RegistryError
 from ..invariants import REGISTRY, Invariant
 
 FORMULA_FAMILIES = ("close", "equals", "gradient")  # families whose hunts state the reference's formula
+# ...and those that state what the canonical config computes (GSPO's one loss per sequence): a
+# trainer option (a KL term in the loss, an entropy mask) may change that on purpose, so these
+# properties do not draw trainer options; the families that hold whatever the options do
+# (finite, masking, padding, permutation, precision, ...) do
+CANONICAL_FAMILIES = FORMULA_FAMILIES + ("sequence_uniform",)
 
 # seconds of shrinking per finding before the best so far is kept (the driver's default for
 # each round, and a round's own default)
@@ -45,8 +50,8 @@ class Property:
         boundary) adds values to an option the property itself does not restrict."""
         out = {**S.CONFIG_CHOICES[self.boundary], **self.draw.get("config", {})}
         for k, values in (domains or {}).items():
-            if is_trainer(k):  # a trainer option, default first; a formula's reference has none
-                if self.family not in FORMULA_FAMILIES:
+            if is_trainer(k):  # a trainer option, default first
+                if self.family not in CANONICAL_FAMILIES:
                     out[k] = list(values)
             elif k not in self.draw.get("config", {}):
                 base = out.get(k) or [get_boundary(self.boundary).config[k]]
