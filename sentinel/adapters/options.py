@@ -39,6 +39,7 @@ _LOG: dict[str, dict[str, dict[str, Any]]] = {}
 _ACTIVE: list["_Recording"] = []
 _SUBCLASSES: dict[type, type] = {}
 MAX_VALUES = 20  # distinct values kept per option (enough to tell varied from pinned)
+_PLAIN = (bool, int, float, str, type(None))
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,9 @@ class _Recording:
         return hit
 
     def read(self, name: str, value: Any) -> None:
-        if not isinstance(value, (bool, int, float, str, type(None))):
+        if isinstance(value, (tuple, list)) and all(isinstance(v, _PLAIN) for v in value):
+            value = tuple(value)  # a range (reward clip bounds): one option value
+        elif not isinstance(value, _PLAIN):
             return  # a nested config is recorded by its own reads; a model, a tensor or a method is no option
         values = _LOG.setdefault(self.boundary, {}).setdefault(name, {})
         if len(values) < MAX_VALUES:
