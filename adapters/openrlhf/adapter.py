@@ -163,15 +163,18 @@ class OpenRLHFAdapter(TrainerAdapter):
             raise Unsupported("OpenRLHF aggregates token-mean (token_level_loss) or seq-mean-token-mean, not "
                               "seq-mean-token-sum")
         level = config.get("importance_sampling_level") or "token"
+        # the trainer option token_level_loss: the flag as the trainer's command line sets it,
+        # whatever loss_agg says (GSPO is to force the sequence-level loss itself)
+        drawn_tll = trainer_options(config).get("token_level_loss")
         if level == "sequence":
             if "policy_loss_type" not in params:
                 raise Unsupported("PolicyLoss has no policy_loss_type (GSPO) at this OpenRLHF version")
-            if agg != "seq-mean-token-mean":
+            if agg != "seq-mean-token-mean" and drawn_tll is None:
                 raise Unsupported("OpenRLHF's GSPO always aggregates seq-mean-token-mean (it forces "
                                   "token_level_loss off)")
             kw["policy_loss_type"] = "gspo"
         if "token_level_loss" in params:
-            kw["token_level_loss"] = agg == "token-mean"
+            kw["token_level_loss"] = agg == "token-mean" if drawn_tll is None else bool(drawn_tll)
         elif agg != "seq-mean-token-mean":
             raise Unsupported("PolicyLoss reduces seq-mean-token-mean only at this OpenRLHF version (no "
                               "token_level_loss)")

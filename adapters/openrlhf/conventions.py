@@ -113,11 +113,12 @@ ARG_NAMES = {
 VLLM_IS_THRESHOLD = [0.5, 2.0]  # policy_loss's trainer option enable_vllm_is_correction: the band it uses
 
 # Trainer options the hunt draws (adapters.options: `trainer:<name>`, OpenRLHF's default first):
-# the vLLM IS correction inside PolicyLoss on the policy loss (every correction type, PPO and
+# the token_level_loss flag as a command line sets it (GSPO must override it), the vLLM IS correction inside PolicyLoss on the policy loss (every correction type, PPO and
 # GSPO), the sequence-masked TIS on is_correction, and the advantage whitening without its std
 # and the DAPO overlong penalty on advantages.
 OPTION_DOMAINS = {
-    "policy_loss": {"trainer:enable_vllm_is_correction": (False, True),
+    "policy_loss": {"trainer:token_level_loss": (None, True, False),  # None: as loss_agg says
+                    "trainer:enable_vllm_is_correction": (False, True),
                     "trainer:vllm_is_correction_type": ("tis", "icepop", "seq-mask-tis")},
     "is_correction": {"trainer:vllm_is_correction_type": (None, "seq-mask-tis")},
     "advantages": {"trainer:no_advantage_std_norm": (False, True), "trainer:overlong_buffer_len": (None, 2),
