@@ -174,7 +174,10 @@ class OpenRLHFAdapter(TrainerAdapter):
                                   "token_level_loss off)")
             kw["policy_loss_type"] = "gspo"
         if "token_level_loss" in params:
-            kw["token_level_loss"] = agg == "token-mean" if drawn_tll is None else bool(drawn_tll)
+            if drawn_tll is not None:
+                kw["token_level_loss"] = bool(drawn_tll)
+            elif level != "sequence":  # GSPO: PolicyLoss's own rule decides (its default flag, forced off)
+                kw["token_level_loss"] = agg == "token-mean"
         elif agg != "seq-mean-token-mean":
             raise Unsupported("PolicyLoss reduces seq-mean-token-mean only at this OpenRLHF version (no "
                               "token_level_loss)")

@@ -286,6 +286,17 @@ class DiffHunter(Hunt):
             return {}
         variants = [(k, v) for k, vs in choices.items() for v in vs[1:]]
         ra, rb = self.observe(b, [ex] + [dataclasses.replace(ex, config={**default, k: v}) for k, v in variants])
+        # a choice refused beside the defaults may run beside another key's choice (GSPO needs its
+        # sequence-mean loss_agg): tried with each other key changed before it is excluded
+        refused = [(k, v) for i, (k, v) in enumerate(variants)
+                   if "unsupported" in (ra[i + 1]["status"], rb[i + 1]["status"])]
+        pairs = [((k, v), {**default, k: v, k2: v2}) for k, v in refused for k2, v2 in variants if k2 != k]
+        if pairs:
+            pa, pb = self.observe(b, [dataclasses.replace(ex, config=c) for _, c in pairs])
+            runs = {kv for (kv, _), x, y in zip(pairs, pa, pb) if x["status"] != "unsupported" != y["status"]}
+            keep = [i for i, kv in enumerate(variants) if kv in runs]
+            for i in keep:  # runs beside another choice: drawn, its refusals met as rejected examples
+                ra[i + 1] = rb[i + 1] = {"status": "ok"}
         out: dict[str, list[Any]] = {}
         for side, answers in (("base", ra), ("head", rb)):
             for (k, v), a in zip(variants, answers[1:]):
