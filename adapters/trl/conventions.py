@@ -58,13 +58,15 @@ _LOSS_OPTIONS = {
     "trainer:current_gradient_accumulation_steps": (1, 2),
     "trainer:off_policy_mask_threshold": (None, 0.5),
 }
+_LOSS_TYPE_PARAMETERS = ("trainer:loss_type", "trainer:sapo_temperature_pos", "trainer:sapo_temperature_neg",
+                         "trainer:vespo_k_pos", "trainer:vespo_lambda_pos", "trainer:vespo_k_neg",
+                         "trainer:vespo_lambda_neg")  # read only under their loss type: policy_loss's draws
+_FIXED_LOSS_TYPE = {k: v for k, v in _LOSS_OPTIONS.items() if k not in _LOSS_TYPE_PARAMETERS}
 OPTION_DOMAINS = {
     "policy_loss": _LOSS_OPTIONS,
-    "opsm_mask": {k: v for k, v in _LOSS_OPTIONS.items()
-                  if k not in ("trainer:loss_type", "trainer:off_policy_mask_threshold")}  # opsm_delta is the latter
+    "opsm_mask": {k: v for k, v in _FIXED_LOSS_TYPE.items() if k != "trainer:off_policy_mask_threshold"}  # opsm_delta
     | {"trainer:importance_sampling_level": ("token", "sequence")},
-    "cispo_loss": {k: v for k, v in _LOSS_OPTIONS.items() if k != "trainer:loss_type"}
-    | {"trainer:importance_sampling_level": ("token", "sequence")},
+    "cispo_loss": _FIXED_LOSS_TYPE | {"trainer:importance_sampling_level": ("token", "sequence")},
 }
 _LOGGING = "read for logging / profiling only (the metrics, never the loss)"
 _ONE_MODEL = "the stand-in policy (adapters/trl/bare.py) has no MoE router, liger kernel or sampling temperature"
