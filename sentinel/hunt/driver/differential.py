@@ -288,15 +288,13 @@ class DiffHunter(Hunt):
         ra, rb = self.observe(b, [ex] + [dataclasses.replace(ex, config={**default, k: v}) for k, v in variants])
         # a choice refused beside the defaults may run beside another key's choice (GSPO needs its
         # sequence-mean loss_agg): tried with each other key changed before it is excluded
-        refused = [(k, v) for i, (k, v) in enumerate(variants)
-                   if "unsupported" in (ra[i + 1]["status"], rb[i + 1]["status"])]
-        pairs = [((k, v), {**default, k: v, k2: v2}) for k, v in refused for k2, v2 in variants if k2 != k]
+        refused = [i for i in range(len(variants)) if "unsupported" in (ra[i + 1]["status"], rb[i + 1]["status"])]
+        pairs = [(i, {**default, variants[i][0]: variants[i][1], k2: v2}) for i in refused for k2, v2 in variants
+                 if k2 != variants[i][0]]  # by index: a value may be a dict (reward_norm)
         if pairs:
             pa, pb = self.observe(b, [dataclasses.replace(ex, config=c) for _, c in pairs])
-            runs = {kv for (kv, _), x, y in zip(pairs, pa, pb) if x["status"] != "unsupported" != y["status"]}
-            keep = [i for i, kv in enumerate(variants) if kv in runs]
-            for i in keep:  # runs beside another choice: drawn, its refusals met as rejected examples
-                ra[i + 1] = rb[i + 1] = {"status": "ok"}
+            for i in {i for (i, _), x, y in zip(pairs, pa, pb) if x["status"] != "unsupported" != y["status"]}:
+                ra[i + 1] = rb[i + 1] = {"status": "ok"}  # runs beside another choice: drawn, its refusals rejected
         out: dict[str, list[Any]] = {}
         for side, answers in (("base", ra), ("head", rb)):
             for (k, v), a in zip(variants, answers[1:]):
