@@ -16,6 +16,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from . import boundaries, yamlfile
+from .adapters.options import is_trainer
 from .catalog import display_path
 from .invariants import REGISTRY, Invariant
 from .yamlfile import LOADERS, SpecError, max_elements  # noqa: F401 - LOADERS and SpecError are spec's API too
@@ -198,6 +199,10 @@ def _parse(doc: Any, ctx: _Ctx) -> Scenario | None:
 def _check_config(config: dict[str, Any], spec: boundaries.Boundary, ctx: _Ctx, path: tuple) -> None:
     """Every key known to the boundary, every value one its option allows (the allowed ones listed)."""
     for key, value in config.items():
+        if is_trainer(key):  # a trainer option (adapters.options.TRAINER): the target's adapter judges it
+            if not isinstance(value, (bool, int, float, str, type(None))):
+                ctx.add(path + (key,), f"{key}: a trainer option takes a plain value, not {value!r}")
+            continue
         opt = spec.option(key)
         why = spec.problem({key: value}) if opt is None else opt.problem(value)
         if why is not None:

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 from hypothesis import strategies as st
 
+from .adapters.options import is_trainer
 from .boundaries import BOUNDARIES, get as get_boundary
 
 F32 = np.float32
@@ -242,7 +243,7 @@ def configs(boundary: str, **choices: list[Any]) -> st.SearchStrategy[dict[str, 
     One integer draw picks the whole config (mixed radix, the first key most significant):
     shrinking it moves keys to their first choice, the boundary's usual setting."""
     table = {**CONFIG_CHOICES[boundary], **choices}
-    unknown = set(table) - set(get_boundary(boundary).config)
+    unknown = {k for k in table if not is_trainer(k)} - set(get_boundary(boundary).config)
     if unknown:
         raise KeyError(f"boundary {boundary!r} has no config key(s) {sorted(unknown)}")
     keys = list(table)
@@ -256,7 +257,8 @@ def configs(boundary: str, **choices: list[Any]) -> st.SearchStrategy[dict[str, 
         for k, n in zip(reversed(keys), reversed(sizes)):
             i, j = divmod(i, n)
             out[k] = table[k][j]
-        return {k: out[k] for k in keys}
+        # a trainer option at its default (its first value) is left out: the config a scenario has
+        return {k: out[k] for k in keys if not (is_trainer(k) and out[k] == table[k][0])}
 
     return st.integers(0, total - 1).map(pick)
 

@@ -28,6 +28,8 @@ def normalise(rewards, args):
         out = out - rewards.mean()
     if args.eps > 1e-5:
         out = out + 0.0
+    if args.first_bonus:  # a trainer-only option (no boundary config has it), with a planted bug:
+        out = out + rewards[0]  # the first row's reward added to every row (not permutation-equivariant)
     assert args.device_kind == "cpu"
     return out
 
@@ -58,8 +60,10 @@ class ToyOptsAdapter(TrainerAdapter):
 
     @implements("reward_norm", calls=("toyopts.norm:normalise",))
     def b_reward_norm(self, inputs, config):
+        # a trainer option reaches the adapter as config["trainer:first_bonus"] where the adapter declares it
         args = recorded(Namespace(center=config["mean_level"] is not None, leave_one_out=bool(config["mean_leave1out"]),
-                                  eps=config["eps"] or 1e-6, device_kind="cpu", backend="torch"))
+                                  eps=config["eps"] or 1e-6, device_kind="cpu", backend="torch",
+                                  first_bonus=config.get("trainer:first_bonus", False)))
         assert args.backend == "torch" and args.center in (True, False)  # the adapter's own reads: not counted
         fn = self._fn("normalise", boundary="reward_norm")
         return BoundaryResult({{"rewards": fn(inputs["rewards"].double(), args)}}, function=self._ref(fn))
@@ -113,17 +117,17 @@ def _hunt(tmp_path: Path) -> dict:
 def test_the_hunt_lists_options_read_varied_pinned_and_read_not_varied(toy, tmp_path):
     entry = _hunt(tmp_path)
     # the trainer's reads only: `backend`, read by the adapter alone, is not there
-    assert set(entry["options_read"]) == {"center", "leave_one_out", "eps", "device_kind"}, entry
+    assert set(entry["options_read"]) == {"center", "leave_one_out", "eps", "device_kind", "first_bonus"}, entry
     assert set(entry["options_varied"]) == {"center", "eps"}, entry
     assert entry["options_pinned"] == {"device_kind": "the toy trainer runs on CPU only"}
-    assert entry["options_read_not_varied"] == ["leave_one_out"]
+    assert entry["options_read_not_varied"] == ["first_bonus", "leave_one_out"]
     listed = sentinel("list", "boundaries", "--target", "toyopts", columns=1000)
     assert "device_kind: pinned, the toy trainer runs on CPU only" in listed.stdout, listed.stdout
 
 
 def test_a_declared_domain_makes_the_read_option_varied(toy_with_domain, tmp_path):
     entry = _hunt(tmp_path)
-    assert entry["options_read_not_varied"] == [], entry
+    assert entry["options_read_not_varied"] == ["first_bonus"], entry  # a trainer option: no domain here
     assert "leave_one_out" in entry["options_varied"] and sorted(entry["options_read"]["leave_one_out"]) == [False, True]
 
 
@@ -165,22 +169,90 @@ def test_the_proxy_records_reads_from_trainer_files_only(tmp_path):
         d = recorded({"k": "v", "unread": 0})
         assert isinstance(d, dict) and code.read(d, "k") == ["v"]
     assert recorded(ns) is ns  # outside a recording: the object itself
-    assert options.drain() == {"kl": {"a": [1], "clip": [0.2], "inner": ["<dict>"], "inner.mode": ["a"],
-                                      "k": ["v"], "x": [True]}}
+    # a nested config is recorded by its own reads ("inner.mode"), not as an option "inner"
+    assert options.drain() == {"kl": {"a": [1], "clip": [0.2], "inner.mode": ["a"], "k": ["v"], "x": [True]}}
 
 
 def test_hunt_coverage_counts_the_branches_of_the_mapped_function(toy, tmp_path):
-    """normalise has three `if`s, each two ways: 6 branches. The hunt (no domain for
-    mean_leave1out) never takes `leave_one_out` true, and eps is drawn at 1e-5 and 1e-6 only,
-    so `eps > 1e-5` never holds: 4 covered, the two others listed with their condition."""
+    """normalise has four `if`s, each two ways: 8 branches. The hunt (no domain for
+    mean_leave1out, no trainer option first_bonus) never takes `leave_one_out` or `first_bonus`
+    true, and eps is drawn at 1e-5 and 1e-6 only, so `eps > 1e-5` never holds: 5 covered, the
+    three others listed with their condition."""
     out = tmp_path / "hunt.json"
     r = sentinel("hunt", "--target", "toyopts", "--property", "reward_norm.permutation_equivariant", "--time", "6",
                  "--seed", "1", "-n", "60", "--coverage", "-o", str(out))
     assert out.is_file(), r.stdout + r.stderr
     (cov,) = json.loads(out.read_text())["hunt"]["coverage"]
     assert cov["function"] == "toyopts.norm:normalise"
-    assert cov["branches_total"] == 6, cov  # three ifs; an assert is not a branch arc for coverage.py
-    assert cov["branches_covered"] == 4, cov
+    assert cov["branches_total"] == 8, cov  # four ifs; an assert is not a branch arc for coverage.py
+    assert cov["branches_covered"] == 5, cov
     assert [(b["condition"].split(":")[0], len(b["missing"])) for b in cov["uncovered"]] == [
-        ("if args.leave_one_out", 1), ("if args.eps > 1e-5", 1)]
+        ("if args.leave_one_out", 1), ("if args.eps > 1e-5", 1), ("if args.first_bonus", 1)]
     assert cov["branches_unreachable"] == []
+
+
+# --- trainer options: an axis no boundary config has --------------------------------------
+
+@pytest.fixture
+def toy_with_trainer_option(tmp_path, monkeypatch):
+    yield _install(tmp_path, monkeypatch, '{"reward_norm": {"trainer:first_bonus": (False, True)}}')
+    targets.registry.cache_clear()
+
+
+def _hunt_report(tmp_path: Path) -> dict:
+    out = tmp_path / "hunt.json"
+    r = sentinel("hunt", "--target", "toyopts", "--property", "reward_norm.permutation_equivariant",
+                 "--time", "6", "--seed", "1", "-n", "60", "-o", str(out))
+    assert out.is_file(), r.stdout + r.stderr
+    return json.loads(out.read_text())
+
+
+def _violations(report: dict) -> list[dict]:
+    return [r for r in report["results"] if r["verdict"] == "violated"]
+
+
+def test_a_trainer_option_is_drawn_and_the_bug_behind_it_found(toy_with_trainer_option, tmp_path):
+    report = _hunt_report(tmp_path)
+    (entry,) = [o for o in report["hunt"]["options"] if o["boundary"] == "reward_norm"]
+    assert "first_bonus" in entry["options_varied"] and entry["options_read_not_varied"] == ["leave_one_out"], entry
+    found = _violations(report)
+    assert found, report["results"]
+    assert all(json.dumps(r).count('"trainer:first_bonus": true') for r in found), found
+    listed = sentinel("list", "boundaries", "--target", "toyopts", columns=1000)
+    assert "trainer:first_bonus: trainer option, default False, hunt also draws True" in listed.stdout, listed.stdout
+
+
+def test_without_the_trainer_option_the_bug_behind_it_is_not_reached(toy, tmp_path):
+    assert _violations(_hunt_report(tmp_path)) == []
+
+
+def test_a_trainer_option_is_refused_by_an_adapter_that_does_not_declare_it():
+    """The reference (and a referee) has no such config: Unsupported, never a silent default."""
+    import torch
+
+    from sentinel.adapters.contract import Adapter
+    from sentinel.errors import Unsupported
+    adapter = targets.adapter_class("reference")(None, torch.device("cpu"))
+    adapter.load()
+    ins = {"rewards": torch.tensor([1.0, 2.0]), "mask": torch.ones(2), "group": torch.zeros(2, dtype=torch.long)}
+    adapter.call("reward_norm", dict(ins), {})  # the default config runs
+    with pytest.raises(Unsupported, match="no trainer option trainer:first_bonus=True"):
+        adapter.call("reward_norm", dict(ins), {"trainer:first_bonus": True})
+    with pytest.raises(TypeError, match="trainer:<name>"):  # a trainer option is spelled as one
+        type("Unprefixed", (Adapter,), {"option_domains": {"kl": {"beta": (0.0, 0.1)}}})
+
+
+def test_a_default_trainer_option_is_left_out_of_the_drawn_config():
+    """A default draw is the config a catalog scenario has (same signature, same referee answer)."""
+    from hypothesis import find
+
+    from sentinel import strategies as S
+    from sentinel.spec import load_text
+    s = S.configs("kl", **{"trainer:beta": [0.0, 0.04]})
+    assert "trainer:beta" not in find(s, lambda c: True)
+    assert find(s, lambda c: "trainer:beta" in c)["trainer:beta"] == 0.04
+    doc = ("id: t\ntitle: t\nboundary: kl\nconfig: {kl_type: k1, 'trainer:beta': 0.04}\n"
+           "inputs: {log_probs: [[0.0, 0.0]], ref_log_probs: [[0.0, 0.0]], loss_mask: [[1, 0]]}\n"
+           "invariants: [{finite: {outputs: [kl]}}]\n")
+    (sc,) = load_text(doc, "<t>")
+    assert sc.config["trainer:beta"] == 0.04

@@ -17,6 +17,7 @@ from sentinel.adapters.frames import locals_on_return
 from sentinel.adapters.layout import group_ids, group_layout, unpermute
 from sentinel.adapters.loading import version_facts
 from sentinel.adapters.observables import Watch, extras
+from sentinel.adapters.options import recorded, trainer_options
 from sentinel.adapters.shims import block, is_stub
 from sentinel.adapters.spying import spy
 from sentinel.adapters.trainer import TrainerAdapter, floating, shifts_rewards
@@ -33,7 +34,10 @@ from .conventions import (
     LOSS_PATH_FILES,
     LOSS_UTILS,
     MAKER,
+    OPTION_DOMAINS,
+    PINNED,
     PIP_HINT,
+    VLLM_IS_THRESHOLD,
     UTILS,
     experience,
     trainer_args,
@@ -58,6 +62,7 @@ class OpenRLHFAdapter(TrainerAdapter):
         "gspo_kl": "OpenRLHF computes the GSPO sequence log-ratio inside PolicyLoss.forward and returns only the "
                    "aggregated loss (use the policy_loss boundary with importance_sampling_level sequence)",
     }
+    option_domains, pinned = OPTION_DOMAINS, PINNED
     unsupported = (
         refuse("advantages", "reward_bias", "reward_scaling", "adv_norm", reason="OpenRLHF has no such option",
                when=lambda c: shifts_rewards(c) or bool(c["adv_norm"])),
@@ -159,28 +164,36 @@ class OpenRLHFAdapter(TrainerAdapter):
             raise Unsupported("OpenRLHF aggregates token-mean (token_level_loss) or seq-mean-token-mean, not "
                               "seq-mean-token-sum")
         level = config.get("importance_sampling_level") or "token"
+        # the trainer option token_level_loss: the flag as the trainer's command line sets it,
+        # whatever loss_agg says (GSPO is to force the sequence-level loss itself)
+        drawn_tll = trainer_options(config).get("token_level_loss")
         if level == "sequence":
             if "policy_loss_type" not in params:
                 raise Unsupported("PolicyLoss has no policy_loss_type (GSPO) at this OpenRLHF version")
-            if agg != "seq-mean-token-mean":
+            if agg != "seq-mean-token-mean" and drawn_tll is None:
                 raise Unsupported("OpenRLHF's GSPO always aggregates seq-mean-token-mean (it forces "
                                   "token_level_loss off)")
             kw["policy_loss_type"] = "gspo"
         if "token_level_loss" in params:
-            kw["token_level_loss"] = agg == "token-mean"
+            if drawn_tll is not None:
+                kw["token_level_loss"] = bool(drawn_tll)
+            elif level != "sequence":  # GSPO: PolicyLoss's own rule decides (its default flag, forced off)
+                kw["token_level_loss"] = agg == "token-mean"
         elif agg != "seq-mean-token-mean":
             raise Unsupported("PolicyLoss reduces seq-mean-token-mean only at this OpenRLHF version (no "
                               "token_level_loss)")
         if config.get("use_decoupled_loss") or config.get("rejection_sampling") is not None:
             raise Unsupported("OpenRLHF has no decoupled PPO loss (its rollout correction is the is_correction "
                               "boundary)")
+        correction = self._drawn_correction(config, params, correction)
         loss_fn = cls(**bind(cls, boundary, {}, {**kw, **(correction or {})}))
+        loss_fn = recorded(loss_fn, instance=True)  # the options forward reads on self
         mask = inputs["loss_mask"].bool()
         call: dict[str, Any] = {"log_probs": floating(inputs["log_probs"]),
                                 "old_log_probs": floating(inputs["old_log_probs"]),
                                 "advantages": floating(inputs["advantages"]), "action_mask": mask}
         if correction:
-            call["rollout_log_probs"] = floating(inputs["rollout_log_probs"])
+            call["rollout_log_probs"] = floating(inputs.get("rollout_log_probs", inputs["old_log_probs"]))
         norms = getattr(self.mods.get(LOSS_UTILS), "get_loss_batch_info", None)
         fwd = parameters(loss_fn.forward)
         if callable(norms) and "batch_num_tokens" in fwd:
@@ -203,6 +216,22 @@ class OpenRLHFAdapter(TrainerAdapter):
             if weight is not None:
                 outputs["weights"] = weight
         return outputs, forward, observed
+
+    @staticmethod
+    def _drawn_correction(config: dict[str, Any], params: Any,
+                          correction: dict[str, Any] | None) -> dict[str, Any] | None:
+        """The trainer options (OPTION_DOMAINS) on PolicyLoss's vLLM IS correction: switched on
+        in the policy loss, or its type replaced (seq-mask-tis) on is_correction."""
+        drawn = trainer_options(config)
+        on, kind = drawn.get("enable_vllm_is_correction"), drawn.get("vllm_is_correction_type")
+        if not on and not (correction and kind):
+            return correction
+        if "vllm_is_correction_type" not in params:
+            raise Unsupported("PolicyLoss has no vllm_is_correction_type at this OpenRLHF version")
+        out = dict(correction or {"enable_vllm_is_correction": True, "vllm_is_truncated_threshold": VLLM_IS_THRESHOLD})
+        if kind:
+            out["vllm_is_correction_type"] = kind
+        return out
 
     @implements("policy_loss", calls=(f"{LOSS}:PolicyLoss.forward", f"{LOSS}:aggregate_loss",
                                       f"{LOSS_UTILS}:get_loss_batch_info"))
@@ -275,7 +304,8 @@ class OpenRLHFAdapter(TrainerAdapter):
     def _estimates(self, boundary: str, *, rewards: torch.Tensor, mask: torch.Tensor, estimator: str,
                    group: torch.Tensor | None, group_size: int | None, values: torch.Tensor | None = None,
                    kl: torch.Tensor | None = None, kl_coef: float = 0.0, gamma: float = 1.0, lam: float = 1.0,
-                   clip: float | None = None, truncated: torch.Tensor | None = None) -> dict[str, Any]:
+                   clip: float | None = None, truncated: torch.Tensor | None = None,
+                   drawn: dict[str, Any] | None = None) -> dict[str, Any]:
         """One call of compute_advantages_and_returns on one Experience holding the batch, laid
         out group by group; results put back in canonical row order."""
         cls = self._maker_class("compute_advantages_and_returns", boundary)
@@ -297,8 +327,9 @@ class OpenRLHFAdapter(TrainerAdapter):
                                   "(ProRL's stop_properly_penalty_coef)")
             stop = 0.0
         args = trainer_args(estimator=estimator, n=sizes[0], gamma=gamma, lambd=lam,
-                            clip_range=None if clip is None else (-float(clip), float(clip)), stop_coef=stop)
-        maker = self._bare_maker(cls, args, kl_coef)
+                            clip_range=None if clip is None else (-float(clip), float(clip)), stop_coef=stop,
+                            drawn=drawn, width=int(mask.shape[-1]))
+        maker = self._bare_maker(cls, recorded(args), kl_coef)  # the options the maker reads, recorded
         m = mask.bool()[idx]
         r = floating(rewards).detach().reshape(n_rows)[idx].clone()
         kl_t = torch.zeros(m.shape, dtype=r.dtype, device=m.device) if kl is None else kl[idx]
@@ -382,7 +413,7 @@ class OpenRLHFAdapter(TrainerAdapter):
         res = self._estimates("advantages", rewards=inputs["rewards"], mask=mask, estimator=est,
                               group=inputs.get("group"), group_size=config["group_size"], values=values, kl=kl,
                               kl_coef=kl_coef, gamma=float(config["gamma"]), lam=float(config["lam"]),
-                              clip=config["reward_clip"], truncated=truncated)
+                              clip=config["reward_clip"], truncated=truncated, drawn=trainer_options(config))
         adv = res["advantages"]
         if config["normalize_advantages"]:
             if not res["whitened"]:

@@ -8,6 +8,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from sentinel.adapters.options import pin
+
 LOSS = "openrlhf.models.loss"
 UTILS = "openrlhf.models.utils"
 MAKER = "openrlhf.trainer.ppo_utils.experience_maker"
@@ -49,7 +51,10 @@ class Args:
     """The trainer's ``args`` (a flat argparse Namespace, or ``hierarchize``'s nested one):
     attributes the adapter sets, nested namespaces by dotted name; reading any other raises
     AttributeError naming it (so ``getattr(args.reward, "x", None)`` still gets its default),
-    and every read is recorded in `reads` (which code paths ran)."""
+    and every read is recorded in `reads` (which code paths ran). Recorded like a config
+    (adapters.options) while a hunt observes the call."""
+
+    __sentinel_options__ = True
 
     def __init__(self, values: dict[str, Any], path: str = "", reads: set[str] | None = None):
         object.__setattr__(self, "_path", path)
@@ -70,11 +75,13 @@ class Args:
         return object.__getattribute__(self, name)
 
     def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):  # a copy being built (copy.copy, adapters.options) has no _path yet
+            raise AttributeError(name)
         raise AttributeError(f"OpenRLHF reads args.{self._path}{name}, which the adapter does not set")
 
 
 def trainer_args(*, estimator: str, n: int, gamma: float, lambd: float, clip_range: tuple[float, float] | None,
-                 stop_coef: float | None) -> Args:
+                 stop_coef: float | None, drawn: dict[str, Any] | None = None, width: int = 1) -> Args:
     """The options compute_advantages_and_returns reads, under both the flat names (<= 0.10)
     and the nested ones (0.11): length penalties off unless `stop_coef` (ProRL's
     stop_properly_penalty_coef), advantage std-normalisation on (OpenRLHF's default)."""
@@ -89,7 +96,47 @@ def trainer_args(*, estimator: str, n: int, gamma: float, lambd: float, clip_ran
         "reward.overlong_buffer_len": None, "reward.overlong_penalty_factor": 1.0,
         "reward.stop_properly_penalty_coef": stop_coef,
     }
+    for name, value in (drawn or {}).items():  # trainer options (OPTION_DOMAINS), under both spellings
+        if name in ARG_NAMES and value is not None:
+            values.update({k: value for k in ARG_NAMES[name]})
+            if name == "overlong_buffer_len":  # the penalty counts from the generation's max length
+                values.update({"generate_max_len": width, "rollout.max_new_tokens": width})
     return Args(values)
+
+
+# trainer option -> the args it sets (flat <= 0.10, nested 0.11)
+ARG_NAMES = {
+    "no_advantage_std_norm": ("no_advantage_std_norm", "algo.advantage.no_std_norm"),
+    "overlong_buffer_len": ("overlong_buffer_len", "reward.overlong_buffer_len"),
+    "overlong_penalty_factor": ("overlong_penalty_factor", "reward.overlong_penalty_factor"),
+}
+VLLM_IS_THRESHOLD = [0.5, 2.0]  # policy_loss's trainer option enable_vllm_is_correction: the band it uses
+
+# Trainer options the hunt draws (adapters.options: `trainer:<name>`, OpenRLHF's default first):
+# the token_level_loss flag as a command line sets it (GSPO must override it), the vLLM IS correction inside PolicyLoss on the policy loss (every correction type, PPO and
+# GSPO), the sequence-masked TIS on is_correction, and the advantage whitening without its std
+# and the DAPO overlong penalty on advantages.
+OPTION_DOMAINS = {
+    "policy_loss": {"trainer:token_level_loss": (None, True, False),  # None: as loss_agg says
+                    "trainer:enable_vllm_is_correction": (False, True),
+                    "trainer:vllm_is_correction_type": ("tis", "icepop", "seq-mask-tis")},
+    "is_correction": {"trainer:vllm_is_correction_type": (None, "seq-mask-tis")},
+    "advantages": {"trainer:no_advantage_std_norm": (False, True), "trainer:overlong_buffer_len": (None, 2),
+                   "trainer:overlong_penalty_factor": (1.0, 0.5)},
+}
+PINNED = (
+    *pin("*", "training", reason="nn.Module's train/eval flag: PolicyLoss has no dropout or mode-dependent term"),
+    *pin("policy_loss", "vllm_is_truncated_threshold", reason="the band of policy_loss's trainer option "
+         "enable_vllm_is_correction is fixed (VLLM_IS_THRESHOLD); is_correction draws it (tis_clip_low, tis_clip)"),
+    *pin("is_correction", "dual_clip", reason="the is_correction boundary's loss is the plain PPO clip (policy_loss "
+                                              "draws eps_clip_c)"),
+    *pin("is_correction", "enable_vllm_is_correction", reason="the is_correction boundary is the correction switched "
+                                                              "on (policy_loss draws it off and on)"),
+    *pin("is_correction", "policy_loss_type", reason="OpenRLHF weighs by the IS ratio under ppo only (under gspo the "
+                                                     "rollout ratio enters the sequence ratio: policy_loss draws it)"),
+    *pin("advantages", "reward.stop_properly_penalty_coef", "stop_properly_penalty_coef",
+         reason="set from the canonical mask_no_eos_with_zero (0.0 when on, None when off)"),
+)
 
 
 def whitened(args: Args) -> bool:

@@ -16,6 +16,7 @@ from sentinel.adapters.contract import BoundaryResult, implements
 from sentinel.adapters.frames import locals_on_return
 from sentinel.adapters.loading import keep_host_logging, version_facts
 from sentinel.adapters.observables import Watch, extras
+from sentinel.adapters.options import recorded, trainer_options
 from sentinel.adapters.shims import hidden
 from sentinel.adapters.trainer import TrainerAdapter
 from sentinel.errors import TargetLoadError, Unsupported
@@ -23,6 +24,8 @@ from sentinel.errors import TargetLoadError, Unsupported
 from .bare import PROMPT, CanonicalPolicy, bare_trainer, missing_attribute
 from .conventions import (
     CONFIG,
+    OPTION_DOMAINS,
+    PINNED,
     GRPO,
     HEAVY_DEPS,
     LOSS_PATH_FILES,
@@ -57,6 +60,8 @@ class TRLAdapter(TrainerAdapter):
         "is_correction": "TRL's vLLM importance-sampling ratio is computed during generation "
                          "(_generate_and_score_completions); _compute_loss only multiplies by it",
     }
+
+    option_domains, pinned = OPTION_DOMAINS, PINNED
 
     def __init__(self, root: Path | None, device: torch.device, options: dict[str, Any] | None = None):
         super().__init__(root, device, options)
@@ -122,8 +127,12 @@ class TRLAdapter(TrainerAdapter):
 
     def _loss(self, boundary: str, inputs: dict[str, torch.Tensor], *, loss_type: str, eps_low: float,
               eps_high: float, beta: float = 0.0, advantages: torch.Tensor | None = None,
-              extra: dict[str, Any] | None = None) -> dict[str, Any]:
-        """Call _compute_loss once on the canonical batch; the loss and its locals at return."""
+              extra: dict[str, Any] | None = None, config: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Call _compute_loss once on the canonical batch; the loss and its locals at return.
+        `config`: the boundary's config, whose trainer options (TRAINER_OPTIONS) are set too."""
+        extra, more = dict(extra or {}), {}
+        if config is not None:
+            loss_type, beta, inputs, more = self._trainer_options(config, inputs, loss_type, beta, extra)
         if f'"{loss_type}"' not in self.source:
             raise Unsupported(f"TRL's _compute_loss has no loss_type {loss_type!r} at this version")
         mask = inputs["loss_mask"]
@@ -149,6 +158,7 @@ class TRLAdapter(TrainerAdapter):
             "advantages": advantages if advantages is not None else self._advantages(inputs["advantages"], mask),
             "old_per_token_logps": inputs["old_log_probs"],
             "num_items_in_batch": mask.sum().float(),
+            **more,
         }
         values: dict[str, Any] = dict(extra or {})
         if tool is not None:
@@ -163,6 +173,7 @@ class TRLAdapter(TrainerAdapter):
         trainer = bare_trainer(self.trainer_cls, self.mods[CONFIG].GRPOConfig, model, loss_type=loss_type,
                                epsilon=eps_low, epsilon_low=eps_low, epsilon_high=eps_high, beta=beta,
                                max_completion_length=T, **values)
+        trainer = recorded(trainer, instance=True)  # the options _compute_loss reads (self.*, self.args.*)
         fn = self.trainer_cls._compute_loss
         watch = Watch(getattr(trainer, "args", None) or {}, "config")
         try:
@@ -179,11 +190,36 @@ class TRLAdapter(TrainerAdapter):
         observed = extras({"value": loss, "logged": getattr(trainer, "_metrics", None)}, watch)
         return {"loss": loss, **{k: full(seen.get(k)) for k in OUTPUTS}, "extras": observed}
 
+    def _trainer_options(self, config: dict[str, Any], inputs: dict[str, torch.Tensor], loss_type: str, beta: float,
+                         extra: dict[str, Any]) -> tuple[str, float, dict[str, torch.Tensor], dict[str, Any]]:
+        """The drawn trainer options (`option_domains`, `trainer:<name>`) set where _compute_loss
+        reads them: on the bare trainer / its args (`extra`), or as a batch entry (returned)."""
+        opts = trainer_options(config)
+        more: dict[str, Any] = {}
+        if opts.get("loss_type") is not None:
+            loss_type = self._policy_type(config.get("loss_agg", "token-mean"), opts["loss_type"])
+        if opts.get("beta"):
+            beta = float(opts["beta"])
+            if "ref_log_probs" not in inputs:  # the behaviour policy as the KL reference
+                inputs = {**inputs, "ref_log_probs": inputs["old_log_probs"].detach()}
+        for name, value in opts.items():  # the others: an attribute of the trainer, or a GRPOConfig field
+            if name not in ("loss_type", "beta") and value is not None:
+                extra[name] = value
+        if opts.get("entropy_coef"):
+            extra["_entropy_bonus_enabled"] = True
+        if opts.get("use_vllm") and opts.get("vllm_importance_sampling_correction"):
+            if not self._has("vllm_importance_sampling_correction"):
+                raise Unsupported("TRL has no vLLM importance-sampling correction at this version")
+            # generation's train / rollout ratio, which _compute_loss multiplies in
+            rollout = inputs.get("rollout_log_probs", inputs["old_log_probs"])
+            more["importance_sampling_ratio"] = torch.exp(inputs["old_log_probs"] - rollout).detach()
+        return loss_type, beta, inputs, more
+
     def _clip(self, config: dict[str, Any]) -> tuple[float, float]:
         return float(config["eps_clip"]), float(config["eps_clip_high"])
 
-    def _policy_type(self, agg: str) -> str:
-        lt = self.options.get("loss_type")
+    def _policy_type(self, agg: str, drawn: str | None = None) -> str:
+        lt = drawn or self.options.get("loss_type")
         if lt:
             if agg != "token-mean" and lt in TOKEN_MEAN_TYPES:
                 raise Unsupported(f"TRL's {lt!r} loss reduces token-mean, not {agg}")
@@ -216,7 +252,8 @@ class TRLAdapter(TrainerAdapter):
             extra["importance_sampling_level"] = level
         if config["use_decoupled_loss"] or config["rejection_sampling"] is not None:
             raise Unsupported("TRL has no decoupled PPO loss")
-        out = self._loss("policy_loss", inputs, loss_type=loss_type, eps_low=low, eps_high=high, extra=extra)
+        out = self._loss("policy_loss", inputs, loss_type=loss_type, eps_low=low, eps_high=high, extra=extra,
+                         config=config)
         outputs = {"pg_loss": out["per_token_loss"], "loss": out["loss"]}
         if out["is_region_clipped"] is not None:
             outputs["clipfrac"] = out["is_region_clipped"].float()
@@ -234,7 +271,7 @@ class TRLAdapter(TrainerAdapter):
             raise Unsupported(f"TRL's CISPO reduces token-mean (num_items_in_batch), not {config['loss_agg']}")
         if config["use_decoupled_loss"] or config["rejection_sampling"] is not None:
             raise Unsupported("TRL has no decoupled CISPO loss")
-        out = self._loss("cispo_loss", inputs, loss_type="cispo", eps_low=0.2, eps_high=1.0 + high)
+        out = self._loss("cispo_loss", inputs, loss_type="cispo", eps_low=0.2, eps_high=1.0 + high, config=config)
         return BoundaryResult({"pg_loss": out["per_token_loss"], "loss": out["loss"]},
                               function=self._ref(self.trainer_cls._compute_loss), extras=out["extras"])
 
@@ -260,7 +297,7 @@ class TRLAdapter(TrainerAdapter):
             raise Unsupported("the opsm_mask boundary's reduced loss is token-mean")
         low, high = self._clip(config)
         out = self._loss("opsm_mask", inputs, loss_type=self.options.get("loss_type") or "bnpo", eps_low=low,
-                         eps_high=high, extra={"off_policy_mask_threshold": float(config["opsm_delta"])})
+                         eps_high=high, extra={"off_policy_mask_threshold": float(config["opsm_delta"])}, config=config)
         mask = out["off_policy_mask"]
         return BoundaryResult({"opsm_mask": mask.to(out["per_token_loss"].dtype), "pg_loss": out["per_token_loss"],
                                "reduced_policy_loss": out["loss"]},

@@ -51,6 +51,9 @@ class OneProcess:
     def reduce(self, t, reduction: str = "sum"):
         return t
 
+    def pad_across_processes(self, t, *args: Any, **kwargs: Any):
+        return t
+
     def autocast(self, *args: Any, **kwargs: Any):
         return contextlib.nullcontext()
 
@@ -60,7 +63,9 @@ class OneProcess:
 
 class Args:
     """``self.args``: the GRPOConfig defaults of this version, overridden; an unknown name
-    raises AttributeError naming ``args.<name>``."""
+    raises AttributeError naming ``args.<name>``. Recorded like a config (adapters.options)."""
+
+    __sentinel_options__ = True
 
     def __init__(self, values: dict[str, Any]):
         self.__dict__.update(values)

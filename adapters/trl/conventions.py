@@ -3,6 +3,8 @@ their import reaches but the loss never calls, and its loss types."""
 
 from __future__ import annotations
 
+from sentinel.adapters.options import pin
+
 GRPO = "trl.trainer.grpo_trainer"
 CONFIG = "trl.trainer.grpo_config"
 # What `sentinel history` watches: the trainer and its config, the helpers its log-probs and
@@ -32,3 +34,57 @@ OPTIONAL = ("vllm", "vllm_ascend", "liger_kernel", "peft", "deepspeed", "mergeki
 LOSS_TYPES = {"token-mean": "bnpo", "seq-mean-token-mean": "grpo"}
 TOKEN_MEAN_TYPES = ("bnpo", "dapo", "cispo")
 OUTPUTS = ("per_token_loss", "per_token_kl", "is_region_clipped", "off_policy_mask")
+
+# Trainer options the hunt draws (adapters.options: `trainer:<name>`, TRL's default first) on the
+# boundaries that run the whole of _compute_loss: the loss types no canonical loss_agg names
+# (None: the one loss_agg maps to) and their parameters (sapo, vespo), the KL term in the loss
+# (beta; the behaviour log-probs as its reference where the boundary has none), the entropy mask
+# and bonus, the vLLM IS ratio (exp(old - rollout)), the gradient-accumulation normaliser and the
+# off-policy mask. Each value is set on the bare trainer and, where GRPOConfig has the field, its args.
+_LOSS_OPTIONS = {
+    "trainer:loss_type": (None, "dr_grpo", "dapo", "sapo", "luspo", "vespo"),
+    "trainer:beta": (0.0, 0.04),
+    "trainer:use_bias_correction_kl": (False, True),
+    "trainer:top_entropy_quantile": (1.0, 0.5),
+    "trainer:entropy_coef": (0.0, 0.01, 0.1),
+    "trainer:use_vllm": (False, True),
+    "trainer:vllm_importance_sampling_correction": (False, True),
+    "trainer:sapo_temperature_pos": (1.0, 0.5),
+    "trainer:sapo_temperature_neg": (1.05, 2.0),
+    "trainer:vespo_k_pos": (2.0, 1.0),
+    "trainer:vespo_lambda_pos": (3.0, 1.0),
+    "trainer:vespo_k_neg": (3.0, 1.0),
+    "trainer:vespo_lambda_neg": (2.0, 1.0),
+    "trainer:current_gradient_accumulation_steps": (1, 2),
+    "trainer:off_policy_mask_threshold": (None, 0.5),
+}
+_LOSS_TYPE_PARAMETERS = ("trainer:loss_type", "trainer:sapo_temperature_pos", "trainer:sapo_temperature_neg",
+                         "trainer:vespo_k_pos", "trainer:vespo_lambda_pos", "trainer:vespo_k_neg",
+                         "trainer:vespo_lambda_neg")  # read only under their loss type: policy_loss's draws
+_FIXED_LOSS_TYPE = {k: v for k, v in _LOSS_OPTIONS.items() if k not in _LOSS_TYPE_PARAMETERS}
+OPTION_DOMAINS = {
+    "policy_loss": _LOSS_OPTIONS,
+    "opsm_mask": {k: v for k, v in _FIXED_LOSS_TYPE.items() if k != "trainer:off_policy_mask_threshold"}  # opsm_delta
+    | {"trainer:importance_sampling_level": ("token", "sequence")},
+    "cispo_loss": _FIXED_LOSS_TYPE | {"trainer:importance_sampling_level": ("token", "sequence")},
+}
+_LOGGING = "read for logging / profiling only (the metrics, never the loss)"
+_ONE_MODEL = "the stand-in policy (adapters/trl/bare.py) has no MoE router, liger kernel or sampling temperature"
+PINNED = (
+    *pin("*", "args.report_to", "state.global_step", reason=_LOGGING),
+    *pin("*", "aux_loss_enabled", "temperature", reason=_ONE_MODEL),
+    *pin("*", "use_adaptive_entropy", reason="the adaptive entropy controller carries state from one optimizer "
+                                                "step to the next; one call of the loss cannot observe it"),
+    *pin("kl", "beta", "loss_type", "epsilon_low", "epsilon_high", "args.delta", "importance_sampling_level",
+         "off_policy_mask_threshold", "top_entropy_quantile", "use_vllm", "args.use_bias_correction_kl",
+         "current_gradient_accumulation_steps",
+         reason="the kl boundary observes per_token_kl alone (beta 1, zero advantages): the loss's other terms "
+                "and normalisers are the policy_loss boundary's, where they are drawn"),
+    *pin("loss_agg", "beta", "epsilon_low", "epsilon_high", "args.delta", "importance_sampling_level",
+         "off_policy_mask_threshold", "top_entropy_quantile", "use_vllm", "current_gradient_accumulation_steps",
+         reason="loss_agg runs _compute_loss at ratio 1 with no KL, mask or IS term, to observe the reduction "
+                "alone; those terms are drawn on policy_loss"),
+    *pin("opsm_mask", "loss_type", reason="the opsm_mask boundary's reduced loss is token-mean (bnpo)"),
+    *pin("opsm_mask", "args.delta", reason="the opsm_mask boundary has no dual clip (policy_loss draws eps_clip_c)"),
+    *pin("cispo_loss", "loss_type", reason="the cispo_loss boundary is loss_type cispo"),
+)

@@ -35,7 +35,7 @@ import torch
 from sentinel import boundaries
 from sentinel.errors import PreconditionUnmet, Unsupported
 from sentinel.adapters import excuses
-from sentinel.adapters.options import Pin
+from sentinel.adapters.options import Pin, is_trainer, with_trainer_defaults
 
 
 @dataclass
@@ -272,7 +272,12 @@ class Adapter:
             spec = boundaries.get(b)
             for k, values in domains.items():
                 opt = spec.option(k)
-                bad = ["unknown option"] if opt is None else [w for v in values if (w := opt.problem(v))]
+                if is_trainer(k):  # a trainer option: plain values, the trainer's default first
+                    bad = [f"{v!r} is not a plain value" for v in values
+                           if not isinstance(v, (bool, int, float, str, type(None)))]
+                else:
+                    bad = ["unknown option (a trainer option is spelled 'trainer:<name>')"] if opt is None else \
+                        [w for v in values if (w := opt.problem(v))]
                 if bad or not values:
                     raise TypeError(f"{cls.__name__}.option_domains[{b!r}][{k!r}]: {'; '.join(bad) or 'no values'}")
         both = sorted(set(table) & set(cls.declines))
@@ -354,6 +359,8 @@ class Adapter:
             raise Unsupported(self.declined(boundary))
         # defaults and derived values (eps_clip_high None -> eps_clip) resolved once, here
         config = boundaries.get(boundary).normalise(config)
+        # trainer options (options.TRAINER): this adapter's defaults filled in, another's refused
+        config = with_trainer_defaults(config, dict(self.option_domains.get(boundary) or {}), self.name, boundary)
         unmet = self.unmet(boundary, inputs, config)
         if unmet is not None:  # before any target code: the trainer never receives this input
             raise unmet

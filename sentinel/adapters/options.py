@@ -12,6 +12,16 @@ returns the object itself: `sentinel run` pays nothing.
 
 `drain()` hands over (and forgets) what this process recorded: boundary -> option -> the
 distinct values read, which the hunt reports as options read / varied / read but not varied.
+
+Trainer options (the one home of the rule): an option a trainer reads that no boundary
+config has (TRL's `beta`, OpenRLHF's KL estimator) is declared in the adapter's
+`option_domains` under the key `trainer:<name>`, its values with the trainer's default
+first. The hunt draws it like a config key (both sides of a differential hunt get the same
+drawn config); a drawn config holds the key only at a value other than the default, so a
+catalog scenario (which never sets it) and a default draw are the same config. The adapter
+reads it from the config it is called with (`config["trainer:beta"]`: `Adapter.call` fills
+in the default) and sets it on the args it builds. An adapter that does not declare the key
+(the reference, another target) answers Unsupported: the referee's "no such config".
 """
 
 from __future__ import annotations
@@ -29,6 +39,7 @@ _LOG: dict[str, dict[str, dict[str, Any]]] = {}
 _ACTIVE: list["_Recording"] = []
 _SUBCLASSES: dict[type, type] = {}
 MAX_VALUES = 20  # distinct values kept per option (enough to tell varied from pinned)
+_PLAIN = (bool, int, float, str, type(None))
 
 
 @dataclass(frozen=True)
@@ -63,10 +74,13 @@ class _Recording:
         return hit
 
     def read(self, name: str, value: Any) -> None:
+        if isinstance(value, (tuple, list)) and all(isinstance(v, _PLAIN) for v in value):
+            value = tuple(value)  # a range (reward clip bounds): one option value
+        elif not isinstance(value, _PLAIN):
+            return  # a nested config is recorded by its own reads; a model, a tensor or a method is no option
         values = _LOG.setdefault(self.boundary, {}).setdefault(name, {})
         if len(values) < MAX_VALUES:
-            plain = value if isinstance(value, (bool, int, float, str, type(None))) else f"<{type(value).__name__}>"
-            values.setdefault(repr(plain), plain)
+            values.setdefault(repr(value), value)
 
 
 @contextlib.contextmanager
@@ -89,19 +103,46 @@ def drain() -> dict[str, dict[str, list[Any]]]:
     return out
 
 
+TRAINER = "trainer:"  # the prefix of a drawn config key that names a trainer option
+
+
+def is_trainer(key: str) -> bool:
+    """The config key names a trainer option (no boundary has it)."""
+    return isinstance(key, str) and key.startswith(TRAINER)
+
+
+def trainer_options(config: dict[str, Any]) -> dict[str, Any]:
+    """The trainer options a config sets (name without the prefix -> value)."""
+    return {k[len(TRAINER):]: v for k, v in config.items() if is_trainer(k)}
+
+
+def with_trainer_defaults(config: dict[str, Any], domains: dict[str, tuple[Any, ...]], who: str,
+                          boundary: str) -> dict[str, Any]:
+    """`config` with every trainer option the adapter declares on `boundary` (`domains`, its
+    option_domains there) at its default where unset; a trainer option it does not declare, or
+    a value outside its domain, is a config this target does not have (Unsupported)."""
+    from ..errors import Unsupported
+    for k, v in config.items():
+        if is_trainer(k) and (k not in domains or v not in domains[k]):
+            have = ", ".join(f"{o}: {list(vs)}" for o, vs in domains.items() if is_trainer(o)) or "none"
+            raise Unsupported(f"{who} has no trainer option {k}={v!r} on {boundary} (its trainer options: {have})")
+    return {**{k: vs[0] for k, vs in domains.items() if is_trainer(k)}, **config}
+
+
 def _config_like(value: Any) -> bool:
     if isinstance(value, dict):
         return True
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return True
     return hasattr(value, "__dict__") and type(value).__module__ in ("argparse", "types") or \
-        type(value).__name__ in ("DictConfig",)
+        type(value).__name__ in ("DictConfig",) or getattr(type(value), "__sentinel_options__", False)
 
 
-def recorded(obj: Any, prefix: str = "") -> Any:
+def recorded(obj: Any, prefix: str = "", *, instance: bool = False) -> Any:
     """`obj` as a recording copy while a call is recorded; `obj` itself otherwise (or when it
-    is not a config object this module knows how to record)."""
-    if not _ACTIVE or not _config_like(obj) or type(obj) in _SUBCLASSES.values():
+    is not a config object this module knows how to record). `instance`: record `obj`'s own
+    attributes although it is no config object (a bare trainer whose loss reads `self.beta`)."""
+    if not _ACTIVE or not (instance or _config_like(obj)) or type(obj) in _SUBCLASSES.values():
         return obj
     rec = _ACTIVE[-1]
     cls = _subclass(type(obj))

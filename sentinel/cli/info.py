@@ -16,6 +16,7 @@ from rich.text import Text
 
 from .. import boundaries
 from ..adapters import excuses
+from ..adapters.options import is_trainer
 from ..catalog import catalog_path
 from ..invariants import REGISTRY
 from ..report import schema_text, write_atomic
@@ -263,7 +264,8 @@ def _deviations_table(target: str, repo: Path | None) -> None:
 def _reach(adapter: Any, boundary: str) -> str:
     """The options the adapter pins on `boundary` (with why) and the hunt values it adds."""
     pins = [f"{k}: pinned, {r}" for k, r in adapter.pins(boundary).items()] if hasattr(adapter, "pins") else []
-    domains = [f"{k}: hunt also draws {', '.join(map(repr, vs))}"
+    domains = [f"{k}: trainer option, default {vs[0]!r}, hunt also draws {', '.join(map(repr, vs[1:]))}"
+               if is_trainer(k) else f"{k}: hunt also draws {', '.join(map(repr, vs))}"
                for k, vs in (getattr(adapter, "option_domains", {}).get(boundary) or {}).items()]
     return markup("\n".join(pins + domains), lines=True)
 

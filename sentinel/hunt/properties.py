@@ -17,9 +17,17 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from .. import strategies as S
+from ..adapters.options import is_trainer
 from ..boundaries import get as get_boundary
 from ..errors import RegistryError
 from ..invariants import REGISTRY, Invariant
+
+FORMULA_FAMILIES = ("close", "equals", "gradient")  # families whose hunts state the reference's formula
+# ...and those that state what the canonical config computes (GSPO's one loss per sequence): a
+# trainer option (a KL term in the loss, an entropy mask) may change that on purpose, so these
+# properties do not draw trainer options; the families that hold whatever the options do
+# (finite, masking, padding, permutation, precision, ...) do
+CANONICAL_FAMILIES = FORMULA_FAMILIES + ("sequence_uniform",)
 
 # seconds of shrinking per finding before the best so far is kept (the driver's default for
 # each round, and a round's own default)
@@ -42,7 +50,10 @@ class Property:
         boundary) adds values to an option the property itself does not restrict."""
         out = {**S.CONFIG_CHOICES[self.boundary], **self.draw.get("config", {})}
         for k, values in (domains or {}).items():
-            if k not in self.draw.get("config", {}):
+            if is_trainer(k):  # a trainer option, default first
+                if self.family not in CANONICAL_FAMILIES:
+                    out[k] = list(values)
+            elif k not in self.draw.get("config", {}):
                 base = out.get(k) or [get_boundary(self.boundary).config[k]]
                 out[k] = base + [v for v in values if v not in base]
         return out
@@ -53,7 +64,7 @@ class Property:
         target raised Unsupported for), with the `pin`ned ones (--config key=value) as the
         only choice of their key and the target's `domains` added; built once per process,
         and validated."""
-        pin = {k: v for k, v in (pin or {}).items() if k in get_boundary(self.boundary).config}
+        pin = {k: v for k, v in (pin or {}).items() if k in get_boundary(self.boundary).config or is_trainer(k)}
         key = (self.name, repr(sorted((exclude or {}).items())), repr(sorted(pin.items())),
                repr(sorted((domains or {}).items())))
         if key not in _STRATEGIES:

@@ -33,6 +33,7 @@ from hypothesis import HealthCheck, Phase, find, settings as hsettings
 from hypothesis.errors import Flaky, NoSuchExample
 
 from ... import strategies as S, verdicts
+from ...adapters.options import is_trainer
 from ...boundaries import BOUNDARIES
 from ...errors import ADAPTER_DEFECT, SideDied, UsageError
 from ...invariants import REGISTRY
@@ -192,10 +193,16 @@ class DiffHunter(Hunt):
     # --- one round -----------------------------------------------------------------------
 
     def choices(self, b: str) -> dict[str, list[Any]]:
-        """The config choices drawn on boundary `b`: pinned, less those a side lacks."""
+        """The config choices drawn on boundary `b`: both sides' option_domains added (a trainer
+        option too: options.TRAINER), pinned, less those a side lacks."""
         pins = {k: v for k, v in self.settings.config.items() if k in BOUNDARIES[b].config}
+        table = {k: list(vs) for k, vs in S.CONFIG_CHOICES[b].items()}
+        for side in (self.sides.base, self.sides.head):
+            for k, vs in (side.info.get("domains", {}).get(b) or {}).items():
+                have = table.setdefault(k, [] if is_trainer(k) else [BOUNDARIES[b].config[k]])
+                have += [v for v in vs if v not in have]
         out = {}
-        for k, vs in S.CONFIG_CHOICES[b].items():
+        for k, vs in table.items():
             gone = self.excluded["base"].get(b, {}).get(k, []) + self.excluded["head"].get(b, {}).get(k, [])
             out[k] = [pins[k]] if k in pins else [v for v in vs if v not in gone]
         out.update({k: [v] for k, v in pins.items() if k not in out})
@@ -285,12 +292,21 @@ class DiffHunter(Hunt):
     def _probe_config(self, b: str) -> dict[str, list[Any]]:
         """Config choices a side raises Unsupported for, from the simplest example both run."""
         choices = {k: vs for k, vs in self.choices(b).items()}
-        default = {k: v[0] for k, v in choices.items()}
+        default = {k: v[0] for k, v in choices.items() if not is_trainer(k)}  # a trainer option's default: unset
         ex = _simplest(b, default)
         if ex is None:
             return {}
         variants = [(k, v) for k, vs in choices.items() for v in vs[1:]]
         ra, rb = self.observe(b, [ex] + [dataclasses.replace(ex, config={**default, k: v}) for k, v in variants])
+        # a choice refused beside the defaults may run beside another key's choice (GSPO needs its
+        # sequence-mean loss_agg): tried with each other key changed before it is excluded
+        refused = [i for i in range(len(variants)) if "unsupported" in (ra[i + 1]["status"], rb[i + 1]["status"])]
+        pairs = [(i, {**default, variants[i][0]: variants[i][1], k2: v2}) for i in refused for k2, v2 in variants
+                 if k2 != variants[i][0]]  # by index: a value may be a dict (reward_norm)
+        if pairs:
+            pa, pb = self.observe(b, [dataclasses.replace(ex, config=c) for _, c in pairs])
+            for i in {i for (i, _), x, y in zip(pairs, pa, pb) if x["status"] != "unsupported" != y["status"]}:
+                ra[i + 1] = rb[i + 1] = {"status": "ok"}  # runs beside another choice: drawn, its refusals rejected
         out: dict[str, list[Any]] = {}
         for side, answers in (("base", ra), ("head", rb)):
             for (k, v), a in zip(variants, answers[1:]):

@@ -25,11 +25,10 @@ from ...runner import plan
 from ...spec import Scenario
 from ..differences import deviation_for
 from ..known import fitted
-from ..properties import Property
+from ..properties import FORMULA_FAMILIES, Property
 from ..signature import Signature, known_match, nonfinite, signature
 
 
-FORMULA_FAMILIES = ("close", "equals", "gradient")  # families whose hunts state the reference's formula
 
 
 class NotApplicable(SentinelError):

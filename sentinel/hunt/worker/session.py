@@ -63,10 +63,12 @@ def _properties(adapter, device, ex, names: list[str], origins: dict[str, str] |
 
 
 def hello(adapter) -> dict[str, Any]:
-    """What the parent needs to know of this side before it draws: its boundaries and the
-    deviations from the reference its adapter declares."""
-    here = getattr(adapter, "deviations_here", None)  # each with whether it applies at this checkout
-    return {"boundaries": adapter.supported(), "deviations": here() if here else {}}
+    """What the parent needs to know of this side before it draws: its boundaries, the
+    deviations from the reference its adapter declares (each with whether it applies at this
+    checkout) and its option_domains (hunt values)."""
+    here = getattr(adapter, "deviations_here", None)
+    domains = {b: {k: list(vs) for k, vs in d.items()} for b, d in getattr(type(adapter), "option_domains", {}).items()}
+    return {"boundaries": adapter.supported(), "deviations": here() if here else {}, "domains": domains}
 
 
 def serve(adapter, device, job: dict[str, Any], emit: Callable[[dict[str, Any]], None]) -> dict[str, Any]:

@@ -1,0 +1,111 @@
+"""Trainer options on the real adapters (issue 19 item 1): the options the trainer's own code
+reads are recorded, and a drawn trainer option (`trainer:<name>`, adapters/options.py) reaches
+the trainer and changes what it computes. TRL from the installed package; OpenRLHF's policy
+loss from the checkout SENTINEL_OPENRLHF_REPO names (its PolicyLoss at HEAD takes
+`vllm_is_correction_type`), its advantages from that checkout or the installed package."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from sentinel.adapters import options
+
+T = torch.tensor
+needs_trl = pytest.mark.skipif(importlib.util.find_spec("trl") is None or importlib.util.find_spec("transformers") is None,
+                               reason="trl not installed (pip install --no-deps trl==1.16.0 && "
+                                      "pip install 'rl-sentinel[trl]')")
+needs_openrlhf = pytest.mark.skipif(importlib.util.find_spec("openrlhf") is None,
+                                    reason="openrlhf is not installed (pip install --no-deps openrlhf==0.11.2 && "
+                                           "pip install 'rl-sentinel[openrlhf]')")
+REPO = os.environ.get("SENTINEL_OPENRLHF_REPO")
+pytestmark = pytest.mark.slow
+
+
+def _call(adapter, root: str, boundary: str, inputs: dict, config: dict) -> tuple[dict, dict]:
+    """(outputs, the options the trainer read: option -> values)."""
+    options.drain()
+    with options.recording(boundary, [root]):
+        out = adapter.call(boundary, inputs, config).outputs
+    return out, options.drain().get(boundary, {})
+
+
+def _policy_batch() -> dict:
+    return {"log_probs": T([[-0.5, -1.0, -0.3]]), "old_log_probs": T([[-0.6, -0.9, -0.3]]),
+            "advantages": T([[1.0, 1.0, 1.0]]), "loss_mask": T([[1, 1, 0]]),
+            "rollout_log_probs": T([[-0.2, -2.0, -0.3]])}
+
+
+@needs_trl
+def test_trl_reads_the_drawn_trainer_options():
+    import trl
+
+    from sentinel_adapters.trl import TRLAdapter
+    adapter = TRLAdapter(None, torch.device("cpu"))
+    adapter.facts = adapter.load()
+    root = str(Path(trl.__file__).parent)
+    base, reads = _call(adapter, root, "policy_loss", _policy_batch(), {})
+    assert reads["beta"] == [0.0] and reads["loss_type"] == ["bnpo"], reads
+    assert "args.report_to" not in options.drain()  # drained: nothing left over
+    drawn, reads = _call(adapter, root, "policy_loss", _policy_batch(),
+                         {"trainer:beta": 0.04, "trainer:loss_type": "dr_grpo", "trainer:use_vllm": True,
+                          "trainer:vllm_importance_sampling_correction": True})
+    assert reads["beta"] == [0.04] and reads["loss_type"] == ["dr_grpo"], reads
+    assert reads["use_vllm"] == [True] and reads["vllm_importance_sampling_correction"] == [True], reads
+    assert float(drawn["loss"]) != pytest.approx(float(base["loss"]))
+    declared = {k.partition(":")[2] for k in TRLAdapter.option_domains["policy_loss"]}
+    pinned = set(TRLAdapter.pins("policy_loss"))
+    canonical = {"epsilon_low", "epsilon_high", "args.delta", "importance_sampling_level", "max_completion_length",
+                 "loss_type"}  # set from the boundary's own config (eps_clip, eps_clip_c, loss_agg, ...)
+    assert set(reads) - declared - pinned - canonical - {f"args.{d}" for d in declared} == set(), reads
+
+
+@pytest.fixture(scope="module")
+def orl():
+    """OpenRLHF from the checkout where one is named (one interpreter holds one openrlhf), else
+    the installed package; with the folder its code is read from."""
+    from sentinel_adapters.openrlhf import OpenRLHFAdapter
+    adapter = OpenRLHFAdapter(Path(REPO) if REPO else None, torch.device("cpu"))
+    adapter.facts = adapter.load()
+    import openrlhf
+    return adapter, str(Path(openrlhf.__file__).parent)
+
+
+@needs_openrlhf
+def test_openrlhf_advantages_read_the_drawn_whitening_option(orl):
+    adapter, root = orl
+    inp = {"rewards": T([1.0, 0.0]), "loss_mask": T([[1, 1, 0], [1, 0, 0]]),
+           "values": T([[0.1, 0.2, 0.3], [0.5, 0.0, 0.0]])}
+    cfg = {"estimator": "gae", "gamma": 0.9, "lam": 0.95, "normalize_advantages": True}
+    white, reads = _call(adapter, root, "advantages", inp, cfg)
+    assert [False] in (reads.get("algo.advantage.no_std_norm"), reads.get("no_advantage_std_norm")), reads
+    centred, reads = _call(adapter, root, "advantages", inp, {**cfg, "trainer:no_advantage_std_norm": True})
+    assert [True] in (reads.get("algo.advantage.no_std_norm"), reads.get("no_advantage_std_norm")), reads
+    m = inp["loss_mask"].bool()
+    assert float(centred["advantages"][m].mean()) == pytest.approx(0.0, abs=1e-6)  # still centred
+    assert float(centred["advantages"][m].std()) != pytest.approx(float(white["advantages"][m].std()))
+
+
+@needs_openrlhf
+@pytest.mark.skipif(not REPO, reason="set SENTINEL_OPENRLHF_REPO to an OpenRLHF clone (its PolicyLoss at HEAD)")
+def test_openrlhf_policy_loss_reaches_the_vllm_is_correction(orl):
+    adapter, root = orl
+    base, reads = _call(adapter, root, "policy_loss", _policy_batch(), {})
+    assert reads.get("enable_vllm_is_correction") == [False], reads
+    cfg = {"trainer:enable_vllm_is_correction": True, "trainer:vllm_is_correction_type": "icepop"}
+    try:
+        drawn, reads = _call(adapter, root, "policy_loss", _policy_batch(), cfg)
+    except options_unsupported() as e:
+        pytest.skip(f"this checkout's PolicyLoss has no vllm_is_correction_type: {e}")
+    assert reads["enable_vllm_is_correction"] == [True] and reads["vllm_is_correction_type"] == ["icepop"], reads
+    # icepop zeroes the token whose rollout ratio exp(-0.9 - -2.0) = 3.0 lies outside [0.5, 2.0]
+    assert float(drawn["loss"]) != pytest.approx(float(base["loss"]))
+
+
+def options_unsupported():
+    from sentinel.errors import Unsupported
+    return Unsupported
