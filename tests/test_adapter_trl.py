@@ -139,9 +139,9 @@ def test_opsm_mask_is_per_sequence_with_grpo_advantages(trl):
 def test_missing_attribute_is_named(trl):
     from sentinel_adapters.trl.bare import ATTRIBUTES
 
-    saved = ATTRIBUTES.pop("current_gradient_accumulation_steps")
+    saved = ATTRIBUTES.pop("aux_loss_enabled")
     try:
-        with pytest.raises(RuntimeError, match="reads self.current_gradient_accumulation_steps, which the bare "
+        with pytest.raises(RuntimeError, match="reads self.aux_loss_enabled, which the bare "
                                                "trainer does not set"):
             trl.call("policy_loss", batch(), {})
     finally:
