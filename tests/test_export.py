@@ -163,3 +163,28 @@ def test_a_catalog_id_in_a_file_of_another_name_is_found():
     from sentinel.export.bundle import _scenario, find_scenario
     path = find_scenario("ppo-kl-shaped-rewards")
     assert path.name == "ppo-gae-shaping.yaml" and _scenario(path, "ppo-kl-shaped-rewards").id == "ppo-kl-shaped-rewards"
+
+
+def test_duplicate_check_lists_commits_that_touched_the_function_not_messages_of_the_file(tmp_path):
+    """`git log -L`: a commit whose message names the function but edits another one is not a
+    candidate duplicate; a commit that edits the method (indented `def`) is, whatever its message."""
+    import git
+    from sentinel.export.dupes import git_log
+    repo = git.Repo.init(tmp_path)
+    repo.config_writer().set_value("user", "name", "t").set_value("user", "email", "t@t").release()
+    f = tmp_path / "loss.py"
+    body = "class Loss:\n    def reduce(self, x):\n        return x.sum()\n\n\ndef other(x):\n    return x\n"
+    steps = [(body, "add loss"), (body.replace("return x\n", "return x + 0\n"), "fix reduce NaN"),
+             (body.replace("x.sum()", "x.mean()").replace("return x\n", "return x + 0\n"), "refactor"),
+             (body.replace("x.sum()", "x.nansum()").replace("return x\n", "return x + 0\n"), "reduce: skip NaN")]
+    shas = []
+    for text, msg in steps:
+        f.write_text(text)
+        repo.index.add(["loss.py"])
+        shas.append(repo.index.commit(msg).hexsha[:7])
+    got = git_log(str(tmp_path), "loss.py", "reduce", ["nan"])
+    found = [m["commit"][:7] for m in got["matches"]]
+    assert shas[1] not in found  # its message matches, but it edited other()
+    assert found == [shas[3], shas[2], shas[0]] and got["scanned"] == 3 and got["matched"] == 1
+    assert [m["message_matches"] for m in got["matches"]] == [True, False, False]
+    assert "-L" in got["command"] and "def reduce" in got["command"]
