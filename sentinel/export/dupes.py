@@ -39,7 +39,7 @@ def git_log(repo: str | None, file: str | None, function: str, words: list[str],
     function's lines, not the whole file), each once, newest first; those whose messages name
     the function or one of `words` are marked, and listed first."""
     if not repo or not file:
-        return {"command": None, "matches": [], "scanned": 0}
+        return {"command": None, "matches": [], "scanned": 0, "error": None}
     import git
     regex = rf"def {re.escape(function)}\b"
     with tempfile.TemporaryDirectory(prefix="sentinel-attr-") as tmp:
@@ -57,7 +57,7 @@ def git_log(repo: str | None, file: str | None, function: str, words: list[str],
     rows = [{"commit": h, "subject": s, "message_matches": bool(pat.search(s))} for h, s in commits.items()]
     rows.sort(key=lambda r: not r["message_matches"])  # stable: newest first within each group
     return {"command": _command(regex, file), "scanned": len(rows), "pattern": pat.pattern,
-            "matched": sum(r["message_matches"] for r in rows), "matches": rows[:limit]}
+            "matched": sum(r["message_matches"] for r in rows), "matches": rows[:limit], "error": None}
 
 
 def _command(regex: str, file: str) -> str:
