@@ -188,3 +188,43 @@ def test_duplicate_check_lists_commits_that_touched_the_function_not_messages_of
     assert found == [shas[3], shas[2], shas[0]] and got["scanned"] == 3 and got["matched"] == 1
     assert [m["message_matches"] for m in got["matches"]] == [True, False, False]
     assert "-L" in got["command"] and "def reduce" in got["command"]
+
+
+def test_validate_py_stands_in_for_libraries_the_trainer_imports_where_they_are_not_installed(tmp_path):
+    """A maintainer's torch-only venv has no transformers: the trainer module's own third-party
+    imports are real where installed and stand-ins where not, and a name an old commit imports
+    that the installed version dropped (verl 6a5852147^: `from transformers import
+    AutoModelForVision2Seq`) is stood in on the real module."""
+    from types import SimpleNamespace
+    from sentinel.adapters.shims import import_with_stubs
+    from sentinel.export.generate import environment
+    from sentinel.export.record import ImportLog
+    from sentinel.export.select import _prelude
+    site, repo = tmp_path / "site", tmp_path / "repo"
+    (site / "toydep").mkdir(parents=True), repo.mkdir()
+    (site / "toydep" / "__init__.py").write_text("VALUE = 3\n")
+    (repo / "toytrainer.py").write_text("import toydep\nfrom toydep import VALUE, Gone\n\n\ndef f(x):\n"
+                                        "    return x + VALUE\n")
+    sys.path[:0] = [str(site), str(repo)]
+    stubs: list[str] = []
+    try:
+        with ImportLog() as imports:
+            import_with_stubs("toytrainer", target="toy", own="toytrainer", allowed={"toydep"}, stubs=stubs)
+        adapter = SimpleNamespace(root=str(repo), stubs=stubs)
+        prelude = _prelude(imports, {"toytrainer"}, lambda f: f.startswith(str(repo) + "/"), adapter)
+    finally:
+        del sys.path[:2]
+        sys.modules.pop("toytrainer", None), sys.modules.pop("toydep", None)
+    assert prelude["optional"] == ["toydep"] and prelude["names"] == [["toydep", "Gone"]]
+    b = {"title": "t", "scenario_id": "t", "trainer": "toy", "function": "toytrainer.f", "prelude": prelude,
+         "runtime": "", "calls": [], "checks_source": "[]", "trigger_source": "{}"}
+    head = environment().get_template("validate.py.j2").render(b=b).split("\nimport numpy as np", 1)[0]
+    script = tmp_path / "v.py"
+    script.write_text(head + "\nimport toytrainer\nprint(type(toytrainer.Gone).__name__)\nprint(toytrainer.f(1))\n")
+    clean = subprocess.run([sys.executable, "-I", str(script), str(repo)], capture_output=True, text=True)
+    assert clean.stdout.split() == ["_StubMeta"]  # toydep not installed: the module imports, on stand-ins
+    assert "TypeError" in clean.stderr  # and a stand-in the function really uses fails loudly
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    real = subprocess.run([sys.executable, str(script), str(repo)], capture_output=True, text=True, env=env)
+    assert real.returncode == 0, real.stderr  # installed: the real toydep (VALUE 3), Gone stood in
+    assert real.stdout.split() == ["_StubMeta", "4"]
