@@ -228,3 +228,19 @@ def test_validate_py_stands_in_for_libraries_the_trainer_imports_where_they_are_
     real = subprocess.run([sys.executable, str(script), str(repo)], capture_output=True, text=True, env=env)
     assert real.returncode == 0, real.stderr  # installed: the real toydep (VALUE 3), Gone stood in
     assert real.stdout.split() == ["_StubMeta", "4"]
+
+
+def test_a_value_the_trainer_stores_on_an_object_is_found_by_attribute():
+    """OpenRLHF's compute_advantages_and_returns writes the advantages onto the Experience it is
+    given and returns it: the exported check reads `result[0][0].advantages` (before: 'no
+    recorded trainer call returns advantages')."""
+    import torch
+    from types import SimpleNamespace
+    from sentinel.export.record import candidates
+    adv = torch.tensor([[1.0, float("nan")]])
+    exp = SimpleNamespace(advantages=adv, _private=adv, info={"kl": adv})
+    paths = dict(candidates(([exp], None), {"experiences": [exp]}))
+    assert paths["result[0][0].advantages"] is adv and paths["ARGS['experiences'][0].advantages"] is adv
+    assert not any("_private" in p for p in paths)
+    obj = SimpleNamespace(advantages=adv)
+    assert eval("result[0][0].advantages", {"result": ([obj], None), "ARGS": {}}) is adv  # as validate.py reads it

@@ -145,7 +145,8 @@ def _function_of(frame):
 
 def candidates(result: Any, args: dict[str, Any]) -> list[tuple[str, Any]]:
     """(source path, value) for every tensor, list of tensors or list of numbers in what a call
-    returned (`result...`) and in its arguments after the call (`ARGS[...]`), depth <= 3."""
+    returned (`result...`) and in its arguments after the call (`ARGS[...]`), through lists,
+    dicts and objects' attributes, depth <= 3."""
     import torch
     out: list[tuple[str, Any]] = []
 
@@ -162,6 +163,12 @@ def candidates(result: Any, args: dict[str, Any]) -> list[tuple[str, Any]]:
             for k, t in v.items():
                 if isinstance(k, str):
                     walk(f"{path}[{k!r}]", t, depth + 1)
+        elif depth < 3 and isinstance(getattr(v, "__dict__", None), dict) and not isinstance(v, type) \
+                and not callable(v) and type(v).__module__ != "builtins":
+            # an object the trainer fills in (OpenRLHF's Experience.advantages): by attribute
+            for k, t in vars(v).items():
+                if k.isidentifier() and not k.startswith("_"):
+                    walk(f"{path}.{k}", t, depth + 1)
 
     walk("result", result, 0)
     for name, v in args.items():
