@@ -187,11 +187,11 @@ def _why(folder: Path, proc: subprocess.CompletedProcess) -> str:
     return " ".join((proc.stderr or proc.stdout).strip().splitlines()[-1:])[:300]
 
 
-def fix_rows(py: Path, targets: list[str], out: Path) -> list[list[str]]:
+def fix_rows(py: Path, targets: list[str], out: Path, only_ids: set[str] | None = None) -> list[list[str]]:
     rows = []
     plan = [(t, s, f"{f}^", f, "fix") for t, s, f in FIXES] + [(t, s, c, f"{c}^", "regression") for t, s, c in REGRESSIONS]
     for target, sid, bad, good, kind in plan:
-        if target not in targets:
+        if target not in targets or (only_ids and sid not in only_ids):
             continue
         repo = os.environ[TARGETS[target]]
         folder = out / f"{sid}-{target}-{good.rstrip('^')}"
@@ -226,7 +226,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None, help="where the bundles are written (default: a temporary folder)")
     ap.add_argument("--targets", default=",".join(TARGETS))
     ap.add_argument("--only", choices=("head", "fixes"), default=None)
-    ap.add_argument("--ids", default=None, help="only these scenario ids (comma-separated) in the HEAD table")
+    ap.add_argument("--ids", default=None, help="only these scenario ids (comma-separated)")
     a = ap.parse_args()
     targets = [t for t in a.targets.split(",") if os.environ.get(TARGETS[t])]
     py = make_venv(a.venv, targets)
@@ -244,7 +244,7 @@ def main() -> None:
         print(table(["scenario", "target", "export ok", "validate reproduced", "values match report",
                      "unit test fails", "reason when not"], rows) + "\n")
     if a.only != "head":
-        rows = fix_rows(py, targets, out)
+        rows = fix_rows(py, targets, out, set(a.ids.split(",")) if a.ids else None)
         print("## Seeds and history flips with a known fix (--commit PARENT --fixed-at FIX)\n")
         print(table(["scenario", "target", "unfixed -> fixed", "kind", "export ok", "before reproduced",
                      "test fails before", "after fixed", "test passes after", "reason when not"], rows))
