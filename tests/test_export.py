@@ -77,7 +77,8 @@ def test_export_planted_reference_bug_with_its_inverse_patch(tmp_path):
     assert "exit 1, `reproduced` | failed (exit 1)" in body["Tests And Checks"]
     assert "exit 0, `fixed` | passed (exit 0)" in body["Tests And Checks"]
     assert "1 failed" in body["Tests And Checks"] and "1 passed" in body["Tests And Checks"]
-    assert "git log" in body["Duplicate Checks"]
+    assert "git log -L ':def opsm_token_level\\b:refimpl/planted.py'" in body["Duplicate Checks"]
+    assert "1 commits touched the function" in body["Duplicate Checks"]  # the commit that planted it
     assert s["document"] == "PR.md"
 
 
