@@ -245,3 +245,20 @@ def test_a_value_the_trainer_stores_on_an_object_is_found_by_attribute():
     assert not any("_private" in p for p in paths)
     obj = SimpleNamespace(advantages=adv)
     assert eval("result[0][0].advantages", {"result": ([obj], None), "ARGS": {}}) is adv  # as validate.py reads it
+
+
+def test_two_observables_read_from_one_place_keep_it_only_for_the_one_its_key_names():
+    """slime before 045310b2b shapes the KL in place: logged_kl and token_rewards are one tensor,
+    `ARGS['rollout_data']['kl']`. Reading token_rewards there made the fixed commit still look
+    broken (after.json `reproduced`); the place stays with logged_kl, token_rewards is listed
+    as not exported."""
+    from sentinel.export.select import _one_home
+    call = {"module": "slime.loss", "qualname": "compute_advantages_and_returns", "line": 704}
+    place = {"run": "base", "call": call, "path": "ARGS['rollout_data']['kl']", "layout": "rows", "shape": [1, 4]}
+    checks = [{"family": "close", "observable": "token_rewards", **place},
+              {"family": "close", "observable": "logged_kl", **place},
+              {"family": "finite", "observable": "advantages", **place, "path": "result[0]"}]
+    kept = _one_home(checks)
+    assert [("call" in c, c["observable"]) for c in kept] == [(False, "token_rewards"), (True, "logged_kl"),
+                                                              (True, "advantages")]
+    assert "also holds logged_kl" in kept[0]["unsupported"] and chosen(kept)[0]["observable"] == "logged_kl"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import re
 import sys
 import traceback
 import types
@@ -103,6 +104,7 @@ def record(req: dict[str, Any]) -> dict[str, Any]:
         for i, inv in enumerate(result.invariants):
             if inv.verdict == "violated":
                 checks.append(_check(i, inv, sc, inputs, observed, calls, live))
+    checks = _one_home(checks)
     used = {ch["call"]["module"] for ch in checks if ch.get("call")}
     prelude = _prelude(imports, used, is_trainer, adapter)
     return {"status": "ok", "result": result.model_dump(mode="json"), "facts": _plain_facts(facts),
@@ -184,6 +186,29 @@ def _check(index: int, inv, sc, inputs, observed, calls, live) -> dict[str, Any]
         ch["base_call"] = calls["base"][idx]
     ch.update(call=calls[ch["run"]][idx], path=path, layout=layout, shape=list(np.shape(target)))
     return ch
+
+
+def _one_home(checks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Two observables read from the same place of the same call are equal there only by
+    coincidence (slime's in-place shaping makes the logged KL and the token rewards one tensor
+    before 045310b2b; after it the place holds the KL alone): the place stays with the
+    observable its key names (`['kl']` -> logged_kl), the others are not exported."""
+    homes: dict[tuple, list[dict[str, Any]]] = {}
+    for ch in checks:
+        if ch.get("call") is not None:
+            homes.setdefault((ch["run"], id(ch["call"]), ch["path"], ch["layout"]), []).append(ch)
+    out = []
+    for ch in checks:
+        group = homes.get((ch["run"], id(ch.get("call")), ch.get("path"), ch.get("layout")), [ch])
+        names = {c["observable"] for c in group}
+        key = re.findall(r"\w+", ch.get("path") or "")[-1:] or [""]
+        if len(names) > 1 and not (key[0] and key[0] in ch["observable"].split("_")):
+            others = ", ".join(sorted(names - {ch["observable"]}))
+            ch = {k: v for k, v in ch.items() if k not in ("call", "base_call", "path", "layout", "shape")}
+            ch["unsupported"] = (f"{ch['observable']}: the only recorded place with its values ({group[0]['path']}) "
+                                 f"also holds {others} (equal at this commit, not the same quantity)")
+        out.append(ch)
+    return out
 
 
 def _match(target, calls, live, only=None):
