@@ -262,3 +262,26 @@ def test_two_observables_read_from_one_place_keep_it_only_for_the_one_its_key_na
     assert [("call" in c, c["observable"]) for c in kept] == [(False, "token_rewards"), (True, "logged_kl"),
                                                               (True, "advantages")]
     assert "also holds logged_kl" in kept[0]["unsupported"] and chosen(kept)[0]["observable"] == "logged_kl"
+
+
+def test_a_trainer_method_under_a_library_decorator_is_recorded(tmp_path):
+    """OpenRLHF's experience maker methods are `@torch.no_grad()`: the adapter calls torch's
+    wrapper, which calls the trainer's function (before: not recorded, and the GAE findings
+    said 'the adapter composes it from several calls')."""
+    from sentinel.export.codegen import Writer
+    from sentinel.export.record import Calls
+    trainer, adapter = tmp_path / "toymaker.py", tmp_path / "toyadapter2.py"
+    trainer.write_text("import torch\n\n\nclass Maker:\n    @torch.no_grad()\n    def gae(self, x):\n"
+                       "        return x * 2\n")
+    adapter.write_text("import toymaker\n\n\ndef go():\n    m = object.__new__(toymaker.Maker)\n"
+                       "    return m.gae(3)\n")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import toyadapter2
+        with Calls(lambda f: f == str(trainer), lambda f: f == str(adapter), Writer(lambda m: True)) as rec:
+            assert toyadapter2.go() == 6
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("toyadapter2", None), sys.modules.pop("toymaker", None)
+    assert [c["qualname"] for c in rec.calls] == ["Maker.gae"] and rec.calls[0]["args"]["x"] == "3"
+    assert rec.live[0][1] == 6
