@@ -199,7 +199,10 @@ def _one_home(checks: list[dict[str, Any]]) -> list[dict[str, Any]]:
             homes.setdefault((ch["run"], id(ch["call"]), ch["path"], ch["layout"]), []).append(ch)
     out = []
     for ch in checks:
-        group = homes.get((ch["run"], id(ch.get("call")), ch.get("path"), ch.get("layout")), [ch])
+        if ch.get("call") is None:  # already not exported
+            out.append(ch)
+            continue
+        group = homes[(ch["run"], id(ch["call"]), ch["path"], ch["layout"])]
         names = {c["observable"] for c in group}
         key = re.findall(r"\w+", ch.get("path") or "")[-1:] or [""]
         if len(names) > 1 and not (key[0] and key[0] in ch["observable"].split("_")):
