@@ -185,7 +185,7 @@ def _plus(reason: str, folder: Path) -> str:
 
 def _why(folder: Path, proc: subprocess.CompletedProcess) -> str:
     text = (proc.stderr or proc.stdout).strip()  # the CLI wraps its error at 80 columns: the whole message
-    return " ".join(ln.strip() for ln in text[text.rfind("error:"):].splitlines())[:400]
+    return " ".join(ln.strip() for ln in text[max(text.rfind("error:"), 0):].splitlines())[:400]
 
 
 def fix_rows(py: Path, targets: list[str], out: Path, only_ids: set[str] | None = None) -> list[list[str]]:
