@@ -32,7 +32,7 @@ FINDINGS = ROOT / "scenarios" / "findings"
 TARGETS = {"slime": "SENTINEL_SLIME_REPO", "areal": "SENTINEL_AREAL_REPO", "verl": "SENTINEL_VERL_REPO",
            "openrlhf": "SENTINEL_OPENRLHF_REPO", "trl": "SENTINEL_TRL_REPO"}
 # what a trainer's import path needs beyond torch / numpy (found by running the bundles here)
-LIGHT: dict[str, list[str]] = {"slime": [], "areal": [], "verl": [], "openrlhf": [], "trl": []}
+LIGHT: dict[str, list[str]] = {"slime": [], "areal": ["colorlog"], "verl": [], "openrlhf": [], "trl": []}
 # seeds and history flips with a known fix commit (docs/findings.md): (target, scenario, fix)
 FIXES = [("slime", "ppo-kl-metric-aliasing", "045310b2b"),  # seed, PR #2114
          ("slime", "ppo-kl-shaped-rewards", "045310b2b"),
@@ -73,13 +73,20 @@ def make_venv(venv: Path, targets: list[str]) -> Path:
     return py
 
 
-def violated_at_head(target: str, repo: str) -> dict[str, dict]:
-    """scenario id -> its result in `sentinel run scenarios/findings/ --json` where violated."""
-    proc = sentinel("run", str(FINDINGS), "-t", target, "--repo", repo, "--json", "--timeout", "300")
-    try:
-        data = json.loads(proc.stdout)
-    except json.JSONDecodeError:
-        sys.exit(f"sentinel run on {target} failed: {proc.stderr[-2000:]}")
+def violated_at_head(target: str, repo: str, out: Path) -> dict[str, dict]:
+    """scenario id -> its result in `sentinel run scenarios/findings/ --json` where violated
+    (kept in OUT/run-TARGET.json: a rerun into the same --out reuses it)."""
+    cache = out / f"run-{target}.json"
+    if cache.exists():
+        data = json.loads(cache.read_text())
+    else:
+        proc = sentinel("run", str(FINDINGS), "-t", target, "--repo", repo, "--json", "--timeout", "300")
+        try:
+            data = json.loads(proc.stdout)
+        except json.JSONDecodeError:
+            sys.exit(f"sentinel run on {target} failed: {proc.stderr[-2000:]}")
+        out.mkdir(parents=True, exist_ok=True)
+        cache.write_text(proc.stdout)
     return {r["id"]: r for r in data["results"] if r["verdict"] == "violated"}
 
 
@@ -142,17 +149,20 @@ def yes(b) -> str:
     return "yes" if b else "NO"
 
 
-def head_rows(py: Path, targets: list[str], out: Path) -> list[list[str]]:
+def head_rows(py: Path, targets: list[str], out: Path, only_ids: set[str] | None = None) -> list[list[str]]:
     rows = []
     for target in targets:
         repo = os.environ[TARGETS[target]]
-        for sid, result in sorted(violated_at_head(target, repo).items()):
+        for sid, result in sorted(violated_at_head(target, repo, out).items()):
+            if only_ids and sid not in only_ids:
+                continue
             if not (FINDINGS / f"{sid}.yaml").exists():
                 continue
             folder = out / f"{sid}-{target}"
             proc = sentinel("export", sid, "-t", target, "--repo", repo, "-o", str(folder))
             if proc.returncode:
                 rows.append([sid, target, "NO", "-", "-", "-", _why(folder, proc)])
+                print(" | ".join(rows[-1]), file=sys.stderr, flush=True)
                 continue
             got = run_bundle(py, folder, repo)
             v = got["validate"]
@@ -174,14 +184,15 @@ def _plus(reason: str, folder: Path) -> str:
 
 
 def _why(folder: Path, proc: subprocess.CompletedProcess) -> str:
-    return " ".join((proc.stderr or proc.stdout).strip().splitlines()[-1:])[:300]
+    text = (proc.stderr or proc.stdout).strip()  # the CLI wraps its error at 80 columns: the whole message
+    return " ".join(ln.strip() for ln in text[max(text.rfind("error:"), 0):].splitlines())[:400]
 
 
-def fix_rows(py: Path, targets: list[str], out: Path) -> list[list[str]]:
+def fix_rows(py: Path, targets: list[str], out: Path, only_ids: set[str] | None = None) -> list[list[str]]:
     rows = []
     plan = [(t, s, f"{f}^", f, "fix") for t, s, f in FIXES] + [(t, s, c, f"{c}^", "regression") for t, s, c in REGRESSIONS]
     for target, sid, bad, good, kind in plan:
-        if target not in targets:
+        if target not in targets or (only_ids and sid not in only_ids):
             continue
         repo = os.environ[TARGETS[target]]
         folder = out / f"{sid}-{target}-{good.rstrip('^')}"
@@ -216,6 +227,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None, help="where the bundles are written (default: a temporary folder)")
     ap.add_argument("--targets", default=",".join(TARGETS))
     ap.add_argument("--only", choices=("head", "fixes"), default=None)
+    ap.add_argument("--ids", default=None, help="only these scenario ids (comma-separated)")
     a = ap.parse_args()
     targets = [t for t in a.targets.split(",") if os.environ.get(TARGETS[t])]
     py = make_venv(a.venv, targets)
@@ -228,12 +240,12 @@ def main() -> None:
           f"{ {t: LIGHT[t] for t in targets if LIGHT[t]} or 'none'}")
     print("checkout HEADs: " + ", ".join(f"{t} {h}" for t, h in heads.items()) + "\n")
     if a.only != "fixes":
-        rows = head_rows(py, targets, out)
+        rows = head_rows(py, targets, out, set(a.ids.split(",")) if a.ids else None)
         print("## Findings violated at HEAD\n")
         print(table(["scenario", "target", "export ok", "validate reproduced", "values match report",
                      "unit test fails", "reason when not"], rows) + "\n")
     if a.only != "head":
-        rows = fix_rows(py, targets, out)
+        rows = fix_rows(py, targets, out, set(a.ids.split(",")) if a.ids else None)
         print("## Seeds and history flips with a known fix (--commit PARENT --fixed-at FIX)\n")
         print(table(["scenario", "target", "unfixed -> fixed", "kind", "export ok", "before reproduced",
                      "test fails before", "after fixed", "test passes after", "reason when not"], rows))

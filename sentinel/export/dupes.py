@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -34,16 +34,34 @@ def catalog_matches(boundary: str, checks: list[dict[str, Any]], own_id: str) ->
     return found
 
 
-def git_log(repo: str | None, file: str | None, function: str, words: list[str], limit: int = 400) -> dict[str, Any]:
-    """Commits touching `file` whose messages name the function or one of `words`."""
+def git_log(repo: str | None, file: str | None, function: str, words: list[str], limit: int = 20) -> dict[str, Any]:
+    """Commits that touched `function` in `file` (`git log -L :def NAME:file`, which follows the
+    function's lines, not the whole file), each once, newest first; those whose messages name
+    the function or one of `words` are marked, and listed first."""
     if not repo or not file:
-        return {"command": None, "matches": [], "scanned": 0}
-    cmd = ["git", "-C", repo, "log", f"-n{limit}", "--format=%h%x09%s", "--", file]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    lines = [ln.split("\t", 1) for ln in proc.stdout.splitlines() if "\t" in ln]
+        return {"command": None, "matches": [], "scanned": 0, "error": None}
+    import git
+    regex = rf"def {re.escape(function)}\b"
+    with tempfile.TemporaryDirectory(prefix="sentinel-attr-") as tmp:
+        # git's python funcname rule (an indented `def` is a function line too) for every .py
+        attrs = Path(tmp, "attributes")
+        attrs.write_text("*.py diff=python\n")
+        try:
+            out = git.Repo(repo).git(c=f"core.attributesFile={attrs}").log(
+                "-L", f":{regex}:{file}", "--format=%h%x09%s", "--no-patch")
+        except git.GitCommandError as e:
+            return {"command": _command(regex, file), "matches": [], "scanned": 0,
+                    "error": (e.stderr or "").strip().removeprefix("stderr: ").strip("' \n")[:200]}
+    commits = dict(ln.split("\t", 1) for ln in out.splitlines() if "\t" in ln)  # one entry per commit
     pat = re.compile("|".join(re.escape(w) for w in [function, *words] if w), re.I)
-    return {"command": f"git log -n{limit} --format='%h %s' -- {file}", "scanned": len(lines),
-            "pattern": pat.pattern, "matches": [{"commit": h, "subject": s} for h, s in lines if pat.search(s)][:20]}
+    rows = [{"commit": h, "subject": s, "message_matches": bool(pat.search(s))} for h, s in commits.items()]
+    rows.sort(key=lambda r: not r["message_matches"])  # stable: newest first within each group
+    return {"command": _command(regex, file), "scanned": len(rows), "pattern": pat.pattern,
+            "matched": sum(r["message_matches"] for r in rows), "matches": rows[:limit], "error": None}
+
+
+def _command(regex: str, file: str) -> str:
+    return f"git log -L ':{regex}:{file}' --format='%h %s' --no-patch"
 
 
 def related_flips(scenario_id: str, target: str, folders: tuple[str, ...] = ("reports",)) -> list[dict[str, Any]]:

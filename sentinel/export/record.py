@@ -83,8 +83,15 @@ class Calls:
     def _hook(self, frame, event, arg) -> None:
         if event == "call" and self._active is None:
             code = frame.f_code
-            caller = frame.f_back
-            if caller is None or not self.is_trainer(code.co_filename) or not self.is_adapter(caller.f_code.co_filename):
+            if not self.is_trainer(code.co_filename):
+                return
+            caller, hops = frame.f_back, 0
+            # through a library's wrapper (OpenRLHF's @torch.no_grad() methods: the adapter calls
+            # torch's decorate_context, which calls the trainer's function)
+            while caller is not None and hops < 3 and not self.is_trainer(caller.f_code.co_filename) \
+                    and not self.is_adapter(caller.f_code.co_filename):
+                caller, hops = caller.f_back, hops + 1
+            if caller is None or not self.is_adapter(caller.f_code.co_filename):
                 return
             if code.co_name.startswith("<"):  # a lambda or comprehension of the trainer's module
                 return
@@ -138,14 +145,15 @@ def _function_of(frame):
         if isinstance(value, type):
             for attr in vars(value).values():
                 f = getattr(attr, "__func__", attr)
-                if getattr(f, "__code__", None) is code:
+                if getattr(inspect.unwrap(f) if callable(f) else f, "__code__", None) is code:
                     return f
     return None
 
 
 def candidates(result: Any, args: dict[str, Any]) -> list[tuple[str, Any]]:
     """(source path, value) for every tensor, list of tensors or list of numbers in what a call
-    returned (`result...`) and in its arguments after the call (`ARGS[...]`), depth <= 3."""
+    returned (`result...`) and in its arguments after the call (`ARGS[...]`), through lists,
+    dicts and objects' attributes, depth <= 3."""
     import torch
     out: list[tuple[str, Any]] = []
 
@@ -162,6 +170,12 @@ def candidates(result: Any, args: dict[str, Any]) -> list[tuple[str, Any]]:
             for k, t in v.items():
                 if isinstance(k, str):
                     walk(f"{path}[{k!r}]", t, depth + 1)
+        elif depth < 3 and isinstance(getattr(v, "__dict__", None), dict) and not isinstance(v, type) \
+                and not callable(v) and type(v).__module__ != "builtins":
+            # an object the trainer fills in (OpenRLHF's Experience.advantages): by attribute
+            for k, t in vars(v).items():
+                if k.isidentifier() and not k.startswith("_"):
+                    walk(f"{path}.{k}", t, depth + 1)
 
     walk("result", result, 0)
     for name, v in args.items():

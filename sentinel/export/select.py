@@ -9,6 +9,7 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import re
 import sys
 import traceback
 import types
@@ -103,6 +104,7 @@ def record(req: dict[str, Any]) -> dict[str, Any]:
         for i, inv in enumerate(result.invariants):
             if inv.verdict == "violated":
                 checks.append(_check(i, inv, sc, inputs, observed, calls, live))
+    checks = _one_home(checks)
     used = {ch["call"]["module"] for ch in checks if ch.get("call")}
     prelude = _prelude(imports, used, is_trainer, adapter)
     return {"status": "ok", "result": result.model_dump(mode="json"), "facts": _plain_facts(facts),
@@ -186,6 +188,32 @@ def _check(index: int, inv, sc, inputs, observed, calls, live) -> dict[str, Any]
     return ch
 
 
+def _one_home(checks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Two observables read from the same place of the same call are equal there only by
+    coincidence (slime's in-place shaping makes the logged KL and the token rewards one tensor
+    before 045310b2b; after it the place holds the KL alone): the place stays with the
+    observable its key names (`['kl']` -> logged_kl), the others are not exported."""
+    homes: dict[tuple, list[dict[str, Any]]] = {}
+    for ch in checks:
+        if ch.get("call") is not None:
+            homes.setdefault((ch["run"], id(ch["call"]), ch["path"], ch["layout"]), []).append(ch)
+    out = []
+    for ch in checks:
+        if ch.get("call") is None:  # already not exported
+            out.append(ch)
+            continue
+        group = homes[(ch["run"], id(ch["call"]), ch["path"], ch["layout"])]
+        names = {c["observable"] for c in group}
+        key = re.findall(r"\w+", ch.get("path") or "")[-1:] or [""]
+        if len(names) > 1 and not (key[0] and key[0] in ch["observable"].split("_")):
+            others = ", ".join(sorted(names - {ch["observable"]}))
+            ch = {k: v for k, v in ch.items() if k not in ("call", "base_call", "path", "layout", "shape")}
+            ch["unsupported"] = (f"{ch['observable']}: the only recorded place with its values ({group[0]['path']}) "
+                                 f"also holds {others} (equal at this commit, not the same quantity)")
+        out.append(ch)
+    return out
+
+
 def _match(target, calls, live, only=None):
     if target is None:
         return None
@@ -211,12 +239,15 @@ def _match(target, calls, live, only=None):
 def _prelude(imports: ImportLog, modules: set[str], is_trainer, adapter) -> dict[str, Any]:
     """What validate.py sets up before importing the recorded functions' modules: permissive
     stubs for the stubbed modules their import path reached, the functional shims it reached
-    (written out), and the trainer packages entered without their __init__."""
+    (written out), the trainer packages entered without their __init__, the third-party
+    modules that path imported for real (`optional`: stubbed only where not installed, as a
+    maintainer's torch-only venv lacks transformers), and the names an old commit imports that
+    the installed version dropped (`names`: [module, name], stubbed on the real module)."""
     from sentinel.adapters import shims
     reached: set[str] = set()
     for m in modules:
         reached |= imports.closure(m)
-    stub_roots, shim_modules, bare = set(), {}, []
+    stub_roots, shim_modules, bare, optional = set(), {}, [], set()
     roots = set(shims.stubbed_names())
     root = Path(adapter.root).resolve() if adapter.root else None
     for name in sorted(reached):
@@ -232,7 +263,30 @@ def _prelude(imports: ImportLog, modules: set[str], is_trainer, adapter) -> dict
             path = Path(list(mod.__path__)[0]).resolve()
             if path.is_relative_to(root):
                 bare.append([name, str(path.relative_to(root))])
-    return {"stubs": sorted(stub_roots), "shims": shim_modules, "bare": bare}
+        elif getattr(mod, "__file__", None) and is_trainer(str(Path(mod.__file__).resolve())):
+            # what the trainer's own modules import (not what those libraries import in turn)
+            for dep in imports.edges.get(name, ()):
+                top_mod = sys.modules.get(dep.split(".")[0])
+                if top_mod is not None and not shims.is_stub(top_mod) and _third_party(dep, top_mod, is_trainer):
+                    optional.add(dep.split(".")[0])
+    names = [s.rsplit(".", 1) for s in getattr(adapter, "stubs", ()) if "." in s and s.rsplit(".", 1)[0] in reached
+             and not shims.is_stub(sys.modules.get(s.rsplit(".", 1)[0]))
+             and shims.is_stub(getattr(sys.modules.get(s.rsplit(".", 1)[0]), s.rsplit(".", 1)[1], None))]
+    return {"stubs": sorted(stub_roots), "shims": shim_modules, "bare": bare,
+            "optional": sorted(optional - stub_roots), "names": sorted(names)}
+
+
+# what every bundle's environment has for real: never stubbed
+RUNTIME = frozenset({"torch", "numpy", "sentinel", "_pytest", "pytest"})
+
+
+def _third_party(name: str, mod: types.ModuleType, is_trainer) -> bool:
+    """A module installed beside the trainer (not the standard library, the runtime, or the trainer)."""
+    top = name.split(".")[0]
+    f = getattr(mod, "__file__", None)
+    if top in RUNTIME or top in sys.stdlib_module_names or top.startswith("_") or not f:
+        return False
+    return not is_trainer(str(Path(f).resolve()))
 
 
 def _shim_source(mod: types.ModuleType) -> dict[str, str]:
