@@ -210,6 +210,16 @@ def start() -> Client | None:
         return _client
 
 
+def reset() -> None:
+    """Close this process's zygote (shared or its own): the next worker starts or connects anew,
+    under the environment of that moment."""
+    global _client
+    with _client_lock:
+        if _client is not None:
+            _client.close()
+        _client = None
+
+
 def fork(preload: tuple[str, ...] = ()) -> Forked | None:
     client = start()
     return client.fork(preload) if client is not None else None

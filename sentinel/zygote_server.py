@@ -144,6 +144,7 @@ def listen(path: str) -> None:
                 continue
             if os.fork() == 0:
                 server.close()
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the listener's own; a worker dies of SIGTERM
                 serve(conn, imported, start_cwd)
                 os._exit(0)
             conn.close()

@@ -43,8 +43,12 @@ def _shared_zygote(tmp_path_factory):
         yield
         return
     path = str(tmp_path_factory.mktemp("zygote") / "z.sock")
+    # started in its own folder: `-m` puts the folder first on sys.path, and from the repository
+    # root that would be the source tree, not the installed package the CLI imports (then no CLI
+    # would use it: the identity check)
     proc = subprocess.Popen([sys.executable, "-m", "sentinel.zygote_server", "--listen", path],
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True)
+                            cwd=os.path.dirname(path), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            start_new_session=True)
     os.environ["SENTINEL_ZYGOTE_SOCKET"] = path
     try:
         yield
@@ -58,7 +62,19 @@ def _shared_zygote(tmp_path_factory):
             proc.wait()
 
 
-@pytest.fixture(autouse=True)
-def _own_zygote(request, monkeypatch):
-    if request.module.__name__.rsplit(".", 1)[-1] in OWN_ZYGOTE:
-        monkeypatch.delenv("SENTINEL_ZYGOTE_SOCKET", raising=False)
+@pytest.fixture(scope="module", autouse=True)
+def _own_zygote(request):
+    """Module-scoped, so the module's own module-scoped fixtures (a corpus run once) see it too;
+    an in-process zygote client left by an earlier module is closed, as it may be the shared one."""
+    if request.module.__name__.rsplit(".", 1)[-1] not in OWN_ZYGOTE:
+        yield
+        return
+    from sentinel import zygote
+    saved = os.environ.pop("SENTINEL_ZYGOTE_SOCKET", None)
+    zygote.reset()
+    try:
+        yield
+    finally:
+        zygote.reset()
+        if saved is not None:
+            os.environ["SENTINEL_ZYGOTE_SOCKET"] = saved

@@ -47,7 +47,7 @@ def _ppid(pid: int) -> int:
 def listener(tmp_path):
     path = str(tmp_path / "z.sock")
     proc = subprocess.Popen([sys.executable, "-m", "sentinel.zygote_server", "--listen", path],
-                            stdin=subprocess.DEVNULL, start_new_session=True)
+                            cwd=tmp_path, stdin=subprocess.DEVNULL, start_new_session=True)  # as conftest.py
     assert _until(lambda: os.path.exists(path)), "the shared zygote never listened"
     yield proc, path
     proc.terminate()
@@ -98,3 +98,20 @@ def test_a_zygote_of_another_interpreter_or_package_is_not_used(listener, tmp_pa
     finally:
         cli.send_signal(signal.SIGKILL)
         cli.wait(30)
+
+
+@pytest.mark.parametrize("target, why", [("faulty_adapter:SignalGroupAtLoadAdapter", "status -15"),
+                                         ("faulty_adapter:KillGroupAtLoadAdapter", "status -9")])
+def test_a_worker_of_the_shared_zygote_dies_of_the_signals_its_own_would(listener, tmp_path, target, why):
+    """The listener's own SIGTERM handler (it removes its socket) must not reach the workers."""
+    from test_faults import TESTS, scenario
+    _, path = listener
+    (tmp_path / "s.yaml").write_text(scenario("ok"))
+    env = {**os.environ, "SENTINEL_ZYGOTE_SOCKET": path,
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([SENTINEL, "run", str(tmp_path / "s.yaml"), "--target", target, "--timeout", "20", "-o",
+                           str(tmp_path / "r.json")], env=env, cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300, start_new_session=True)
+    assert done.returncode == 3, done.stderr[-3000:]
+    (result,) = json.loads((tmp_path / "r.json").read_text())["results"]
+    assert result["verdict"] == "error" and why in result["reason"], result["reason"]
