@@ -257,7 +257,9 @@ AMPLIFY = (2.0, 4.0)  # the example's float values further out, where a threshol
 def amplified(ex, factor: float):
     """The example with every float token input (log-probs, advantages, values ...) times
     `factor`: a ratio or a difference further from where a threshold of the config sits."""
-    scale = lambda a: (a * factor).astype(a.dtype)  # noqa: E731
+    def scale(a):
+        with np.errstate(over="ignore", invalid="ignore"):  # a huge drawn value may overflow: it stays inf
+            return (a * factor).astype(a.dtype)
     names = _float_token_inputs(ex)
     return replace(ex, inputs={n: scale(a) if n in names else a for n, a in ex.inputs.items()},
                    variants={v: {n: scale(a) if n in names else a for n, a in ov.items()} for v, ov in ex.variants.items()})
