@@ -128,8 +128,8 @@ def listen(path: str) -> None:
     server.bind(path + ".tmp")
     with open(path + ".json", "w") as f:
         json.dump(zygote.identity(), f)
-    os.rename(path + ".tmp", path)  # the path appears only once torch is imported: clients never wait
     server.listen(64)
+    os.rename(path + ".tmp", path)  # the path appears only once this listens: clients never wait
     server.settimeout(0.2)
     try:
         while os.getppid() == parent:
