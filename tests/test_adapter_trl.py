@@ -145,7 +145,7 @@ def test_missing_attribute_is_named(trl):
                                                "trainer does not set"):
             trl.call("policy_loss", batch(), {})
     finally:
-        ATTRIBUTES["current_gradient_accumulation_steps"] = saved
+        ATTRIBUTES["aux_loss_enabled"] = saved
 
 
 # --- the catalog, the planted copy, the hunt --------------------------------------------------

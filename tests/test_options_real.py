@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -68,11 +69,21 @@ def test_trl_reads_the_drawn_trainer_options():
 def orl():
     """OpenRLHF from the checkout where one is named (one interpreter holds one openrlhf), else
     the installed package; with the folder its code is read from."""
+    # an earlier test of this process may have imported the installed openrlhf: set aside while
+    # this module uses the checkout's, put back after (the loader refuses two copies at once)
+    ours = lambda name: name == "openrlhf" or name.startswith("openrlhf.")  # noqa: E731
+    saved = {n: m for n, m in sys.modules.items() if ours(n)} if REPO else {}
+    for n in saved:
+        del sys.modules[n]
     from sentinel_adapters.openrlhf import OpenRLHFAdapter
     adapter = OpenRLHFAdapter(Path(REPO) if REPO else None, torch.device("cpu"))
     adapter.facts = adapter.load()
     import openrlhf
-    return adapter, str(Path(openrlhf.__file__).parent)
+    yield adapter, str(Path(openrlhf.__file__).parent)
+    if saved:
+        for n in [n for n in sys.modules if ours(n)]:
+            del sys.modules[n]
+        sys.modules.update(saved)
 
 
 @needs_openrlhf
