@@ -2,14 +2,17 @@
 overhead against a direct call of the reference function. Everything is measured in this
 run and printed as ratios; nothing here is a pass/fail test.
 
-    python benchmarks/bench_gate.py [--repeat 5]
+    python benchmarks/bench_gate.py [--repeat 5] [--baseline DIR]
 
-Aim: gate wall time within 1.5x of `python -c "import torch"`.
+Aim: gate wall time within 1.1x of `python -c "import torch"` (issue 24). `--baseline DIR`
+(a source tree of another commit: `git archive REV | tar -x -C DIR`) also times the gate of
+that tree (first on PYTHONPATH), interleaved with this one's, for a before / after in one run.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -39,6 +42,7 @@ def direct_call_s(repeat: int) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--baseline", type=Path, help="also time the gate of this source tree, interleaved")
     args = ap.parse_args()
     py = sys.executable
     sentinel = [str(Path(py).with_name("sentinel"))]
@@ -50,8 +54,18 @@ def main() -> None:
     from sentinel.spec import load_paths
     n = len(load_paths([catalog_path()]))
 
-    torch_s = wall([py, "-c", "import torch"], args.repeat)
-    gate_s = wall([*sentinel, "gate", "-o", "-", "--json"], args.repeat)
+    gate = [*sentinel, "gate", "-o", "-", "--json"]
+    base_env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        p for p in (str(args.baseline.resolve()) if args.baseline else "", os.environ.get("PYTHONPATH", "")) if p)}
+    times: dict[str, list[float]] = {"torch": [], "gate": [], "baseline": []}
+    loads = [os.getloadavg()[0]]
+    for _ in range(args.repeat):  # interleaved: a change of load shows in every column alike
+        times["torch"].append(wall([py, "-c", "import torch"], 1))
+        times["gate"].append(wall(gate, 1))
+        if args.baseline:
+            times["baseline"].append(wall(gate, 1, env=base_env))
+        loads.append(os.getloadavg()[0])
+    torch_s, gate_s = statistics.median(times["torch"]), statistics.median(times["gate"])
 
     one = [s for s in load_paths([catalog_path()]) if s.id == "opsm-mixed-advantage"]
     with tempfile.TemporaryDirectory():
@@ -61,9 +75,14 @@ def main() -> None:
     per_scenario = statistics.median(r.duration_s for r in run(load_paths([catalog_path()]), [TargetSpec("reference")]).results)
     direct = direct_call_s(args.repeat)
 
-    print(f"catalog: {n} scenarios, median of {args.repeat} runs, python {sys.version.split()[0]}")
+    print(f"catalog: {n} scenarios, median of {args.repeat} runs, python {sys.version.split()[0]}, "
+          f"load average {min(loads):.1f}-{max(loads):.1f}")
     print(f"python -c 'import torch'        {torch_s:8.3f} s")
-    print(f"sentinel gate                   {gate_s:8.3f} s   ratio gate / import torch = {gate_s / torch_s:.2f}x (aim <= 1.5x)")
+    print(f"sentinel gate                   {gate_s:8.3f} s   ratio gate / import torch = {gate_s / torch_s:.2f}x (aim <= 1.1x)")
+    if args.baseline:
+        base_s = statistics.median(times["baseline"])
+        print(f"sentinel gate of {args.baseline}  {base_s:8.3f} s   ratio {base_s / torch_s:.2f}x; "
+              f"this tree / baseline = {gate_s / base_s:.2f}x")
     print(f"one scenario, whole harness     {single_s:8.3f} s   (worker start + import + call + verdict; {rep.results[0].verdict})")
     print(f"one scenario inside the worker  {per_scenario * 1e3:8.2f} ms  (median over the catalog; all runs + fork)")
     print(f"direct reference call (opsm)    {direct * 1e3:8.3f} ms  ratio in-worker / direct = {per_scenario / direct:.0f}x")

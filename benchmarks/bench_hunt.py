@@ -228,29 +228,42 @@ def section_done(args, tmp: Path, result: dict) -> None:
     result["done"] = rows
 
 
-# the per-example path, as cProfile names it: (category, [(file suffix, function), ...]) with
+# the per-example path, as cProfile names it: (category, [(file suffix, function prefix), ...]) with
 # cumulative times; each category is its own functions minus the categories nested inside it
 _PATH = {
-    "target": [("adapters/base.py", "call")],  # the adapter's boundary call: the trainer's own time
-    "observe": [("sentinel/observe.py", "observe")],  # tensors in and out, gradients, input copies
+    "trainer": [("adapters/reference/adapter.py", "b_")],  # the boundary's math: the trainer's own time
+    "call": [("sentinel/adapters/contract.py", "call")],  # + normalise, trainer defaults, preconditions
+    "observe": [("sentinel/observe.py", "observe")],  # tensors in and out, gradients, option recording
     "plan": [("hunt/worker/check.py", "scenario_for"), ("sentinel/runner.py", "plan")],
     "check": [("hunt/worker/check.py", "check")],  # plan + observe + invariant evaluation
     "drawing": [("sentinel/strategies.py", "draw_example")],
+    "probe": [("hunt/worker/round.py", "probe_config")],  # a property's first round: config choices it lacks
     "round": [("hunt/worker/round.py", "run_round")],
 }
 
 
 def _cumulative(stats, wanted) -> float:
-    """Summed over `wanted`; of same-named functions in one file (a method wrapping its
-    module's function) the outermost, so nothing is counted twice."""
-    return sum(max((ct for (f, _, fn), (_, _, _, ct, _) in stats.stats.items() if f.endswith(suffix) and fn == name),
-                   default=0.0) for suffix, name in wanted)
+    """Summed over `wanted` (functions whose name starts with the prefix); of same-named
+    functions in one file (a method wrapping its module's function) the outermost, so nothing
+    is counted twice."""
+    total = 0.0
+    for suffix, prefix in wanted:
+        by_name: dict[str, float] = {}
+        for (f, _, fn), (_, _, _, ct, _) in stats.stats.items():
+            if f.endswith(suffix) and fn.startswith(prefix) and (fn == prefix or prefix.endswith("_")):
+                by_name[fn] = max(by_name.get(fn, 0.0), ct)
+        total += sum(by_name.values())
+    return total
+
+
+def _calls(stats, suffix: str, name: str) -> int:
+    return sum(pc for (f, _, fn), (pc, _, _, _, _) in stats.stats.items() if f.endswith(suffix) and fn == name)
 
 
 def section_profile(args, tmp: Path, result: dict) -> None:
     """cProfile of hunt rounds on the reference, in this process (the worker's forked child runs
-    the same code): where an example's time goes. Profiling slows Python code more than the
-    trainer's tensor kernels, so the target's share here is a lower bound."""
+    the same code): where a round's time goes. Profiling slows Python code more than the
+    trainer's tensor kernels, so the trainer's share here is a lower bound."""
     import cProfile
     import pstats
     import torch
@@ -275,20 +288,26 @@ def section_profile(args, tmp: Path, result: dict) -> None:
     wall = time.perf_counter() - t0
     st = pstats.Stats(prof)
     c = {k: _cumulative(st, v) for k, v in _PATH.items()}
-    split = {"trainer (adapter call)": c["target"], "observe (tensors, grads, copies)": c["observe"] - c["target"],
+    split = {"trainer (boundary math)": c["trainer"], "adapter call (config, preconditions)": c["call"] - c["trainer"],
+             "observe (tensors, grads, copies)": c["observe"] - c["call"],
              "plan (scenario, runs)": c["plan"], "invariant evaluation": c["check"] - c["observe"] - c["plan"],
              "drawing (strategies)": c["drawing"],
              "Hypothesis engine, search bookkeeping": c["round"] - c["check"] - c["drawing"]}
     total = c["round"]
+    drawn = _calls(st, "sentinel/strategies.py", "draw_example")
+    judged = _calls(st, "hunt/worker/round.py", "_answer")
     row = {"examples": examples, "profiled_s": round(wall, 2), "examples_per_s_profiled": round(examples / wall, 1),
-           "progress_messages": len(emits), "load": round(os.getloadavg()[0], 1),
-           "split": {k: round(v / total, 3) for k, v in split.items()}}
+           "progress_messages": len(emits), "load": round(os.getloadavg()[0], 1), "drawn": drawn, "judged": judged,
+           "split": {k: round(v / total, 3) for k, v in split.items()}, "probe_share": round(c["probe"] / total, 3)}
     result["profile"] = row
     print(f"  {examples} examples over {len(names)} properties in {wall:.1f} s profiled "
           f"({row['examples_per_s_profiled']:.0f}/s under cProfile; load average {row['load']}); "
           f"IPC: {len(emits)} progress messages, one result per round (none per example)")
+    print(f"  examples drawn {drawn}, judged {judged} ({judged / max(drawn, 1):.0%}; the rest drawn after a "
+          f"round's time or quota was spent, or in a batch the first violation ended)")
     for k, v in split.items():
-        print(f"  {k:34s} {v / total:6.1%}  ({v / max(examples, 1) * 1e3:.2f} ms per example)")
+        print(f"  {k:38s} {v / total:6.1%}  ({v / max(examples, 1) * 1e3:.2f} ms per example)")
+    print(f"  (of which the first round's config probe {c['probe'] / total:.1%})")
 
 
 def main() -> None:

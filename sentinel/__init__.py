@@ -15,13 +15,8 @@ adapter name is asked for).
 from __future__ import annotations
 
 import importlib
-from importlib import metadata
 from typing import Any
 
-try:  # the installed distribution's version: from git tags at build time (pyproject.toml)
-    __version__ = metadata.version("rl-sentinel")
-except metadata.PackageNotFoundError:  # a checkout on sys.path, not installed
-    __version__ = "0+unknown"
 REPORT_SCHEMA_VERSION = "1.1"  # 1.1 added hunt.properties[].progress
 # versions `sentinel report` reads: each differs from the current by fields it adds (their defaults fill in)
 REPORT_SCHEMA_READS = ("1.0", REPORT_SCHEMA_VERSION)
@@ -49,7 +44,21 @@ _API = {
 __all__ = ["__version__", *_API]
 
 
+def _version() -> str:
+    """The installed distribution's version: from git tags at build time (pyproject.toml).
+    Asked on first use: importlib.metadata (and the email package it imports) would otherwise
+    delay every `sentinel` start, the console's before it starts its worker included."""
+    from importlib import metadata
+    try:
+        return metadata.version("rl-sentinel")
+    except metadata.PackageNotFoundError:  # a checkout on sys.path, not installed
+        return "0+unknown"
+
+
 def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        globals()[name] = version = _version()
+        return version
     if name not in _API:
         raise AttributeError(f"module 'sentinel' has no attribute {name!r}")
     module, attr = _API[name].split(":")

@@ -43,6 +43,14 @@ class Answer:
     secondary: bool = False  # it differs only on values beside the canonical outputs (extras)
 
 
+class RoundOver(BaseException):
+    """Raised by `Search.condition` once a round's time or example quota is spent with no
+    violation: it ends Hypothesis's `find` there. Returning False instead, `find` drew the
+    rest of its test cases (`max_examples`) only to have each answered False at once: most of
+    a short round's time. A BaseException, as Hypothesis takes an Exception for a failing
+    test and shrinks it; `find`'s callers catch it."""
+
+
 class Judge(Protocol):
     one_by_one: bool  # the budget is checked before each example (else once per batch)
 
@@ -74,6 +82,7 @@ class Search:
         self.error_sample: dict[str, Any] | None = None
         self.patience = patience  # extras-only examples still to pass over (SECONDARY_PATIENCE)
         self.secondary_seen = 0  # examples passed over that differed on extras only
+        self.ended = False  # the round's time or quota is spent (RoundOver raised)
 
     def progress(self, force: bool = False) -> None:
         now = time.monotonic()
@@ -96,10 +105,14 @@ class Search:
         return None
 
     def condition(self, batch: list[S.Example]) -> bool:
-        """True when the batch holds a violation with a new signature (the first one wins)."""
+        """True when the batch holds a violation with a new signature (the first one wins).
+        Raises RoundOver when the round is over with none."""
         for chunk in ([[ex] for ex in batch] if self.judge.one_by_one else [batch]):
             over = self._over(batch)
             if over is not None:
+                if not self.best:  # over with no violation: nothing later can be one
+                    self.ended = True
+                    raise RoundOver
                 return over
             for ex, a in zip(chunk, self.judge.answers(chunk)):
                 if self._take(ex, a):
@@ -165,14 +178,18 @@ def replayable(condition: Callable[[list[S.Example]], bool], best: dict[str, Any
     which violation is its best by then."""
     held: dict[tuple[str, ...], dict[str, Any]] = {}
 
+    def key(batch: list[S.Example]) -> tuple[str, ...]:
+        return tuple(fingerprint(e) for e in batch)
+
     def cond(batch: list[S.Example]) -> bool:
-        key = tuple(fingerprint(e) for e in batch)
-        if key in held:
-            best.clear()
-            best.update(held[key])
-            return True
-        if condition(batch):
-            held[key] = dict(best)
+        if held:  # fingerprints only once a batch held: most rounds have none
+            k = key(batch)
+            if k in held:
+                best.clear()
+                best.update(held[k])
+                return True
+        if condition(batch):  # the condition leaves the batch's arrays as they were
+            held[key(batch)] = dict(best)
             return True
         return False
     return cond

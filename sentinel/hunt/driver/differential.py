@@ -44,7 +44,7 @@ from ..differences import (ATOL, RTOL, Difference, deviation_for, differences, g
                            skipped_note)
 from ..known import Known, fitted, runs_of
 from ..properties import PROPERTIES, SHRINK_TIME, Property, select
-from ..search import SECONDARY_PATIENCE, Answer, Search, replayable
+from ..search import SECONDARY_PATIENCE, Answer, RoundOver, Search, replayable
 from ..signature import (DIFFERENTIAL, Signature, _key, fill_masked_rows, known_match, layout, neutralise, perturbs,
                          signature)
 from .engine import ExitReason, Hunt, resolved
@@ -232,7 +232,7 @@ class DiffHunter(Hunt):
             find(strategy, replayable(search.condition, search.best), random=rnd, settings=hsettings(
                 max_examples=max(1, math.ceil(n / 5)), database=None, deadline=None,
                 phases=(Phase.generate, Phase.shrink), suppress_health_check=list(HealthCheck)))
-        except NoSuchExample:
+        except (NoSuchExample, RoundOver):  # RoundOver: its time or quota spent, no difference
             pass
         except Flaky:  # replayable answers a replay as before; should Hypothesis still object, the
             pass       # difference seen (search.best) is kept, as a single-target round keeps its best

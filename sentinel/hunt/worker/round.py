@@ -35,7 +35,7 @@ from ... import strategies as S
 from .. import coverage, properties
 from ..properties import SHRINK_TIME, Property
 from ..differences import skipped_note
-from ..search import Answer, Search, plain, replayable
+from ..search import Answer, RoundOver, Search, plain, replayable
 from ..signature import Signature, nonfinite
 from .check import Checker, NotApplicable, observable_of, unsupported_reason
 
@@ -182,7 +182,7 @@ def run_round(adapter, device, job: dict[str, Any], emit: Callable[[dict[str, An
     search = Search(CheckJudge(checker), max(1, int(job.get("max_examples", 100))),
                     t0 + float(job.get("time_limit", 10.0)), float(job.get("shrink_time", SHRINK_TIME)),
                     emit=emit, name=prop.name)
-    db = DirectoryBasedExampleDatabase(job["db"]) if job.get("db") else None
+    db = RoundDatabase(job["db"], search) if job.get("db") else None
     strategy = S.batches(prop.strategy(checker.exclude, job.get("pin"), checker.domains), BATCH)
     condition = replayable(search.condition, search.best)
     measure = coverage.measuring(job.get("coverage"), adapter.trainer_roots() if hasattr(adapter, "trainer_roots") else [])
@@ -224,15 +224,28 @@ def _search(job: dict[str, Any], search: Search, strategy, condition, db) -> tup
                      suppress_health_check=list(HealthCheck), report_multiple_bugs=False)
         try:
             found = find(strategy, condition, settings=s, random=rnd, database_key=job["db_key"].encode())
-        except NoSuchExample:
+        except (NoSuchExample, RoundOver):
             pass
         except Unsatisfiable as e:
             note = f"no applicable example: {e}"
         except Exception as e:  # noqa: BLE001 - e.g. Flaky: a nondeterministic target; keep the best seen
             note = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-        if search.best:
+        if search.best or search.ended:  # a later attempt's every batch would be answered False
             break
     return found, note
+
+
+class RoundDatabase(DirectoryBasedExampleDatabase):
+    """The round's example database: Hypothesis saves the test case an exception ended, and the
+    one `Search` raises once the round is over (RoundOver) is no failure to replay."""
+
+    def __init__(self, path: str, search: Search):
+        super().__init__(path)
+        self.search = search
+
+    def save(self, key: bytes, value: bytes) -> None:
+        if not self.search.ended:
+            super().save(key, value)
 
 
 def _attempts(seed: str | None, has_db: bool) -> list[tuple[tuple[Phase, ...], random.Random | None]]:
