@@ -7,11 +7,15 @@ run and printed as ratios; nothing here is a pass/fail test.
 Aim: gate wall time within 1.1x of `python -c "import torch"` (issue 24). `--baseline DIR`
 (a source tree of another commit: `git archive REV | tar -x -C DIR`) also times the gate of
 that tree (first on PYTHONPATH), interleaved with this one's, for a before / after in one run.
+Both trees' packages are byte-compiled first, as `pip install` does: where the environment sets
+PYTHONDONTWRITEBYTECODE (this project's machines do), an editable checkout would otherwise
+compile ~50 modules from source in every process, which no installed sentinel does.
 """
 
 from __future__ import annotations
 
 import argparse
+import compileall
 import os
 import statistics
 import sys
@@ -54,6 +58,11 @@ def main() -> None:
     from sentinel.spec import load_paths
     n = len(load_paths([catalog_path()]))
 
+    import sentinel as pkg
+    import sentinel_adapters
+    for tree in [Path(pkg.__file__).parent, Path(sentinel_adapters.__file__).parent] + \
+            ([args.baseline / "sentinel", args.baseline / "adapters"] if args.baseline else []):
+        compileall.compile_dir(str(tree), quiet=1)
     gate = [*sentinel, "gate", "-o", "-", "--json"]
     base_env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         p for p in (str(args.baseline.resolve()) if args.baseline else "", os.environ.get("PYTHONPATH", "")) if p)}
@@ -76,7 +85,8 @@ def main() -> None:
     direct = direct_call_s(args.repeat)
 
     print(f"catalog: {n} scenarios, median of {args.repeat} runs, python {sys.version.split()[0]}, "
-          f"load average {min(loads):.1f}-{max(loads):.1f}")
+          f"load average {min(loads):.1f}-{max(loads):.1f}; bytecode compiled first"
+          f"{' (PYTHONDONTWRITEBYTECODE is set)' if os.environ.get('PYTHONDONTWRITEBYTECODE') else ''}")
     print(f"python -c 'import torch'        {torch_s:8.3f} s")
     print(f"sentinel gate                   {gate_s:8.3f} s   ratio gate / import torch = {gate_s / torch_s:.2f}x (aim <= 1.1x)")
     if args.baseline:
