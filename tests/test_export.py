@@ -218,7 +218,7 @@ def test_validate_py_stands_in_for_libraries_the_trainer_imports_where_they_are_
         sys.modules.pop("toytrainer", None), sys.modules.pop("toydep", None)
     assert prelude["optional"] == ["toydep"] and prelude["names"] == [["toydep", "Gone"]]
     b = {"title": "t", "scenario_id": "t", "trainer": "toy", "function": "toytrainer.f", "prelude": prelude,
-         "runtime": "", "calls": [], "checks_source": "[]", "trigger_source": "{}"}
+         "runtime": "", "calls": [], "standins": [], "checks_source": "[]", "trigger_source": "{}"}
     head = environment().get_template("validate.py.j2").render(b=b).split("\nimport numpy as np", 1)[0]
     script = tmp_path / "v.py"
     script.write_text(head + "\nimport toytrainer\nprint(type(toytrainer.Gone).__name__)\nprint(toytrainer.f(1))\n")

@@ -85,6 +85,8 @@ def _deferred_torch_compile():
 class _NoEngine:
     """Stand-in for the TrainEngine a PPOActor holds; no boundary may reach it."""
 
+    __sentinel_standin__ = True  # an exported validate.py gets this class's source (export.standins)
+
     def __getattr__(self, name: str) -> Any:
         raise RuntimeError(f"the sentinel adapter gave PPOActor no train engine (engine.{name} was reached)")
 

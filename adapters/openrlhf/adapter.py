@@ -338,25 +338,18 @@ class OpenRLHFAdapter(TrainerAdapter):
                          info={"reward": r}, index=list(range(n_rows)),
                          truncated=None if truncated is None else truncated.bool()[idx],
                          response_length=m.sum(-1).float(), total_length=m.sum(-1).float())
-        estimated: list[tuple[torch.Tensor, torch.Tensor]] = []
-        for name, pick in (("get_advantages_and_returns", lambda out: out),
-                           ("get_cumulative_returns", lambda out: (out, out))):
-            real = getattr(maker, name, None)
-            if callable(real):
-                def recording(*a, _real=real, _pick=pick, **k):
-                    out = _real(*a, **k)
-                    estimated.append(_pick(out))
-                    return out
-                setattr(maker, name, recording)
         mod = self.mods[MAKER]
         watch = Watch(args)
-        with spy(mod, "compute_reward") as shaped:
+        # the estimator's own advantages, before any whitening or shaping of the maker's
+        with spy(maker, "get_advantages_and_returns") as gae_like, spy(maker, "get_cumulative_returns") as cumulative, \
+                spy(mod, "compute_reward") as shaped:
             try:
                 call = maker.compute_advantages_and_returns
                 takes_kw = any(p.kind is p.VAR_KEYWORD for p in inspect.signature(call).parameters.values())
                 # before 0.8 gamma and lambd came as keyword arguments, not from args
                 result = call(**bind(call, boundary, {"experiences": [exp]},
                                      {"gamma": gamma, "lambd": lam} if takes_kw else {}))
+                estimated = [out for _, out in gae_like] + [(out, out) for _, out in cumulative]
             except AttributeError as e:
                 if "OpenRLHF reads args." in str(e):
                     raise Unsupported(f"signature drift: {e} (boundary {boundary!r})") from e

@@ -37,6 +37,8 @@ PROMPT = 1  # prompt tokens in front of every completion (the first completion t
 class OneProcess:
     """The accelerator of a single process: gathers and reductions are the identity."""
 
+    __sentinel_standin__ = True  # an exported validate.py gets this class's source (export.standins)
+
     num_processes = 1
     process_index = 0
     is_main_process = True
@@ -141,6 +143,8 @@ def missing_attribute(e: AttributeError, version: str) -> str | None:
 
 class CanonicalPolicy(torch.nn.Module):
     """A policy whose log-prob of completion token j of row b is ``log_probs[b, j]``."""
+
+    __sentinel_standin__ = True  # an exported validate.py gets this class's source (export.standins)
 
     def __init__(self, log_probs: torch.Tensor):
         super().__init__()

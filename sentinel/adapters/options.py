@@ -215,7 +215,8 @@ def _subclass(base: type) -> type | None:
             return _note(*entry, name, value, self)
         body = {"__getattribute__": getattribute}
     try:
-        cls = type(f"Recorded{base.__name__}", (base,), {**body, "__module__": base.__module__})
+        cls = type(f"Recorded{base.__name__}", (base,), {**body, "__module__": base.__module__,
+                                                          "__sentinel_recorded__": base})  # export writes the base
     except TypeError:  # a final class: not recorded
         cls = None
     _SUBCLASSES[base] = cls  # type: ignore[assignment]

@@ -1,4 +1,8 @@
-"""Recording the calls of a target function while calling through (`spy`)."""
+"""Recording the calls of a target function while calling through (`spy`).
+
+`listening(fn)`: while active, `fn(owner, name, arguments, result)` sees every spied call too
+(the exporter's recording: an observable read inside a trainer call, such as the token loss
+verl hands `agg_loss`, is replayed by spying the same place in the exported validate.py)."""
 
 from __future__ import annotations
 
@@ -6,6 +10,17 @@ import contextlib
 import functools
 import inspect
 from typing import Any, Callable, Iterator
+
+_LISTENERS: list[Callable[[Any, str, dict[str, Any], Any], None]] = []
+
+
+@contextlib.contextmanager
+def listening(fn: Callable[[Any, str, dict[str, Any], Any], None]) -> Iterator[None]:
+    _LISTENERS.append(fn)
+    try:
+        yield
+    finally:
+        _LISTENERS.remove(fn)
 
 
 @contextlib.contextmanager
@@ -41,8 +56,11 @@ def spy(module: Any, name: str,
             before(arguments(args, kwargs))
         out = real(*args, **kwargs)
         calls.append((arguments(args, kwargs), out))
+        for listener in _LISTENERS:
+            listener(module, name, calls[-1][0], out)
         return out
 
+    wrapper.__sentinel_spy__ = True  # type: ignore[attr-defined] - a call-through: never written out
     put(name, wrapper)
     try:
         yield calls

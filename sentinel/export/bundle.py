@@ -219,7 +219,7 @@ def _page(req, sc, rec, checks, validate, test_name, before, after, patch, repo,
     vdict = before.validate or {}
     p = {"title": sc.title or sc.id, "description": sc.description or sc.title or sc.id, "function": f"{module}.{qualname}",
          "trainer": req.target + (f" with plant {req.plant}" if req.plant else ""), "commit": sha or commit,
-         "checks": checks, "scenario_id": sc.id, "provenance": [str(x) for x in sc.provenance],
+         "checks": [{**c, "read_at": generate.read_at(c)} for c in checks], "scenario_id": sc.id, "provenance": [str(x) for x in sc.provenance],
          "boundary": sc.boundary, "config_json": json.dumps(rec["result"].get("config")),
          "trigger": rec["result"].get("inputs") or {}, "repo_kind": "checkout" if repo else "installed",
          "test_name": test_name, "stubs": rec["prelude"]["stubs"], "optional": rec["prelude"]["optional"],

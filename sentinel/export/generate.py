@@ -36,6 +36,31 @@ def chosen(checks: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [c for c in ok if (c["run"], c["call"]["module"], c["call"]["qualname"], c["call"].get("line")) == key]
 
 
+_KEY = "[]'\""  # around a key in a path: ['loss_mat']
+
+
+def _arg(path: str) -> str:
+    """ARGS['self'].model.log_probs -> self.model.log_probs"""
+    return re.sub(r"^ARGS\[['\"]([^'\"]+)['\"]\]", r"\1", path)
+
+
+def read_at(check: dict[str, Any]) -> str:
+    """Where validate.py reads a check's observable, in words (for PR.md)."""
+    if check.get("wrt_path"):
+        place = read_at({**check, "wrt_path": None})
+        return f"the gradient of the sum of {place} with respect to the argument `{_arg(check['wrt_path'])}`"
+    path, call = check["path"], check["call"]
+    spy = re.match(r"SPY\[(\d+)\]\[(0|1)\](.*)", path)
+    if spy:
+        place = call["spies"][call["spied"][int(spy[1])]]["name"]
+        if spy[2] == "1":
+            return f"what `{place}` returns{spy[3] and f' (`{spy[3]}`)'} inside the call"
+        return f"the argument `{spy[3].strip(_KEY)}` the call hands `{place}`"
+    if path.startswith("ARGS"):
+        return f"the argument `{_arg(path)}` after the call"
+    return f"what the call returns (`{path}`)"
+
+
 def function_expr(call: dict[str, Any], rename: dict[str, Any]) -> tuple[str, str, str]:
     """(source that fetches the function, module, qualname) with the renames applied
     ("module:qualname" -> [module, expression] for a function reached through a table;
@@ -59,7 +84,7 @@ def validate_source(rec: dict[str, Any], checks: list[dict[str, Any]], sc_meta: 
                     trainer: str, rename: dict[str, Any]) -> str:
     calls, table = [], []
     for ch in checks:
-        entry = {k: ch[k] for k in ("observable", "kind", "path", "layout", "shape", "atol", "rtol", "where")
+        entry = {k: ch[k] for k in ("observable", "kind", "path", "wrt_path", "layout", "shape", "atol", "rtol", "where")
                  if k in ch}
         entry.setdefault("atol", 1e-6)
         entry.setdefault("rtol", 1e-5)
@@ -67,28 +92,37 @@ def validate_source(rec: dict[str, Any], checks: list[dict[str, Any]], sc_meta: 
         for which in ("call", "base_call"):
             if which in ch:
                 run = ch["run"] if which == "call" else ch.get("base_run")
-                entry[which] = _add_call(calls, ch[which], run, rec, rename)
+                # the places the adapter spied, only where the check reads what was seen there
+                c = ch[which] if ch["path"].startswith("SPY") else {**ch[which], "spies": []}
+                entry[which] = _add_call(calls, c, run, rec, rename, ch.get("call_index"))
         table.append(entry)
     fn = checks[0]["call"]
     _, module, qualname = function_expr(fn, rename)
     b = {"title": sc_meta["title"], "scenario_id": sc_meta["id"], "trainer": trainer,
          "function": f"{module}.{qualname}", "prelude": rec["prelude"], "calls": calls,
+         "standins": list((rec.get("standins") or {}).values()),
          "runtime": (Path(__file__).parent / "runtime.py").read_text().split('"""', 2)[2].strip(),
          "checks_source": _py(table), "trigger_source": _py(sc_meta["trigger"])}
     return environment().get_template("validate.py.j2").render(b=b)
 
 
 def _add_call(calls: list[dict[str, Any]], c: dict[str, Any], run: str, rec: dict[str, Any],
-              rename: dict[str, Any]) -> int:
+              rename: dict[str, Any], index: int | None = None) -> int:
     """Append one replayed call (after the call that made it, for a closure the trainer
-    returned: validate.py calls that maker first, as the adapter did); its index."""
+    returned: validate.py calls that maker first, as the adapter did); its index. A call that
+    takes a trainer-wide object (`shared`: AReaL's stats tracker, which grpo_loss_fn logs into
+    and export() reads) runs after the run's earlier calls, replayed in their order."""
+    before = []
+    if c.get("shared") and index is not None:
+        before = [_add_call(calls, e, run, rec, rename) for e in rec["calls"][run][:index]
+                  if "error" not in e and "factory" not in e]
     if "factory" in c:
         k = _add_call(calls, rec["calls"][run][c["factory"]], run, rec, rename)
         expr, module, qualname = f"call_{k}()[0]", c["module"], c["qualname"]
     else:
         expr, module, qualname = function_expr(c, rename)
     renamed = rename.get("function_file") if module != c["module"] else None
-    calls.append({**c, "function_expr": expr, "module": module, "qualname": qualname,
+    calls.append({"spies": [], **c, "before": before, "function_expr": expr, "module": module, "qualname": qualname,
                   "line": None if renamed else c.get("line"), "run": run,
                   "args": {k: _rewrite_imports(v, rename) for k, v in c["args"].items()},
                   "file": renamed or _rel(c.get("file"), rec.get("root"))})
@@ -125,7 +159,7 @@ def test_source(sc_meta: dict[str, Any], checks: list[dict[str, Any]], validate:
     """A pytest file for the trainer's tests/ folder: it runs the same call and asserts that no
     check finds an offending position (fails on the bug, passes once fixed)."""
     body = validate.split("\nREPO = ", 1)[1].split("\n", 1)[1]  # the test finds the checkout itself
-    body = body.split("\ndef main():", 1)[0]
+    body = body.split("\ndef main(", 1)[0]
     return environment().get_template("test.py.j2").render(
         t={"id": sc_meta["id"], "name": re.sub(r"\W", "_", sc_meta["id"]), "title": sc_meta["title"],
            "body": body, "checks": [c["observable"] for c in checks], **trainer_style})
@@ -135,4 +169,4 @@ def summary_json(x: Any) -> str:
     return json.dumps(x, indent=2, sort_keys=True, allow_nan=True)
 
 
-__all__ = ["chosen", "function_expr", "summary_json", "test_source", "validate_source"]
+__all__ = ["chosen", "function_expr", "read_at", "summary_json", "test_source", "validate_source"]

@@ -8,19 +8,26 @@ modules the recorded functions' import path reaches.
 from __future__ import annotations
 
 import builtins
+import gc
 import importlib
 import importlib.util
 import inspect
 import sys
+import types
 from pathlib import Path
 from typing import Any, Callable
+
+from sentinel.adapters import spying
+
+from . import standins
 
 CO_VARARGS, CO_VARKEYWORDS = 0x04, 0x08
 HARNESS = (str(Path(__file__).resolve().parents[1]),)  # the sentinel package: never the trainer
 
 
 class ImportLog:
-    """Every `import` statement run while active: importer module -> absolute names asked for."""
+    """Every `import` statement and `importlib.import_module` call run while active: importer
+    module -> absolute names asked for."""
 
     def __init__(self) -> None:
         self.edges: dict[str, set[str]] = {}
@@ -40,11 +47,24 @@ class ImportLog:
             self.edges.setdefault(importer, set()).update(names)
             return orig(name, globals, locals, fromlist, level)
 
+        real_import_module = self._orig_module = importlib.import_module
+
+        def import_module(name, package=None):  # a package's lazy __getattr__ (AReaL's areal.engine)
+            importer = sys._getframe(1).f_globals.get("__name__", "?")
+            try:
+                full = importlib.util.resolve_name(name, package) if name.startswith(".") else name
+            except (ImportError, ValueError):
+                full = name
+            self.edges.setdefault(importer, set()).add(full)
+            return real_import_module(name, package)
+
         builtins.__import__ = hooked
+        importlib.import_module = import_module
         return self
 
     def __exit__(self, *exc: Any) -> None:
         builtins.__import__ = self._orig
+        importlib.import_module = self._orig_module
 
     def closure(self, start: str) -> set[str]:
         """The module names `start`'s import reaches (its parent packages' imports included)."""
@@ -70,15 +90,40 @@ class Calls:
     def __init__(self, is_trainer: Callable[[str], bool], is_adapter: Callable[[str], bool], writer) -> None:
         self.is_trainer, self.is_adapter, self.writer = is_trainer, is_adapter, writer
         self.calls: list[dict[str, Any]] = []
-        self.live: list[tuple[dict[str, Any], Any]] = []
+        # per call: its arguments, what it returned, and what the adapter's spies saw inside it
+        self.live: list[tuple[dict[str, Any], Any, list[tuple[dict[str, Any], Any]]]] = []
         self._active = None
+        self._listening = spying.listening(self._spied)
 
     def __enter__(self) -> "Calls":
+        self._listening.__enter__()
         sys.setprofile(self._hook)
         return self
 
     def __exit__(self, *exc: Any) -> None:
         sys.setprofile(None)
+        self._listening.__exit__(*exc)
+
+    def _spied(self, owner: Any, name: str, arguments: dict[str, Any], out: Any) -> None:
+        """A spied call inside the active trainer call: validate.py spies the same place, so
+        `SPY[i]` (the i-th spied call: its bound arguments and result) replays it."""
+        if self._active is None:
+            return
+        entry, (args, _, seen) = self.calls[-1], self.live[-1]
+        seen.append((arguments, out))
+        place = {"name": name}
+        if isinstance(owner, types.ModuleType):
+            place["module"] = owner.__name__
+        elif isinstance(owner, type):
+            place["class"] = [owner.__module__, owner.__qualname__]
+        elif (arg := next((k for k, v in args.items() if v is owner), None)) is not None:
+            place["arg"] = arg
+        else:
+            place["error"] = f"the spied {name!r} lives on a {type(owner).__name__} that is not an argument of the call"
+        places = entry.setdefault("spies", [])
+        if place not in places:
+            places.append(place)
+        entry.setdefault("spied", []).append(places.index(place))  # capture i -> its place
 
     def _hook(self, frame, event, arg) -> None:
         if event == "call" and self._active is None:
@@ -99,7 +144,7 @@ class Calls:
             self.calls.append(self._describe(frame))
         elif event == "return" and frame is self._active:
             self._active = None
-            self.live[-1] = (self.live[-1][0], arg)
+            self.live[-1] = (self.live[-1][0], arg, self.live[-1][2])
 
     def _describe(self, frame) -> dict[str, Any]:
         code = frame.f_code
@@ -112,11 +157,14 @@ class Calls:
         factory = None
         if fn is None:  # a closure the trainer returned (slime's get_sum_of_sample_mean -> sum_of_token):
             # replayable by calling the recorded call that returned it, else not at all
-            factory = next((i for i, (_, r) in enumerate(self.live) if getattr(r, "__code__", None) is code), None)
+            factory = next((i for i, (_, r, _) in enumerate(self.live) if getattr(r, "__code__", None) is code), None)
         entry: dict[str, Any] = {"module": frame.f_globals.get("__name__"), "qualname": getattr(fn, "__qualname__", code.co_name),
                                  "file": code.co_filename, "line": code.co_firstlineno}
+        if fn is not None and hasattr(fn, "__wrapped__"):  # a decorated function: where its body is
+            inner = inspect.unwrap(fn).__code__
+            entry.update(module=fn.__module__, file=inner.co_filename, line=inner.co_firstlineno)
         args = {n: loc[n] for n in names if n in loc}
-        self.live.append((dict(args), None))
+        self.live.append((dict(args), None, []))
         if factory is not None:
             entry["factory"] = factory
             entry["qualname"] = f"{self.calls[factory]['qualname']}.<locals>.{code.co_name}"
@@ -125,19 +173,31 @@ class Calls:
         try:
             # every named argument by name; those that must go by position (positional-only, or
             # before a non-empty *args) are listed in `positional`
+            self.writer.begin()
             entry["args"] = {n: self.writer.source(v) for n, v in args.items()}
             cut = code.co_argcount if star and loc.get(star) else code.co_posonlyargcount
             entry["positional"] = names[:cut]
             entry["star"] = [self.writer.source(v) for v in loc.get(star) or ()] if star else []
             entry["kwextra"] = {k: self.writer.source(v) for k, v in (loc.get(starstar) or {}).items()} if starstar else {}
+            # it takes a trainer-wide object: what earlier calls did to that object matters
+            entry["shared"] = self.writer.shared
         except Exception as e:  # noqa: BLE001 - codegen.NotSource and anything a repr raises
             entry["error"] = f"{type(e).__name__}: {e}"
         return entry
 
 
 def _function_of(frame):
-    """The function object a frame runs (for its qualified name), where findable."""
+    """The function object a frame runs (for its qualified name), where findable: by its
+    module's globals and classes, else (a decorator's wrapper, AReaL's trace_perf
+    sync_wrapper around PPOActor.compute_advantages) the closure over this frame's cells,
+    which `functools.wraps` named after the method it decorates."""
     code = frame.f_code
+    if code.co_freevars:
+        cells = [frame.f_locals.get(n) for n in code.co_freevars]
+        for f in gc.get_referrers(code):
+            if isinstance(f, types.FunctionType) and f.__code__ is code and hasattr(f, "__wrapped__") \
+                    and all(c.cell_contents is v for c, v in zip(f.__closure__ or (), cells)):
+                return f
     for value in frame.f_globals.values():
         target = inspect.unwrap(value) if callable(value) else None
         if getattr(target, "__code__", None) is code:
@@ -150,10 +210,11 @@ def _function_of(frame):
     return None
 
 
-def candidates(result: Any, args: dict[str, Any]) -> list[tuple[str, Any]]:
+def candidates(result: Any, args: dict[str, Any], spied=()) -> list[tuple[str, Any]]:
     """(source path, value) for every tensor, list of tensors or list of numbers in what a call
-    returned (`result...`) and in its arguments after the call (`ARGS[...]`), through lists,
-    dicts and objects' attributes, depth <= 3."""
+    returned (`result...`), in its arguments after the call (`ARGS[...]`) and in what the
+    adapter's spies saw inside it (`SPY[i][0][...]` arguments, `SPY[i][1]` result), through
+    lists, dicts and objects' attributes, depth <= 3."""
     import torch
     out: list[tuple[str, Any]] = []
 
@@ -171,7 +232,7 @@ def candidates(result: Any, args: dict[str, Any]) -> list[tuple[str, Any]]:
                 if isinstance(k, str):
                     walk(f"{path}[{k!r}]", t, depth + 1)
         elif depth < 3 and isinstance(getattr(v, "__dict__", None), dict) and not isinstance(v, type) \
-                and not callable(v) and type(v).__module__ != "builtins":
+                and (not callable(v) or standins.is_standin(type(v))) and type(v).__module__ != "builtins":
             # an object the trainer fills in (OpenRLHF's Experience.advantages): by attribute
             for k, t in vars(v).items():
                 if k.isidentifier() and not k.startswith("_"):
@@ -180,4 +241,8 @@ def candidates(result: Any, args: dict[str, Any]) -> list[tuple[str, Any]]:
     walk("result", result, 0)
     for name, v in args.items():
         walk(f"ARGS[{name!r}]", v, 1)
+    for i, (arguments, got) in enumerate(spied):
+        walk(f"SPY[{i}][1]", got, 1)
+        for name, v in arguments.items():
+            walk(f"SPY[{i}][0][{name!r}]", v, 2)
     return out

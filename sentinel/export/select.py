@@ -75,7 +75,7 @@ def record(req: dict[str, Any]) -> dict[str, Any]:
     writer = Writer(_module_is_trainer(is_trainer))
     runs = plan(sc)
     calls: dict[str, list[dict[str, Any]]] = {}
-    live: dict[str, list[tuple[dict[str, Any], Any]]] = {}
+    live: dict[str, list[tuple[dict[str, Any], Any, list]]] = {}
     observed: dict[str, dict[str, Any]] = {}
     res: dict[str, Any] = {"status": "ok", "runs": {}, "function": None, "duration_s": 0.0}
     try:
@@ -105,11 +105,17 @@ def record(req: dict[str, Any]) -> dict[str, Any]:
             if inv.verdict == "violated":
                 checks.append(_check(i, inv, sc, inputs, observed, calls, live))
     checks = _one_home(checks)
-    used = {ch["call"]["module"] for ch in checks if ch.get("call")}
+    used = set()
+    for ch in checks:
+        if ch.get("call"):  # the call, and the earlier calls validate.py replays before it
+            used.add(ch["call"]["module"])
+            if ch["call"].get("shared"):
+                used |= {c["module"] for c in calls[ch["run"]][:ch["call_index"]] if "error" not in c}
     prelude = _prelude(imports, used, is_trainer, adapter)
     return {"status": "ok", "result": result.model_dump(mode="json"), "facts": _plain_facts(facts),
             "calls": {k: [{x: y for x, y in c.items()} for c in v] for k, v in calls.items()},
-            "checks": checks, "prelude": prelude, "root": str(adapter.root) if adapter.root else None}
+            "checks": checks, "prelude": prelude, "root": str(adapter.root) if adapter.root else None,
+            "standins": writer.standins}
 
 
 def _plain_facts(facts: dict[str, Any]) -> dict[str, Any]:
@@ -140,6 +146,12 @@ def _check(index: int, inv, sc, inputs, observed, calls, live) -> dict[str, Any]
                   rtol=body.get("rtol", 0.0 if fam == "equals" else 1e-5))
         mask = body.get("where")
         ch["where"] = inputs["base"][mask].astype(bool).tolist() if isinstance(mask, str) and mask in inputs["base"] else None
+    elif fam == "gradient" and isinstance(body.get("of"), str) and isinstance(body.get("wrt"), str):
+        run, mask = body.get("run", "base"), body.get("where")
+        ch.update(kind="gradient", observable=f"grad:{body['of']}/{body['wrt']}", run=run, expected=inv.expected,
+                  atol=float(body.get("atol", 1e-6)), rtol=float(body.get("rtol", 1e-5)),
+                  where=inputs[run][mask].astype(bool).tolist() if isinstance(mask, str) and mask in inputs[run] else None)
+        return _gradient(ch, body["of"], body["wrt"], inputs[run], observed[run], calls[run], live[run])
     elif fam == "finite":
         run = f"~poison:{details.get('poison')}"
         ch.update(kind="finite", observable=details.get("observable"), run=run)
@@ -168,8 +180,8 @@ def _check(index: int, inv, sc, inputs, observed, calls, live) -> dict[str, Any]
         ch.update(kind="relation", observable=name, run=run, base_run="base", where=None if w is None else w.tolist(),
                   atol=1e-5, rtol=1e-4)
     else:
-        return {**ch, "unsupported": f"the {fam} family is not exported yet (gradients and row remappings need "
-                                     "the adapter's own composition)"}
+        return {**ch, "unsupported": f"the {fam} family is not exported yet (row remappings need the adapter's "
+                                     "own composition)"}
     if not ch.get("observable") or ch["observable"].startswith("grad:"):
         return {**ch, "unsupported": f"observable {ch.get('observable')!r}: gradients are not exported yet"}
     target = _observation(observed[ch["run"]], ch["observable"], inputs[ch["run"]])
@@ -178,14 +190,52 @@ def _check(index: int, inv, sc, inputs, observed, calls, live) -> dict[str, Any]
         return {**ch, "unsupported": f"no recorded trainer call returns {ch['observable']} as it is observed "
                                      "(the adapter composes it from several calls)"}
     idx, path, layout = found
+    call = calls[ch["run"]][idx]
+    unplaced = [p["error"] for p in call.get("spies", ()) if "error" in p] if path.startswith("SPY") else []
+    if unplaced:
+        return {**ch, "unsupported": f"{ch['observable']} is seen inside {call['qualname']}, where validate.py "
+                                     f"cannot watch: {unplaced[0]}"}
+    if "error" in call or "error" in calls[ch["run"]][call.get("factory", idx)]:
+        why = call.get("error") or calls[ch["run"]][call["factory"]]["error"]
+        return {**ch, "unsupported": f"{call['qualname']} returns {ch['observable']}, but its call cannot be "
+                                     f"written out: {why}"}
     if ch["kind"] == "relation":
         base = _observation(observed["base"], ch["observable"], inputs["base"])
         again = _match(base, calls["base"], live["base"], only=(idx, path, layout))
         if again is None:
             return {**ch, "unsupported": "the base run's value is not at the same place of the same call"}
         ch["base_call"] = calls["base"][idx]
-    ch.update(call=calls[ch["run"]][idx], path=path, layout=layout, shape=list(np.shape(target)))
+    ch.update(call=calls[ch["run"]][idx], call_index=idx, path=path, layout=layout, shape=list(np.shape(target)))
     return ch
+
+
+def _gradient(ch, of, wrt, inputs, obs, calls, live) -> dict[str, Any]:
+    """A gradient check: the recorded call that returns `of`, and the argument of that call
+    that carries the input `wrt` (a tensor that requires grad, equal to the input in one of
+    the layouts): validate.py makes that argument a leaf and differentiates `of` by it."""
+    found = _match(obs["outputs"].get(of), calls, live)
+    if found is None:
+        return {**ch, "unsupported": f"no recorded trainer call returns {of} as it is observed (the adapter composes "
+                                     "it from several calls)"}
+    idx, path, _ = found
+    if "error" in calls[idx] or path.startswith("SPY"):
+        return {**ch, "unsupported": f"{of} is not what a call validate.py can make returns "
+                                     f"({calls[idx].get('error') or 'it is seen inside the call'})"}
+    want = np.asarray(inputs[wrt], np.float64)
+    for arg_path, value in candidates(None, live[idx][0]):
+        leaves = value if isinstance(value, list) else [value]
+        if not arg_path.startswith("ARGS") or not all(getattr(t, "requires_grad", False) for t in leaves):
+            continue
+        for layout in runtime.LAYOUTS:
+            try:
+                got = runtime.canonical(value, layout, want.shape)
+            except (ValueError, TypeError, IndexError):
+                continue
+            if runtime.same_values(got, want):
+                return {**ch, "call": calls[idx], "call_index": idx, "path": path, "wrt_path": arg_path,
+                        "layout": layout, "shape": list(want.shape)}
+    return {**ch, "unsupported": f"no argument of {calls[idx]['qualname']} carries the input {wrt} as drawn (the "
+                                 "adapter reshapes or reorders it on the way)"}
 
 
 def _one_home(checks: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -196,13 +246,13 @@ def _one_home(checks: list[dict[str, Any]]) -> list[dict[str, Any]]:
     homes: dict[tuple, list[dict[str, Any]]] = {}
     for ch in checks:
         if ch.get("call") is not None:
-            homes.setdefault((ch["run"], id(ch["call"]), ch["path"], ch["layout"]), []).append(ch)
+            homes.setdefault(_home(ch), []).append(ch)
     out = []
     for ch in checks:
         if ch.get("call") is None:  # already not exported
             out.append(ch)
             continue
-        group = homes[(ch["run"], id(ch["call"]), ch["path"], ch["layout"])]
+        group = homes[_home(ch)]
         names = {c["observable"] for c in group}
         key = re.findall(r"\w+", ch.get("path") or "")[-1:] or [""]
         if len(names) > 1 and not (key[0] and key[0] in ch["observable"].split("_")):
@@ -214,25 +264,34 @@ def _one_home(checks: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def _home(ch: dict[str, Any]) -> tuple:
+    # a gradient check reads the derivative of the place, not the place
+    return ch["run"], id(ch["call"]), ch["path"], ch["layout"], ch.get("wrt_path")
+
+
 def _match(target, calls, live, only=None):
+    """(call index, path, layout) of the first place holding `target`: a call that can be
+    written out first; else one that cannot (the caller says why it is not exported)."""
     if target is None:
         return None
     shape = np.shape(target)
-    for idx, (call, (args, result)) in enumerate(zip(calls, live)):
-        if "error" in call or "error" in calls[call.get("factory", idx)] or (only and only[0] != idx):
-            continue
-        for path, value in candidates(result, args):
-            if only and only[1] != path:
+    broken = [("error" in c or "error" in calls[c.get("factory", i)]) for i, c in enumerate(calls)]
+    for allow_broken in ((False,) if only else (False, True)):
+        for idx, (args, result, spied) in enumerate(live):
+            if broken[idx] != allow_broken or (only and only[0] != idx):  # pass 2: the broken ones
                 continue
-            for layout in runtime.LAYOUTS:
-                if only and only[2] != layout:
+            for path, value in candidates(result, args, spied):
+                if only and only[1] != path:
                     continue
-                try:
-                    got = runtime.canonical(value, layout, shape)
-                except (ValueError, TypeError, IndexError):
-                    continue
-                if runtime.same_values(got, target):
-                    return idx, path, layout
+                for layout in runtime.LAYOUTS:
+                    if only and only[2] != layout:
+                        continue
+                    try:
+                        got = runtime.canonical(value, layout, shape)
+                    except (ValueError, TypeError, IndexError):
+                        continue
+                    if runtime.same_values(got, target):
+                        return idx, path, layout
     return None
 
 
