@@ -18,6 +18,7 @@ import pytest
 from sentinel import targets
 
 VERL_REPO = os.environ.get("SENTINEL_VERL_REPO")
+SLIME_REPO = os.environ.get("SENTINEL_SLIME_REPO")
 pytestmark = pytest.mark.slow
 
 PLUGIN = '''
@@ -37,8 +38,8 @@ def plant(fn, old, new):
 class Planted({cls}):
     name = "{target}plant"
 
-    def _facts(self, root):
-        facts = super()._facts(root)
+    def load(self):
+        facts = super().load()
         plant(getattr(self.mods[{module!r}], {function!r}), {old!r}, {new!r})
         return facts
 
@@ -69,7 +70,8 @@ def _hunt(tmp_path: Path, target: str, repo: str, prop: str) -> tuple[list[dict]
     """(the violated results, the boundary's options entry) of a seeded hunt of one property."""
     out = tmp_path / f"{target}.json"
     r = subprocess.run([sys.executable, "-m", "sentinel.cli", "hunt", "--target", target, "--repo", repo,
-                        "--property", prop, "--time", "20", "--seed", "0", "-n", "150", "--no-db", "-o", str(out)],
+                        "--property", prop, "--time", "20", "--seed", "0", "-n", "150", "--no-db", "-o", str(out),
+                        "--out", str(tmp_path / f"{target}-findings")],
                        capture_output=True, text=True, env={**os.environ, "COLUMNS": "250"})
     assert out.is_file(), r.stdout + r.stderr
     report = json.loads(out.read_text())
@@ -98,3 +100,24 @@ def test_verl_sequence_is_weight_bug_is_found_only_with_the_rollout_is_axis(verl
     assert entry.get("options_read_not_varied") == [], entry
     found, _ = _hunt(tmp_path, "verlplant_noaxis", VERL_REPO, "is_correction.masked_invariance")
     assert found == [], "without the axis the sequence branch is never reached, so the plant cannot be found"
+
+
+@pytest.fixture
+def slime_plant(tmp_path, monkeypatch):
+    # the KL loss clamps the reference log-probs in place (the batch's tensors, which hold the
+    # behaviour policy's log-probs here): an in-place op where an out-of-place one was meant
+    _install(tmp_path, monkeypatch, target="slime", cls="SlimeAdapter", module="slime.backends.megatron_utils.loss",
+             function="policy_loss_function", old='ref_log_probs = batch["ref_log_probs"]',
+             new='ref_log_probs = [r.clamp_(min=-20.0) for r in batch["ref_log_probs"]]')
+    yield
+    targets.registry.cache_clear()
+
+
+@pytest.mark.skipif(not SLIME_REPO, reason="set SENTINEL_SLIME_REPO to a slime clone (slime is not on PyPI)")
+def test_slime_kl_loss_bug_is_found_only_with_the_use_kl_loss_axis(slime_plant, tmp_path):
+    found, entry = _hunt(tmp_path, "slimeplant", SLIME_REPO, "policy_loss.unmutated")
+    assert found, "the planted bug was not found with trainer:use_kl_loss drawn"
+    assert all('"trainer:use_kl_loss": true' in json.dumps(x) for x in found), found
+    assert {"use_kl_loss", "entropy_coef", "use_opsm"} <= set(entry.get("options_varied", [])), entry
+    found, _ = _hunt(tmp_path, "slimeplant_noaxis", SLIME_REPO, "policy_loss.unmutated")
+    assert found == [], "without the axis the KL loss is never computed, so the plant cannot be found"
