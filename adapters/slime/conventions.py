@@ -97,8 +97,9 @@ OPTION_DOMAINS = {
     "policy_loss": LOSS_OPTIONS,
     "cispo_loss": LOSS_OPTIONS,
     "is_correction": {k: v for k, v in LOSS_OPTIONS.items() if k not in _NOT_UNDER_TIS},
+    "opsm_mask": {k: v for k, v in LOSS_OPTIONS.items() if k not in ("trainer:use_opsm", "trainer:opsm_delta")},
 }
-_LOSSES = ("policy_loss", "cispo_loss", "is_correction")
+_LOSSES = ("policy_loss", "cispo_loss", "is_correction", "opsm_mask")
 _ONE_RANK = "the adapter runs one rank (context parallelism needs several processes)"
 PINNED = (
     *(p for b in _LOSSES for p in pin(b, "allgather_cp", reason=_ONE_RANK)),
@@ -112,8 +113,16 @@ PINNED = (
     *(p for b in _LOSSES for p in pin(b, "get_mismatch_metrics", reason="slime's validate_args requires a user's "
                                       "custom_tis_function_path with it (slime's own hook would reweight the loss)")),
     *pin("is_correction", "use_rollout_logprobs", reason="slime's validate_args refuses it with use_tis (on here)"),
-    *pin("policy_loss", "use_tis", reason="the TIS hook is the is_correction boundary (use_tis on there)"),
-    *pin("cispo_loss", "use_tis", reason="the TIS hook is the is_correction boundary (use_tis on there)"),
+    *(p for b in ("policy_loss", "cispo_loss", "opsm_mask")
+      for p in pin(b, "use_tis", reason="the TIS hook is the is_correction boundary (use_tis on there)")),
+    *pin("opsm_mask", "use_opsm", reason="the opsm_mask boundary is OPSM switched on (policy_loss draws it off and on)"),
+    *pin("opsm_mask", "calculate_per_token_loss", reason="the opsm_mask boundary's reduced loss is token-mean"),
+    *pin("opsm_mask", "advantage_estimator", "eps_clip_c", reason="the opsm_mask boundary's loss is the plain PPO "
+         "clip (policy_loss draws gspo and eps_clip_c)"),
+    *pin("reward_norm", "rewards_normalization", reason="the reward_norm boundary is the normalisation switched on "
+         "(--disable-rewards-normalization makes it the identity)"),
+    *pin("reward_norm", "reward_key", reason="each canonical reward is one float per sample (reward_key picks a field "
+         "of a dict reward)"),
     *pin("is_correction", "use_tis", reason="the is_correction boundary is the TIS hook switched on"),
     *pin("is_correction", "advantage_estimator", "eps_clip_c", reason="the is_correction boundary's loss is the "
          "plain PPO clip (policy_loss draws gspo and eps_clip_c; cispo_loss is cispo)"),
