@@ -35,6 +35,8 @@ from .conventions import (
     LOSS,
     MODULE_HOMES,
     PPO_UTILS,
+    OPTION_DOMAINS,
+    PINNED,
     ROLLOUT,
     slime_args,
 )
@@ -58,6 +60,7 @@ class SlimeAdapter(EntryLoss, Surfaces, TrainerAdapter):
     loss_path_files = ("slime/utils/ppo_utils.py", "slime/backends/megatron_utils/loss.py",
                        "slime/backends/megatron_utils/cp_utils.py", "slime/ray/rollout.py")
     deviations = DEVIATIONS  # where slime departs from the reference math on purpose
+    option_domains, pinned = OPTION_DOMAINS, PINNED
     unsupported = (
         refuse("advantages", "reward_norm",
                reason="slime's only reward normalisation is the estimator's built-in group normalisation "
@@ -133,6 +136,11 @@ class SlimeAdapter(EntryLoss, Surfaces, TrainerAdapter):
         included (clones, so autograd reaches the input and in-place changes are seen)."""
         return rows(inputs[name].to(self.device))
 
+    def _rollout(self, inputs: dict[str, torch.Tensor], mask: torch.Tensor) -> dict[str, list[torch.Tensor]]:
+        """The drawn rollout log-probs as slime's batch holds them (its trainer options
+        use_rollout_logprobs / get_mismatch_metrics read them), where the input has them."""
+        return {"rollout_log_probs": self._tok(inputs, "rollout_log_probs", mask)} if "rollout_log_probs" in inputs else {}
+
     def _masks(self, mask: torch.Tensor) -> list[torch.Tensor]:
         return [m.to(torch.int32) for m in mask]
 
@@ -204,7 +212,7 @@ class SlimeAdapter(EntryLoss, Surfaces, TrainerAdapter):
         pg_loss, clipfrac, fn = self._ppo_token_loss("policy_loss", flat, torch.cat(old), torch.cat(adv), **clip,
                                                      ppo_kl=ppo_kl)
         loss, entry = self._entry_loss("policy_loss", config, flat, lengths, totals, old, adv, masks, pg_loss,
-                                       **clip, **estimator)
+                                       batch_extra=self._rollout(inputs, mask), **clip, **estimator)
         return self._loss_result(fn, entry, inputs, mask, lengths, {"pg_loss": pg_loss, "clipfrac": clipfrac},
                                  {"loss": loss}, {"log_probs": lp, "old_log_probs": old, "advantages": adv})
 
@@ -222,7 +230,7 @@ class SlimeAdapter(EntryLoss, Surfaces, TrainerAdapter):
                                      "eps_clip": eps_clip, "eps_clip_high": eps_high})
         pg_loss, clipfrac = fn(**kw)[:2]
         loss, entry = self._entry_loss("cispo_loss", config, lp_c, lengths, totals, old, adv, masks, pg_loss,
-                                       advantage_estimator="cispo", eps_clip=eps_clip, eps_clip_high=eps_high)
+                                       batch_extra=self._rollout(inputs, mask), advantage_estimator="cispo", eps_clip=eps_clip, eps_clip_high=eps_high)
         return self._loss_result(fn, entry, inputs, mask, lengths, {"pg_loss": pg_loss, "clipfrac": clipfrac},
                                  {"loss": loss}, {"log_probs": lp, "old_log_probs": old, "advantages": adv})
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 from argparse import Namespace
 from typing import Any
 
+from sentinel.adapters.options import pin, recorded
+
 PPO_UTILS = "slime.utils.ppo_utils"
 CP_UTILS = "slime.backends.megatron_utils.cp_utils"
 LOSS = "slime.backends.megatron_utils.loss"
@@ -67,5 +69,70 @@ class _Args(Namespace):
 
 
 def slime_args(**overrides: Any) -> _Args:
-    return _Args(**{**ARG_DEFAULTS, **overrides})
+    """slime's ``args`` with `overrides`; while a call is observed, a recording copy (the
+    options slime's own code reads: sentinel.adapters.options)."""
+    return recorded(_Args(**{**ARG_DEFAULTS, **overrides}), instance=True)
 
+
+
+# Trainer options the hunt draws (sentinel.adapters.options: `trainer:<name>`, slime's default
+# first) on the boundaries whose loss goes through loss_function -> policy_loss_function: the
+# entropy bonus, the KL loss (coefficient, estimator, unbiased form; the behaviour policy stands
+# in for the reference model), the rollout log-probs as the old policy, OPSM on the policy
+# loss, chunked log-probs and the recomputed (checkpointed) loss function.
+LOSS_OPTIONS: dict[str, tuple[Any, ...]] = {
+    "trainer:entropy_coef": (0.0, 0.01),
+    "trainer:use_kl_loss": (False, True),
+    "trainer:kl_loss_coef": (0.0, 0.1),
+    "trainer:kl_loss_type": ("k1", "k2", "k3", "low_var_kl"),
+    "trainer:use_unbiased_kl": (False, True),
+    "trainer:use_rollout_logprobs": (False, True),
+    "trainer:use_opsm": (False, True),
+    "trainer:opsm_delta": (1e-4, 0.05),  # read under use_opsm (the opsm_mask boundary draws its own)
+    "trainer:log_probs_chunk_size": (-1, 1),
+    "trainer:recompute_loss_function": (False, True),
+}
+_NOT_UNDER_TIS = ("trainer:use_rollout_logprobs",)  # validate_args: not with use_tis
+OPTION_DOMAINS = {
+    "policy_loss": LOSS_OPTIONS,
+    "cispo_loss": LOSS_OPTIONS,
+    "is_correction": {k: v for k, v in LOSS_OPTIONS.items() if k not in _NOT_UNDER_TIS},
+    "opsm_mask": {k: v for k, v in LOSS_OPTIONS.items() if k not in ("trainer:use_opsm", "trainer:opsm_delta")},
+}
+_LOSSES = ("policy_loss", "cispo_loss", "is_correction", "opsm_mask")
+_ONE_RANK = "the adapter runs one rank (context parallelism needs several processes)"
+PINNED = (
+    *(p for b in _LOSSES for p in pin(b, "allgather_cp", reason=_ONE_RANK)),
+    *(p for b in _LOSSES for p in pin(b, "loss_type", reason="the loss boundaries are slime's policy loss "
+                                      "(loss_type policy_loss; value_loss and sft_loss map no boundary)")),
+    *(p for b in _LOSSES for p in pin(b, "custom_pg_loss_reducer_function_path", reason="a user's plug-in "
+                                      "(a module path); slime ships no other reducer")),
+    *(p for b in _LOSSES for p in pin(b, "rollout_temperature", "rollout_top_p", reason="the stand-in logits "
+                                      "reproduce the drawn log-probs at temperature 1 over two classes: temperature "
+                                      "and top-p need a model's logits (issue 19 item 9, actor-level boundaries)")),
+    *(p for b in _LOSSES for p in pin(b, "get_mismatch_metrics", reason="slime's validate_args requires a user's "
+                                      "custom_tis_function_path with it (slime's own hook would reweight the loss)")),
+    *pin("is_correction", "use_rollout_logprobs", reason="slime's validate_args refuses it with use_tis (on here)"),
+    *(p for b in ("policy_loss", "cispo_loss", "opsm_mask")
+      for p in pin(b, "use_tis", reason="the TIS hook is the is_correction boundary (use_tis on there)")),
+    *pin("opsm_mask", "use_opsm", reason="the opsm_mask boundary is OPSM switched on (policy_loss draws it off and on)"),
+    *pin("opsm_mask", "calculate_per_token_loss", reason="the opsm_mask boundary's reduced loss is token-mean"),
+    *pin("opsm_mask", "advantage_estimator", "eps_clip_c", reason="the opsm_mask boundary's loss is the plain PPO "
+         "clip (policy_loss draws gspo and eps_clip_c)"),
+    *pin("reward_norm", "rewards_normalization", reason="the reward_norm boundary is the normalisation switched on "
+         "(--disable-rewards-normalization makes it the identity)"),
+    *pin("reward_norm", "reward_key", reason="each canonical reward is one float per sample (reward_key picks a field "
+         "of a dict reward)"),
+    *pin("is_correction", "use_tis", reason="the is_correction boundary is the TIS hook switched on"),
+    *pin("is_correction", "advantage_estimator", "eps_clip_c", reason="the is_correction boundary's loss is the "
+         "plain PPO clip (policy_loss draws gspo and eps_clip_c; cispo_loss is cispo)"),
+    *pin("cispo_loss", "advantage_estimator", reason="the cispo_loss boundary is slime's cispo estimator"),
+    *pin("advantages", "custom_advantage_function_path", reason="a user's plug-in (a module path); slime ships none"),
+    *pin("advantages", "use_opd", reason="on-policy distillation needs a teacher model's log-probs (no boundary "
+                                         "input has them)"),
+    *pin("advantages", "use_rollout_logprobs", reason="the advantages boundary has no rollout log-probs input (its KL "
+                                                      "in reward is on log_probs)"),
+    *pin("advantages", "grpo_std_normalization", "rewards_normalization", "n_samples_per_prompt", "rollout_batch_size",
+         "reward_key", reason="set from the canonical groups and estimator for RolloutManager._post_process_rewards "
+                              "(the reward_norm boundary draws them)"),
+)

@@ -18,6 +18,7 @@ import torch
 
 from sentinel.adapters.binding import bind, parameters, signature_text
 from sentinel.adapters.contract import BoundaryResult, FunctionRef
+from sentinel.adapters.options import trainer_options
 from sentinel.errors import Unsupported
 
 from .conventions import CP_UTILS, LOSS, LOSS_AGG, PPO_UTILS, slime_args
@@ -102,6 +103,13 @@ class EntryLoss:
         `batch_extra`: more ``batch`` keys (``rollout_log_probs`` for TIS); `options`: slime ``args``."""
         mode = config["loss_agg"]
         composed = self._reduce(boundary, pg_loss, masks, lengths, totals, mode, reducer_masks)
+        drawn = trainer_options(config)  # LOSS_OPTIONS, set on args where policy_loss_function reads them
+        batch_extra = dict(batch_extra or {})
+        if drawn.get("use_kl_loss"):  # the behaviour policy stands in for the reference model
+            batch_extra.setdefault("ref_log_probs", [o.detach() for o in old])
+        if drawn.get("use_rollout_logprobs") or drawn.get("get_mismatch_metrics"):
+            batch_extra.setdefault("rollout_log_probs", [o.detach() for o in old])
+        options = {**drawn, **options}
         entry = self._fn("loss_function", LOSS, boundary=boundary)
         pieces, tokens = [], []
         for part in flat.split(lengths):

@@ -22,6 +22,7 @@ from sentinel.adapters.loading import (
     version_facts,
 )
 from sentinel.adapters.observables import Watch, extras
+from sentinel.adapters.options import recorded, trainer_options
 from sentinel.adapters.shims import is_stub
 from sentinel.adapters.spying import spy
 from sentinel.adapters.trainer import TrainerAdapter, shifts_rewards
@@ -35,6 +36,8 @@ from .conventions import (
     KL_NAMES,
     LIGHT,
     NEEDS_MORE,
+    OPTION_DOMAINS,
+    PINNED,
     PIP_HINT,
     ROLLOUT_CORR,
     TRAINER,
@@ -42,6 +45,7 @@ from .conventions import (
     build,
     data_proto,
     last_valid_scores,
+    rollout_rs,
     uid_array,
 )
 from .deviations import DEVIATIONS
@@ -88,6 +92,7 @@ class VerlAdapter(PolicyLosses, Surfaces, TrainerAdapter):
                      "advantage)",
     }
     deviations = DEVIATIONS  # where verl departs from the reference math on purpose
+    option_domains, pinned = OPTION_DOMAINS, PINNED
     unsupported = (
         refuse("advantages", "mask_no_eos_with_zero", reason="verl's advantage path has no option to zero the reward "
                                                            "of a response that hit the length limit without EOS"),
@@ -390,6 +395,7 @@ class VerlAdapter(PolicyLosses, Surfaces, TrainerAdapter):
         algo = self._algo_config("advantages", gamma=float(config["gamma"]), lam=float(config["lam"]), adv_estimator=name,
                                  norm_adv_by_std_in_grpo=norm_by_std, use_kl_in_reward=use_kl, kl_penalty=kl_name,
                                  kl_ctrl={"type": "fixed", "kl_coef": kl_coef})
+        algo = recorded(algo)  # the options the trainer and the estimator read (algorithm.*), recorded
 
         core, trainer = self.core, self.mods.get(TRAINER)
         outputs: dict[str, Any] = {}
@@ -497,7 +503,10 @@ class VerlAdapter(PolicyLosses, Surfaces, TrainerAdapter):
             threshold = 1.0 + high
         else:
             raise ValueError(f"unknown is_correction method {method!r}")
-        corr = {"rollout_is": "token", "rollout_is_threshold": threshold}
+        opts = trainer_options(config)  # algorithm.rollout_correction's other keys (OPTION_DOMAINS)
+        corr = {"rollout_is": opts.get("rollout_is") or "token", "rollout_is_threshold": threshold,
+                "rollout_is_batch_normalize": opts.get("rollout_is_batch_normalize") or None,
+                **rollout_rs(opts.get("rollout_rs"))}
         if method == "off_policy_is":
             if "bypass_mode" not in (getattr(self.core, "POLICY_LOSS_REGISTRY", None) or {}):
                 raise Unsupported(f"verl {self.facts.get('version')} registers no 'bypass_mode' policy loss "
@@ -513,11 +522,15 @@ class VerlAdapter(PolicyLosses, Surfaces, TrainerAdapter):
                 if entry is not None:
                     got = entry(**bind(entry, "is_correction", {"old_log_prob": old, "rollout_log_prob": roll,
                                                                 "response_mask": mask}, corr))
+                    mask = got[1]  # rejection sampling's mask: the actor's response_mask from here on
+                elif corr.get("rollout_rs") is not None:
+                    raise Unsupported(f"verl {self.facts.get('version')} has no rollout rejection sampling beside its "
+                                      f"IS weights (no compute_rollout_correction_and_rejection_mask)")
                 else:  # before the unified entry: the weight function on the trainer's log-ratio
                     got = wfn(**bind(wfn, "is_correction", {"log_ratio": old - roll, "response_mask": mask}, corr))
             correction = extras({"correction": _carried(got)})  # its mask and metrics beside the weights
             if seen:
-                token, loss, fn, observed = self._policy("is_correction", "vanilla", lp, old, adv, inputs["loss_mask"],
+                token, loss, fn, observed = self._policy("is_correction", "vanilla", lp, old, adv, mask,
                                                clip_low=low, clip_high=high, clip_c=None, loss_agg=loss_agg,
                                                rollout_is_weights=seen[-1][1][0])
         if not seen:

@@ -15,6 +15,7 @@ import torch
 
 from sentinel.adapters.layout import group_ids
 from sentinel.adapters.loading import pip_hint
+from sentinel.adapters.options import pin
 from sentinel.errors import Unsupported
 
 CORE = "verl.trainer.ppo.core_algos"
@@ -91,3 +92,33 @@ def build(cls: type, boundary: str, values: dict[str, Any]) -> Any:
     names = {f.name for f in dataclasses.fields(cls)}
     return cls(**{k: v for k, v in values.items() if k in names})
 
+
+
+# Trainer options the hunt draws (sentinel.adapters.options: `trainer:<name>`, the default
+# first) on is_correction: verl's algorithm.rollout_correction beside the boundary's token
+# TIS: the IS level (token, the boundary's own, or sequence: one weight per response), batch
+# normalisation of the weights to mean 1, and rejection sampling (rollout_rs) with each kind of
+# divergence (k1 ratio bounds, k2, k3) at token and sequence level (sum / mean / max).
+OPTION_DOMAINS = {
+    "is_correction": {
+        "trainer:rollout_is": ("token", "sequence"),
+        "trainer:rollout_is_batch_normalize": (False, True),
+        "trainer:rollout_rs": (None, "token_k1", "token_k2", "seq_sum_k1", "seq_mean_k3", "seq_max_k2"),
+    },
+}
+PINNED = (
+    *pin("is_correction", "clip_ratio_c", reason="the is_correction boundary's loss is the plain PPO clip (policy_loss "
+                                                 "draws eps_clip_c)"),
+    *pin("advantages", "use_pf_ppo", reason="PF-PPO resamples the batch's rows at random (torch.multinomial with "
+                                            "replacement): the advantages it returns are not those of the drawn rows"),
+)
+# rollout_rs -> its rollout_rs_threshold: a k1 criterion bounds the ratio ("lower_upper"), a k2 /
+# k3 one bounds the divergence from above
+RS_THRESHOLDS = {"k1": "0.5_2.0", "k2": 0.5, "k3": 0.5}
+
+
+def rollout_rs(name: str | None) -> dict[str, Any]:
+    """The rollout_correction keys of the drawn rejection-sampling option (none when off)."""
+    if name is None:
+        return {}
+    return {"rollout_rs": name, "rollout_rs_threshold": RS_THRESHOLDS[name.rsplit("_", 1)[-1]]}

@@ -17,6 +17,7 @@ import torch
 from sentinel.adapters.binding import bind, parameters, signature_text
 from sentinel.adapters.contract import BoundaryResult
 from sentinel.adapters.observables import Watch, extras
+from sentinel.adapters.options import recorded
 from sentinel.adapters.spying import spy
 from sentinel.errors import Unsupported
 
@@ -46,6 +47,9 @@ class PolicyLosses:
                                             "verl.trainer.config.algorithm")
                 if rc_cls is None:
                     raise Unsupported(f"verl has no RolloutCorrectionConfig at this version (boundary {boundary!r})")
+                if "rollout_correction" not in {f.name for f in dataclasses.fields(pl_cls)}:
+                    raise Unsupported(f"verl's PolicyLossConfig has no rollout_correction at this version: its "
+                                      f"bypass-mode loss cannot be configured (boundary {boundary!r})")
                 pl["rollout_correction"] = build(rc_cls, boundary, rollout_correction)
             values["policy_loss"] = build(pl_cls, boundary, pl)
         missing = [f.name for f in dataclasses.fields(cls)
@@ -64,7 +68,7 @@ class PolicyLosses:
             if self.batch_info == "engine":  # workers/utils/losses.ppo_loss
                 info.update(dp_size=1, batch_num_tokens=int(mask.sum().item()), global_batch_size=int(mask.shape[0]),
                             loss_scale_factor=getattr(cfg, "loss_scale_factor", None))
-        return cfg
+        return recorded(cfg)  # the options the loss reads (config.*, config.policy_loss.*), recorded
 
     def _policy(self, boundary: str, loss_mode: str, lp: torch.Tensor, old: torch.Tensor, adv: torch.Tensor,
                 mask: torch.Tensor, *, clip_low: float, clip_high: float, clip_c: float | None, loss_agg: str,
