@@ -466,6 +466,7 @@ class VerlAdapter(PolicyLosses, Surfaces, TrainerAdapter):
 
     @implements("is_correction", calls=(f"{ROLLOUT_CORR}:compute_rollout_correction_and_rejection_mask",
                                         f"{ROLLOUT_CORR}:compute_rollout_correction_weights",
+                                        f"{ROLLOUT_CORR}:compute_rollout_rejection_mask",  # trainer:rollout_rs
                                         f"{CORE}:compute_policy_loss_vanilla", f"{CORE}:compute_policy_loss_bypass_mode",
                                         f"{CORE}:compute_policy_loss_reinforce", f"{CORE}:agg_loss"))
     def b_is_correction(self, inputs, config):
