@@ -87,6 +87,9 @@ def test_areal_lite_first_commit_runs_loss_and_metrics():
     assert ran(res["metrics"]), why(res["metrics"])
     adv = res["advantages"]
     assert adv.verdict == "unsupported" and "stores no returns" in adv.reason and "drift" not in adv.reason
+    # b3b1fd696 (2025-09): group_reward_norm but no group_adv_norm, adv_norm an AdvNormConfig
+    adv = probe("b3b1fd696", ["advantages"])["advantages"]
+    assert adv.verdict == "unsupported" and "stores no returns" in adv.reason and "drift" not in adv.reason
 
 
 @pytest.mark.slow

@@ -28,7 +28,7 @@ from sentinel.adapters.trainer import TrainerAdapter, floating
 from sentinel.errors import TargetLoadError, Unsupported
 
 from .conventions import ACTOR, DATA, FUNCTIONAL, HOMES, LEVELS, LIGHT, PIP_HINT, STUBS
-from .legacy import norm_flags
+from .legacy import OFF_FLAGS, norm_flags
 from .surfaces import Surfaces
 
 _last_root: list[Path | None] = []  # the location `areal` was last imported from
@@ -250,7 +250,7 @@ class ArealAdapter(Surfaces, TrainerAdapter):
         without `kl_estimator` has k1 only)."""
         cls = self._need(self._cli, "PPOActorConfig", "advantages")
         cfg = cls(**bind(cls, "advantages", {"experiment_name": "rl-sentinel", "trial_name": "adapter"}, kw,
-                         absent={"kl_estimator": "k1"}))
+                         absent={"kl_estimator": "k1", **OFF_FLAGS}))
         params = inspect.signature(self._actor_mod.PPOActor.__init__).parameters
         args = {"config": cfg}
         if "engine" in params:
@@ -295,6 +295,10 @@ class ArealAdapter(Surfaces, TrainerAdapter):
                      "adv_norm": self._norm_config("advantages", adv_spec, **groups)}
         else:  # before NormConfig: booleans (legacy.py)
             norms = norm_flags(config["reward_norm"], adv_spec, group_size or (max(sizes) if group is not None else None))
+            held = parameters(self._cli.PPOActorConfig).get("adv_norm")
+            if norms["adv_norm"] and held is not None and "bool" not in str(held.annotation):
+                raise ValueError("the adapter does not build the AdvNormConfig AReaL's adv_norm took at this version "
+                                 "(2025-09); only adv_norm off is translated there")
         clip = config["reward_clip"]
         actor = self._actor(
             **norms,

@@ -18,6 +18,9 @@ import torch
 
 from sentinel.errors import Unsupported
 
+# the flags off: how a version without one of them behaves (2025-09 had group_reward_norm, no
+# group_adv_norm, and adv_norm as an AdvNormConfig)
+OFF_FLAGS = {"group_reward_norm": False, "adv_norm": False, "group_adv_norm": False}
 _GROUP_REWARD = {"mean_level": "group", "std_level": "group"}  # what group_reward_norm does
 _REWARD_FIXED = {"eps": 1e-9, "std_unbiased": True, "mean_leave1out": False}
 _ADV_FIXED = {"eps": 1e-5, "std_unbiased": False, "mean_leave1out": False}
@@ -33,7 +36,7 @@ def _fixed(spec: dict, fixed: dict, what: str) -> None:
 def norm_flags(reward_spec: Any, adv_spec: Any, group_size: int | None) -> dict[str, Any]:
     """The boolean PPOActorConfig fields of a version without NormConfig for the canonical
     reward and advantage normalisation specs (None: off)."""
-    out: dict[str, Any] = {"group_reward_norm": False, "adv_norm": False, "group_adv_norm": False}
+    out: dict[str, Any] = dict(OFF_FLAGS)
     if reward_spec:
         spec = dict(reward_spec) if isinstance(reward_spec, dict) else {}
         levels = {k: spec.get(k, "batch") for k in _GROUP_REWARD}
