@@ -49,21 +49,19 @@ def test_absent_parameter_at_another_value_is_an_option_missing_not_drift():
 needs_repo = pytest.mark.skipif(not REPO, reason="SENTINEL_AREAL_REPO (path of an AReaL checkout) is not set")
 
 
-def _has(sha: str) -> bool:
-    return subprocess.run(["git", "-C", REPO, "cat-file", "-e", f"{sha}^{{commit}}"]).returncode == 0
-
-
-def probe(sha: str, boundaries: list[str], config: dict | None = None) -> dict:
-    """{boundary: result} of the bench's one probe call per boundary at `sha`."""
-    if not _has(sha):
-        pytest.skip(f"the AReaL checkout lacks commit {sha}")
+def probe(sha: str, boundaries: list[str], config: dict | None = None, target: str = "areal") -> dict:
+    """{boundary: result} of the bench's one probe call per boundary at `sha` of the target's
+    checkout (SENTINEL_<TARGET>_REPO)."""
+    repo = os.environ[f"SENTINEL_{target.upper()}_REPO"]
+    if subprocess.run(["git", "-C", repo, "cat-file", "-e", f"{sha}^{{commit}}"]).returncode:
+        pytest.skip(f"the {target} checkout lacks commit {sha}")
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import bench_history_call as bench
     from sentinel.runner import TargetSpec, run_group
     from sentinel.spec import load_text
 
     scs = [load_text(bench.probe_yaml(b, (config or {}).get(b, {})), f"<probe {b}>")[0] for b in boundaries]
-    group = run_group(scs, TargetSpec("areal", repo=REPO, commit=sha), timeout=300.0)
+    group = run_group(scs, TargetSpec(target, repo=repo, commit=sha), timeout=300.0)
     assert group.target.load_error is None, group.target.load_error
     return {r.boundary: r for r in group.results}
 
