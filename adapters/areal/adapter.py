@@ -294,7 +294,8 @@ class ArealAdapter(Surfaces, TrainerAdapter):
             norms = {"reward_norm": self._norm_config("advantages", config["reward_norm"], **groups),
                      "adv_norm": self._norm_config("advantages", adv_spec, **groups)}
         else:  # before NormConfig: booleans (legacy.py)
-            norms = norm_flags(config["reward_norm"], adv_spec, group_size or (max(sizes) if group is not None else None))
+            norms = norm_flags(config["reward_norm"], adv_spec,
+                               group_size or (max(sizes) if group is not None else None))
             held = parameters(self._cli.PPOActorConfig).get("adv_norm")
             if norms["adv_norm"] and held is not None and "bool" not in str(held.annotation):
                 raise ValueError("the adapter does not build the AdvNormConfig AReaL's adv_norm took at this version "
