@@ -74,7 +74,8 @@ plain function is deferred to that function's first call (`_deferred_torch_compi
 
 Modules: ``adapter`` (`ArealAdapter`: loading and the boundaries, each marked with the AReaL
 functions it calls), ``conventions`` (AReaL's module names, the heavy modules stubbed, KL and
-normalisation names), ``surfaces`` (log-probs, metrics and masked normalisation).
+normalisation names), ``surfaces`` (log-probs, metrics and masked normalisation), ``legacy``
+(the 2025 config booleans and the logits-taking loss entry, for old commits).
 """
 
 from .adapter import ArealAdapter

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from sentinel.adapters.backport import backport_type_params
-from sentinel.adapters.binding import bind
+from sentinel.adapters.binding import bind, parameters
 from sentinel.adapters.contract import BoundaryResult, implements
 from sentinel.adapters.layout import group_ids, group_layout, unpermute
 from sentinel.adapters.loading import bare_package, first_on_path, keep_host_logging, locate, module_exists
@@ -28,6 +28,7 @@ from sentinel.adapters.trainer import TrainerAdapter, floating
 from sentinel.errors import TargetLoadError, Unsupported
 
 from .conventions import ACTOR, DATA, FUNCTIONAL, HOMES, LEVELS, LIGHT, PIP_HINT, STUBS
+from .legacy import OFF_FLAGS, norm_flags
 from .surfaces import Surfaces
 
 _last_root: list[Path | None] = []  # the location `areal` was last imported from
@@ -80,6 +81,17 @@ def _deferred_torch_compile():
         yield
     finally:
         torch.compile = real
+
+
+class _Unimportable:
+    """AReaL's PPO actor module where AReaL's own import of it fails at this commit: every use
+    raises that ImportError (a failed call on this commit, not an unsupported one)."""
+
+    def __init__(self, name: str, error: ImportError):
+        self.__name__, self.__file__, self._error = name, None, error
+
+    def __getattr__(self, attr: str) -> Any:
+        raise ImportError(f"AReaL's own {self.__name__} does not import at this commit: {self._error}")
 
 
 class _NoEngine:
@@ -145,7 +157,13 @@ class ArealAdapter(Surfaces, TrainerAdapter):
         t0 = time.perf_counter()
         try:
             with keep_host_logging(), _deferred_torch_compile():
-                mods = {k: self._import(m) for k, m in {"areal": "areal", **homes}.items()}
+                mods = {k: self._import(m) for k, m in {"areal": "areal", **homes}.items() if k != ACTOR}
+                try:
+                    mods[ACTOR] = self._import(homes[ACTOR])
+                except ImportError as e:  # AReaL's own actor imports a name its package lacks (cd3d405dc,
+                    if not (e.name or "").startswith("areal"):  # fixed a day later by #703): the boundaries
+                        raise  # that need no actor still run
+                    mods[ACTOR] = _Unimportable(homes[ACTOR], e)
         except TargetLoadError as e:  # a light dependency is missing: the message names the extra
             raise TargetLoadError(f"target 'areal' ({where}): {e}") from e
         except SyntaxError as e:  # newer syntax than this interpreter reads, beyond PEP 695 generics
@@ -230,9 +248,11 @@ class ArealAdapter(Surfaces, TrainerAdapter):
         return obj
 
     def _actor(self, **kw: Any) -> Any:
-        """A PPOActor built by AReaL's own constructor from its own config class."""
+        """A PPOActor built by AReaL's own constructor from its own config class (a version
+        without `kl_estimator` has k1 only)."""
         cls = self._need(self._cli, "PPOActorConfig", "advantages")
-        cfg = cls(**bind(cls, "advantages", {"experiment_name": "rl-sentinel", "trial_name": "adapter"}, kw))
+        cfg = cls(**bind(cls, "advantages", {"experiment_name": "rl-sentinel", "trial_name": "adapter"}, kw,
+                         absent={"kl_estimator": "k1", **OFF_FLAGS}))
         params = inspect.signature(self._actor_mod.PPOActor.__init__).parameters
         args = {"config": cfg}
         if "engine" in params:
@@ -271,12 +291,20 @@ class ArealAdapter(Surfaces, TrainerAdapter):
         group_size = config["group_size"] or (config["reward_norm"] or {}).get("group_size")
         perm, sizes = _layout(group, B, group_size)
         groups = dict(sizes=sizes, has_groups=group is not None or bool(group_size), group_size=group_size)
-        norm = self._norm_config("advantages", config["reward_norm"], **groups)
         adv_spec = config["adv_norm"] or ({} if config["normalize_advantages"] else None)
-        adv_norm = self._norm_config("advantages", adv_spec, **groups)
+        if "reward_norm" in parameters(self._need(self._cli, "PPOActorConfig", "advantages")):
+            norms = {"reward_norm": self._norm_config("advantages", config["reward_norm"], **groups),
+                     "adv_norm": self._norm_config("advantages", adv_spec, **groups)}
+        else:  # before NormConfig: booleans (legacy.py)
+            norms = norm_flags(config["reward_norm"], adv_spec,
+                               group_size or (max(sizes) if group is not None else None))
+            held = parameters(self._cli.PPOActorConfig).get("adv_norm")
+            if norms["adv_norm"] and held is not None and "bool" not in str(held.annotation):
+                raise ValueError("the adapter does not build the AdvNormConfig AReaL's adv_norm took at this version "
+                                 "(2025-09); only adv_norm off is translated there")
         clip = config["reward_clip"]
         actor = self._actor(
-            reward_norm=norm, adv_norm=adv_norm,
+            **norms,
             reward_clip=math.inf if clip is None else float(clip),
             reward_bias=float(config["reward_bias"]), reward_scaling=float(config["reward_scaling"]),
             mask_no_eos_with_zero=bool(config["mask_no_eos_with_zero"]),
@@ -304,7 +332,15 @@ class ArealAdapter(Surfaces, TrainerAdapter):
         trajs = [{k: passed[k][i] for k in batch} for i in range(len(sizes))]
 
         watches = [Watch(actor, "actor")] + ([Watch(actor.config)] if getattr(actor, "config", None) is not None else [])
-        results = actor.compute_advantages(trajs)
+        if "list" in str(parameters(actor.compute_advantages)["data"].annotation).lower():
+            results = actor.compute_advantages(trajs)
+        else:  # before #1017 (2026-03): one padded batch dict, its keys replaced (returned, or in place)
+            one = dict(batch)
+            results = [actor.compute_advantages(one) or one]
+
+        if "returns" not in results[0]:
+            raise Unsupported("AReaL's PPOActor.compute_advantages stores no returns at this version (before #392, "
+                              "PPO with a critic): the advantages boundary's returns output does not exist there")
 
         def back(key: str) -> torch.Tensor:  # AReaL predicting position p == canonical token p
             return unpermute(torch.cat([r[key] for r in results], dim=0)[:, :T], perm)
@@ -337,7 +373,9 @@ class ArealAdapter(Surfaces, TrainerAdapter):
                 rows[k] = unpermute(torch.cat([r[k] for r in results], dim=0), perm)
             except RuntimeError:  # groups of unequal widths: kept per group
                 rows[k] = [r[k] for r in results]
-        return BoundaryResult(outputs, inputs_after, self._ref(self._actor_mod.PPOActor._compute_advantages),
+        cls = self._actor_mod.PPOActor  # the batch kernel, or the one method before #1017
+        kernel = getattr(cls, "_compute_advantages", cls.compute_advantages)
+        return BoundaryResult(outputs, inputs_after, self._ref(kernel),
                               extras({"results": rows}, *watches))
 
     @implements("gae", calls=("areal.trainer.ppo.gae:_compute_token_level_gae",))
@@ -417,6 +455,13 @@ class ArealAdapter(Surfaces, TrainerAdapter):
             out["weights"] = stat["behave_imp_weight"]
         return out
 
+    @staticmethod
+    def _absent(config: dict[str, Any]) -> dict[str, Any]:
+        """How ppo_actor_loss_fn behaves at a version without one of its later parameters:
+        symmetric clip, token-level ratio, no behaviour-weight cap."""
+        return {"eps_clip_higher": config["eps_clip"], "importance_sampling_level": "token",
+                "behav_imp_weight_cap": None, "behave_imp_weight_cap": None}
+
     @implements("policy_loss", calls=(f"{FUNCTIONAL}:ppo_actor_loss_fn",))
     def b_policy_loss(self, inputs: dict[str, torch.Tensor], config: dict[str, Any]) -> BoundaryResult:
         kw = self._loss_common(inputs, config)
@@ -425,7 +470,8 @@ class ArealAdapter(Surfaces, TrainerAdapter):
                                {"eps_clip_higher": config["eps_clip_high"], "c_clip": config["eps_clip_c"],
                                 "rejection_sampling": self._rejection_sampling("policy_loss",
                                                                                config["rejection_sampling"]),
-                                "importance_sampling_level": config["importance_sampling_level"]}))
+                                "importance_sampling_level": config["importance_sampling_level"]},
+                               absent=self._absent(config)))
         return BoundaryResult(self._loss_outputs(loss, stat),
                               {"loss_mask": kw["loss_mask"].to(inputs["loss_mask"].dtype)}, self._ref(fn),
                               extras((loss, stat)))

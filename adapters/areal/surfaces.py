@@ -31,12 +31,15 @@ per-token values outside the engine.
 from __future__ import annotations
 
 import contextlib
+import importlib
 
 import torch
 
-from sentinel.adapters.binding import bind
+from sentinel.adapters.binding import bind, parameters
 from sentinel.adapters.contract import BoundaryResult, implements
 from sentinel.errors import Unsupported
+
+from .legacy import logits_for
 
 FUNCTIONAL = "areal.utils.functional"
 ACTOR = "areal.trainer.ppo.actor"
@@ -86,15 +89,26 @@ class Surfaces:
         fn = getattr(self._actor_mod, "grpo_loss_fn", None)
         if not callable(fn):
             raise Unsupported("AReaL has no trainer.ppo.actor.grpo_loss_fn at this version (boundary 'metrics')")
-        from areal.utils import stats_tracker
+        # the tracker grpo_loss_fn logs to (areal.utils's, or realhf.base's before 2025-09)
+        stats_tracker = getattr(self._actor_mod, "stats_tracker", None) or importlib.import_module(
+            "areal.utils.stats_tracker")
 
         mask, lp, old = inputs["loss_mask"], inputs["log_probs"], inputs["old_log_probs"]
         data = {"logprobs": old, "prox_logp": old, "advantages": inputs["advantages"], "loss_mask": mask.bool(),
                 "attention_mask": torch.ones_like(mask, dtype=torch.bool)}
-        kw = bind(fn, "metrics", {"logprobs": lp, "entropy": torch.zeros_like(lp), "input_data": data,
-                                  "eps_clip": float(config["eps_clip"]),
+        if "logits" in parameters(fn):  # older entry: it gathers the log-probs itself from packed
+            # [tokens, vocab] logits (legacy.py); every label (rolled input_ids) is token 0
+            data = {k: v.reshape(-1) for k, v in data.items()}
+            data["input_ids"] = torch.zeros_like(data["loss_mask"], dtype=torch.long)
+            data["full_loss_mask"] = data["loss_mask"]  # what its engine's Ulysses split kept (2025-10/11)
+            taken = {"logits": logits_for(lp.reshape(-1)), "temperature": 1.0}
+        else:
+            taken = {"logprobs": lp, "entropy": torch.zeros_like(lp)}
+        eps = float(config["eps_clip"])
+        kw = bind(fn, "metrics", {**taken, "input_data": data, "eps_clip": eps,
                                   "eps_clip_higher": float(config["eps_clip_high"]),
-                                  "c_clip": None if config["eps_clip_c"] is None else float(config["eps_clip_c"])})
+                                  "c_clip": None if config["eps_clip_c"] is None else float(config["eps_clip_c"])},
+                  absent={"eps_clip_higher": eps, "behav_imp_weight_cap": None, "behave_imp_weight_cap": None})
         tracker = stats_tracker.DEFAULT_TRACKER
         tracker.export(reset=True)  # nothing logged before this call counts
         fn(**kw)
@@ -114,8 +128,12 @@ class Surfaces:
             raise Unsupported("AReaL's Normalization always centres (no shift_mean=False)")
         spec = {"mean_level": "batch", "std_level": "batch", "std_unbiased": bool(config["unbiased"]),
                 "eps": None if config["eps"] is None else float(config["eps"])}
-        norm = self._data.Normalization(self._norm_config("masked_reduce", spec, sizes=[], has_groups=False,
-                                                          group_size=None))
+        cls = self._need(self._data, "Normalization", "masked_reduce")
+        # before NormConfig held them (2025-09/10), unbiased and eps were arguments of the call
+        fields, takes = parameters(self._need(self._cli, "NormConfig", "masked_reduce")), parameters(cls.__call__)
+        call = {arg: spec.pop(key) for key, arg in (("std_unbiased", "unbiased"), ("eps", "eps"))
+                if key not in fields and arg in takes and spec[key] is not None}
+        norm = cls(self._norm_config("masked_reduce", spec, sizes=[], has_groups=False, group_size=None))
         mask = inputs["loss_mask"]
-        return BoundaryResult({"whitened": norm(inputs["values"], mask.to(inputs["values"].dtype))},
-                              function=self._ref(self._data.Normalization.__call__))
+        return BoundaryResult({"whitened": norm(inputs["values"], mask.to(inputs["values"].dtype), **call)},
+                              function=self._ref(cls.__call__))

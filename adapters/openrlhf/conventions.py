@@ -8,6 +8,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import torch
+
 from sentinel.adapters.options import pin
 
 LOSS = "openrlhf.models.loss"
@@ -148,13 +150,17 @@ def experience(cls: type, **values: Any) -> Any:
     """An Experience of this version: the fields it has, the others left at their defaults
     (required ones None); values it has no field for are set as attributes (``index``)."""
     fields = {f.name: f for f in dataclasses.fields(cls)}
-    kw = {k: v for k, v in values.items() if k in fields}
+    # a tensor for a field declared a list (rewards, 2025-05: its __init__ did `rewards or []`) is
+    # set after construction, as that version's experience maker did (`samples.rewards = rewards`)
+    late = {k for k, v in values.items() if k in fields and isinstance(v, torch.Tensor)
+            and str(fields[k].type).lower().replace("typing.", "").startswith("list")}
+    kw = {k: v for k, v in values.items() if k in fields and k not in late}
     for name, f in fields.items():
         required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING  # type: ignore[misc]
         if name not in kw and required:
             kw[name] = None
     exp = cls(**kw)
     for k, v in values.items():
-        if k not in fields:
+        if k not in fields or k in late:
             setattr(exp, k, v)
     return exp

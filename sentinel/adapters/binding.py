@@ -33,37 +33,61 @@ def signature_text(fn: Callable) -> str:
 
 
 def bind(fn: Callable, boundary: str, required: dict[str, Any], optional: dict[str, Any] | None = None,
-         aliases: dict[str, tuple[str, ...]] | None = None) -> dict[str, Any]:
+         aliases: dict[str, tuple[str, ...]] | None = None, absent: dict[str, Any] | None = None) -> dict[str, Any]:
     """Keyword arguments for `fn` (a function or a config class) at this target version.
 
     required: passed as given (None included) under the name, or the first of its
       `aliases` the signature has; a name it has neither way is signature drift.
     optional: None means "leave the target's default" (not passed); any other value is
-      passed where the signature has the name or takes ``**kwargs``, and is signature
-      drift where it does not (never silently dropped).
+      passed under its name or alias where the signature has one or takes ``**kwargs``, and
+      is signature drift where it does not (never silently dropped).
+    absent: for a parameter that comes and goes between versions, how a version without it
+      behaves (no cap: None; one fixed estimator: its value). A requested value equal to it
+      is not passed where the parameter is missing; another value is an option that version
+      lacks (`Unsupported` without "signature drift": not a failed call). A parameter the
+      signature requires and nothing else supplies gets this value.
     A parameter without a default that nothing supplies is drift too.
     Drift raises `Unsupported` naming the signature and the boundary."""
     params = parameters(fn)
     has_var_kw = any(p.kind is p.VAR_KEYWORD for p in params.values())
+    absent = absent or {}
     out: dict[str, Any] = {}
-    for key, value in required.items():
-        names = (key, *((aliases or {}).get(key, ())))
-        hit = next((n for n in names if n in params), None)
-        if hit is None:
+
+    def place(key: str, value: Any, strict: bool) -> None:
+        hit = next((n for n in (key, *((aliases or {}).get(key, ()))) if n in params), None)
+        if hit is not None or (not strict and has_var_kw):
+            out[hit or key] = value
+        elif key in absent:
+            if not _same(value, absent[key]):
+                raise Unsupported(f"option missing: {getattr(fn, '__qualname__', fn)} has no parameter {key!r} at this "
+                                  f"version (it always behaves as {key}={absent[key]!r}), so {key}={value!r} cannot "
+                                  f"be applied (boundary {boundary!r})")
+        elif strict:
             raise Unsupported(f"signature drift: {signature_text(fn)} has no parameter {key!r} (boundary {boundary!r})")
-        out[hit] = value
-    for key, value in (optional or {}).items():
-        if value is None:
-            continue
-        if key not in params and not has_var_kw:
+        else:
             raise Unsupported(f"signature drift: {signature_text(fn)} has no parameter {key!r}, so {key}={value!r} "
                               f"cannot be applied (boundary {boundary!r})")
-        out[key] = value
+
+    for key, value in required.items():
+        place(key, value, True)
+    for key, value in (optional or {}).items():
+        if value is not None:
+            place(key, value, False)
     for name, p in params.items():
         if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and name not in out:
+            if name in absent:
+                out[name] = absent[name]
+                continue
             raise Unsupported(f"signature drift: {signature_text(fn)} requires {name!r}, which the adapter cannot "
                               f"supply (boundary {boundary!r})")
     return out
+
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        return bool(a == b)
+    except Exception:  # noqa: BLE001 - tensors and the like: not the neutral scalar
+        return False
 
 
 def lookup(mods: dict[str, types.ModuleType], name: str, modules: tuple[str, ...], *, target: str, boundary: str,
