@@ -207,6 +207,11 @@ def _function_of(frame):
                 f = getattr(attr, "__func__", attr)
                 if getattr(inspect.unwrap(f) if callable(f) else f, "__code__", None) is code:
                     return f
+    # a method of a class its module holds wrapped (slime's `@ray.remote` RolloutManager): the one
+    # function object that runs this code, named where it was defined
+    owners = [f for f in gc.get_referrers(code) if isinstance(f, types.FunctionType) and f.__code__ is code]
+    if len(owners) == 1 and "<locals>" not in owners[0].__qualname__ and not code.co_freevars:
+        return owners[0]
     return None
 
 
