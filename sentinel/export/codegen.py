@@ -183,7 +183,9 @@ class Writer:
             raise NotSource(f"a {type(x).__name__} ({getattr(x, '__name__', x)!r})")
         if (ref := self._global(x)) is not None:
             return ref
-        if hasattr(x, "__dict__") and not isinstance(x, torch.nn.Module):
+        if hasattr(x, "__dict__") and (not isinstance(x, torch.nn.Module) or self.allowed(
+                x.__class__.__dict__.get("__sentinel_recorded__", type(x)).__module__)):
+            # (a module of the trainer's own, OpenRLHF's PolicyLoss: its state, bookkeeping dicts included)
             # an adapter's spy on the instance calls through: validate.py spies there itself
             state = {k: v for k, v in vars(x).items()
                      if not (isinstance(v, types.FunctionType) and v.__dict__.get("__sentinel_spy__"))}

@@ -331,8 +331,10 @@ def _prelude(imports: ImportLog, modules: set[str], is_trainer, adapter) -> dict
     names = [s.rsplit(".", 1) for s in getattr(adapter, "stubs", ()) if "." in s and s.rsplit(".", 1)[0] in reached
              and not shims.is_stub(sys.modules.get(s.rsplit(".", 1)[0]))
              and shims.is_stub(getattr(sys.modules.get(s.rsplit(".", 1)[0]), s.rsplit(".", 1)[1], None))]
+    import torch.distributed as dist  # the adapter gave the trainer a one-rank group (slime's whitening)
+    group = bool(dist.is_available() and dist.is_initialized() and dist.get_world_size() == 1)
     return {"stubs": sorted(stub_roots), "shims": shim_modules, "bare": bare,
-            "optional": sorted(optional - stub_roots), "names": sorted(names)}
+            "optional": sorted(optional - stub_roots), "names": sorted(names), "process_group": group}
 
 
 # what every bundle's environment has for real: never stubbed
