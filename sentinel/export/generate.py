@@ -58,6 +58,8 @@ def read_at(check: dict[str, Any]) -> str:
         return f"the argument `{spy[3].strip(_KEY)}` the call hands `{place}`"
     if path.startswith("ARGS"):
         return f"the argument `{_arg(path)}` after the call"
+    if path == "result[0] / result[1]":
+        return "what the call returns, its first value over its second (`result[0] / result[1]`: its caller divides)"
     return f"what the call returns (`{path}`)"
 
 

@@ -244,6 +244,12 @@ def candidates(result: Any, args: dict[str, Any], spied=()) -> list[tuple[str, A
                     walk(f"{path}.{k}", t, depth + 1)
 
     walk("result", result, 0)
+    if isinstance(result, tuple) and len(result) >= 2 and isinstance(result[0], torch.Tensor) and (
+            isinstance(result[1], (int, float)) and not isinstance(result[1], bool)
+            or isinstance(result[1], torch.Tensor) and result[1].dim() == 0):
+        # (loss, normaliser): slime's loss_function returns both and Megatron divides (one micro-batch)
+        with torch.no_grad():
+            out.append(("result[0] / result[1]", result[0] / result[1]))
     for name, v in args.items():
         walk(f"ARGS[{name!r}]", v, 1)
     for i, (arguments, got) in enumerate(spied):
