@@ -133,6 +133,8 @@ def values_match(validate: dict, result: dict) -> tuple[bool, str]:
             continue
         d, cfg = inv.get("details") or {}, (inv.get("config") or {}).get(inv.get("family"), {}) or {}
         name = d.get("observable") or cfg.get("output") or (f"input:{d['input']}" if d.get("input") else None)
+        if inv.get("family") == "gradient":  # the gradient of `of` by `wrt`, as validate.py names it
+            name = f"grad:{cfg.get('of')}/{cfg.get('wrt')}"
         if name and inv.get("observed") is not None:
             by_obs.setdefault(name, []).append(inv["observed"])
     for name, value in seen.items():
