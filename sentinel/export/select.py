@@ -311,9 +311,11 @@ def _prelude(imports: ImportLog, modules: set[str], is_trainer, adapter) -> dict
     root = Path(adapter.root).resolve() if adapter.root else None
     for name in sorted(reached):
         mod = sys.modules.get(name)
-        if mod is None:
-            continue
         top = next((r for r in roots if name == r or name.startswith(r + ".")), None)
+        if mod is None:  # gone from sys.modules since (verl's peft, which transformer_impl imports at load)
+            if top:
+                stub_roots.add(top)
+            continue
         if shims.is_stub(mod) and type(mod).__name__ == "_StubModule" and top:
             stub_roots.add(top)
         elif getattr(mod, "__sentinel_stub__", False):
@@ -325,6 +327,9 @@ def _prelude(imports: ImportLog, modules: set[str], is_trainer, adapter) -> dict
         elif getattr(mod, "__file__", None) and is_trainer(str(Path(mod.__file__).resolve())):
             # what the trainer's own modules import (not what those libraries import in turn)
             for dep in imports.edges.get(name, ()):
+                own = getattr(sys.modules.get(dep), "__file__", None)
+                if own and is_trainer(str(Path(own).resolve())):  # the trainer's own module, however reached
+                    continue  # (the reference's plants import its ops through importlib)
                 top_mod = sys.modules.get(dep.split(".")[0])
                 if top_mod is not None and not shims.is_stub(top_mod) and _third_party(dep, top_mod, is_trainer):
                     optional.add(dep.split(".")[0])
