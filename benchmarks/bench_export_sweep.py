@@ -32,7 +32,10 @@ FINDINGS = ROOT / "scenarios" / "findings"
 TARGETS = {"slime": "SENTINEL_SLIME_REPO", "areal": "SENTINEL_AREAL_REPO", "verl": "SENTINEL_VERL_REPO",
            "openrlhf": "SENTINEL_OPENRLHF_REPO", "trl": "SENTINEL_TRL_REPO"}
 # what a trainer's import path needs beyond torch / numpy (found by running the bundles here)
-LIGHT: dict[str, list[str]] = {"slime": [], "areal": ["colorlog"], "verl": [], "openrlhf": [], "trl": []}
+# TRL's package imports transformers, accelerate and datasets at its top (its own install
+# requirements; stand-ins lack their __version__): run TRL with a venv of its own (--venv)
+LIGHT: dict[str, list[str]] = {"slime": [], "areal": ["colorlog"], "verl": [], "openrlhf": [],
+                               "trl": ["transformers", "accelerate", "datasets"]}
 # seeds and history flips with a known fix commit (docs/findings.md): (target, scenario, fix)
 FIXES = [("slime", "ppo-kl-metric-aliasing", "045310b2b"),  # seed, PR #2114
          ("slime", "ppo-kl-shaped-rewards", "045310b2b"),
