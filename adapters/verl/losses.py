@@ -58,10 +58,14 @@ class PolicyLosses:
         if missing:
             raise Unsupported(f"signature drift: verl's ActorConfig requires {missing}, which the adapter does not "
                               f"set (boundary {boundary!r})")
+        optim = _optimizer_without_default_lr(cls, boundary)
+        if optim is not None:
+            values["optim"] = optim
         try:
             cfg = build(cls, boundary, values)
         except (ValueError, AssertionError, TypeError) as e:
-            raise Unsupported(f"verl's ActorConfig rejects this configuration: {e} (boundary {boundary!r})") from e
+            raise Unsupported(f"verl's ActorConfig rejects this configuration: {type(e).__name__}: {e} "
+                              f"(boundary {boundary!r})") from e
         info = getattr(cfg, "global_batch_info", None)
         if isinstance(info, dict):
             info.clear()
@@ -186,3 +190,19 @@ class PolicyLosses:
         if weights is not None:
             outputs["weights"] = weights
         return BoundaryResult(outputs, function=self._ref(fn), extras=observed)
+
+
+def _optimizer_without_default_lr(cls: type, boundary: str) -> Any:
+    """An OptimizerConfig with a learning rate, where this verl's default one has none.
+
+    In mid-2025 verl's OptimizerConfig declared ``lr = MISSING`` and asserted it in
+    ``__post_init__``, so ActorConfig's default ``optim`` could not be built. The loss path never
+    reads the optimizer; any learning rate makes the config constructible."""
+    field = next((f for f in dataclasses.fields(cls) if f.name == "optim"), None)
+    factory = getattr(field, "default_factory", None)
+    if not (isinstance(factory, type) and dataclasses.is_dataclass(factory)):
+        return None
+    lr = next((f for f in dataclasses.fields(factory) if f.name == "lr"), None)
+    if lr is None or lr.default != "???":  # omegaconf.MISSING
+        return None
+    return build(factory, boundary, {"lr": 1e-6})

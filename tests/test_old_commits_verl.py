@@ -1,0 +1,22 @@
+"""Every commit's boundary runs (issue 19, item 6) on verl's history: in mid-2025 (551d4cc56 and
+its neighbours) verl's OptimizerConfig had no default learning rate (``lr = MISSING``, asserted in
+``__post_init__``), so ActorConfig's default ``optim`` could not be built and every policy-loss
+boundary read `unsupported` with an empty reason. The loss never reads the optimizer: the adapter
+gives it a learning rate."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from test_old_commits_areal import probe, why
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get("SENTINEL_VERL_REPO"),
+                    reason="SENTINEL_VERL_REPO (path of a verl checkout) is not set")
+def test_policy_loss_runs_where_the_optimizer_config_had_no_default_learning_rate():
+    res = probe("551d4cc56", ["policy_loss", "metrics"], target="verl")
+    for b in ("policy_loss", "metrics"):
+        assert res[b].verdict in ("holds", "violated"), why(res[b])
