@@ -76,10 +76,11 @@ class EntryLoss:
         fn = self._fn("get_sum_of_sample_mean", CP_UTILS, boundary=boundary)
         per_token = mode == "token-mean"
         use = reducer_masks if reducer_masks is not None else masks
-        kw = bind(fn, boundary, {"total_lengths": totals, "response_lengths": lengths, "loss_masks": use,
-                                         "calculate_per_token_loss": per_token})
+        given: dict[str, Any] = {"total_lengths": totals, "response_lengths": lengths, "loss_masks": use,
+                                 "calculate_per_token_loss": per_token}
         if "xs" in parameters(fn):  # slime before 2025-07: the per-sample tensors (read only under CP > 1)
-            kw["xs"] = list(x.split(lengths, dim=0))
+            given["xs"] = list(x.split(lengths, dim=0))
+        kw = bind(fn, boundary, given)
         if reducer_masks is not None and "sample_denoms" in parameters(fn):
             kw["sample_denoms"] = [m.sum() for m in masks]
         total = fn(**kw)(x)

@@ -100,7 +100,10 @@ class Surfaces:
         args = slime_args(rollout_temperature=float(config["temperature"]))
         out = fn(**bind(fn, "values", {"logits": packed, "args": args, "unconcat_tokens": toks,
                                        "total_lengths": totals, "response_lengths": lengths}))
-        values = torch.stack(self._per_sample(out, "values"))
+        # Until 843c94e (2025-09-19) slime handed each sample's values on as [T, 1], the value
+        # head's trailing dim kept; later ones squeeze it: the same values either way.
+        values = torch.stack([v.squeeze(-1) if v.dim() == 2 and v.shape[-1] == 1 else v
+                              for v in self._per_sample(out, "values")])
         after = packed.detach()[0, :, 0].reshape(b, t + 1)[:, :t].to(head.dtype)
         return BoundaryResult({"values": values}, {"value_head": after}, self._ref(fn))
 
