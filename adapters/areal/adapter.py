@@ -269,7 +269,7 @@ class ArealAdapter(Surfaces, TrainerAdapter):
         cls = getattr(self._cli, "RejectionSamplingConfig", None)
         if cls is None:
             raise Unsupported("RejectionSamplingConfig is absent at this AReaL version")
-        return recorded(cls(**bind(cls, boundary, dict(spec))))  # the fields the loss reads, recorded
+        return recorded(cls(**bind(cls, boundary, dict(spec))), "rejection_sampling.")  # the fields read, recorded
 
     # --- boundaries ---------------------------------------------------------------------
 

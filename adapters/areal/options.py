@@ -40,6 +40,7 @@ OPTION_DOMAINS = {
     "policy_loss": _LOSS,
     "cispo_loss": _LOSS,
     "reward_norm": {"mean_leave1out": (True,), "std_unbiased": (False,)},
+    "masked_reduce": {"eps": (1e-6,)},
     "advantages": {
         "reward_norm": _NORMS, "adv_norm": _NORMS, "reward_bias": (0.5,), "reward_scaling": (2.0,),
         "trainer:overlong_reward_penalty": (False, True),
@@ -56,17 +57,18 @@ TRAINER_OFF = {"overlong_reward_penalty": False, "recompute_logprob": False, "us
 _LOGGED = "read only by PPOActor._log_configuration, which writes it to the log (no boundary value depends on it)"
 _UPDATE = "copied by PPOActor.__init__ for ppo_update / compute_logp, which need the train engine (no boundary calls them)"
 PINNED = (
-    *pin("advantages", "eps_clip", "importance_sampling_level", "prox_logp_method", "rejection_sampling.level",
-         "rejection_sampling.metric", "rejection_sampling.action", "rejection_sampling.upper",
-         "rejection_sampling.lower", "rejection_sampling.agg", reason=_LOGGED),
+    *pin("advantages", "eps_clip", "importance_sampling_level", "prox_logp_method", "rejection_sampling",
+         reason=_LOGGED),
     *pin("advantages", "temperature", "m2_threshold", reason=_UPDATE),
-    *pin("advantages", "rejection_sampling", reason=_LOGGED),
     *pin("advantages", "adv_norm.mean_level", reason="group-level advantage whitening needs group ids, which most "
                                                      "advantages properties do not draw; it is the same "
                                                      "Normalization code as reward_norm's, drawn at group level"),
     *pin("is_correction", "rejection_sampling.level", "rejection_sampling.metric",
          reason="the is_correction boundary is AReaL's token-level ratio correction (vanilla_tis: clamp, icepop: "
                 "mask); policy_loss and cispo_loss draw every level, metric and aggregation"),
+    *pin("masked_reduce", "mean_level", "std_level", "group_size", "mean_leave1out",
+         reason="the masked_reduce boundary is the batch whitening PPOActor runs for adv_norm; levels, groups and "
+                "leave-one-out are drawn on reward_norm and advantages (adv_norm), through the same Normalization"),
     *pin("advantages", "gae_timestep_unit", reason="turn-level GAE needs the rollout's turn_ids (multi-turn agent "
                                                    "data); no canonical input holds turn boundaries, and AReaL "
                                                    "refuses 'turn' without them"),
