@@ -60,9 +60,9 @@ PINNED = (
     *pin("advantages", "eps_clip", "importance_sampling_level", "prox_logp_method", "rejection_sampling",
          reason=_LOGGED),
     *pin("advantages", "temperature", "m2_threshold", reason=_UPDATE),
-    *pin("advantages", "adv_norm.mean_level", reason="group-level advantage whitening needs group ids, which most "
-                                                     "advantages properties do not draw; it is the same "
-                                                     "Normalization code as reward_norm's, drawn at group level"),
+    *pin("advantages", "adv_norm.mean_level", "adv_norm.group_size",
+         reason="group-level advantage whitening (and its group size) needs group ids, which most advantages "
+                "properties do not draw; it is the same Normalization code as reward_norm's, drawn at group level"),
     *pin("is_correction", "rejection_sampling.level", "rejection_sampling.metric",
          reason="the is_correction boundary is AReaL's token-level ratio correction (vanilla_tis: clamp, icepop: "
                 "mask); policy_loss and cispo_loss draw every level, metric and aggregation"),
