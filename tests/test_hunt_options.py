@@ -256,3 +256,27 @@ def test_a_default_trainer_option_is_left_out_of_the_drawn_config():
            "invariants: [{finite: {outputs: [kl]}}]\n")
     (sc,) = load_text(doc, "<t>")
     assert sc.config["trainer:beta"] == 0.04
+
+
+@dataclasses.dataclass
+class _Holder:
+    norm: _Cfg | None = None
+
+
+def test_an_optional_nested_config_read_set_and_unset_is_varied(tmp_path):
+    trainer = tmp_path / "trainer2"
+    trainer.mkdir()
+    (trainer / "code.py").write_text(TRAINER)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        from trainer2 import code  # type: ignore[import-not-found]
+    finally:
+        sys.path.remove(str(tmp_path))
+    options.drain()
+    for held in (None, _Cfg()):  # AReaL's adv_norm: a NormConfig or None
+        with recording("kl", [str(trainer)]):
+            code.read(recorded(_Holder(held)), "norm")
+    assert options.drain() == {"kl": {"norm": [None, "<_Cfg>"]}}
+    with recording("kl", [str(trainer)]):  # read only as a config: its fields are the options
+        code.read(recorded(_Holder(_Cfg())), "norm")
+    assert options.drain() == {"kl": {}}

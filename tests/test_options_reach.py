@@ -1,4 +1,4 @@
-"""Trainer options as hunt axes on verl and slime (issue 19 item 1): a bug planted in a branch
+"""Trainer options as hunt axes on verl, slime and AReaL (issue 19 item 1): a bug planted in a branch
 that only a trainer option reaches is found by the hunt with the adapter's declared axis, and
 not without it. The plant is a one-line change of the trainer's function, compiled in its
 module's namespace inside the worker (as `sentinel mutate` applies a mutant), by a target
@@ -18,9 +18,11 @@ from sentinel import targets
 
 VERL_REPO = os.environ.get("SENTINEL_VERL_REPO")
 SLIME_REPO = os.environ.get("SENTINEL_SLIME_REPO")
+AREAL_REPO = os.environ.get("SENTINEL_AREAL_REPO")
 pytestmark = pytest.mark.slow
 
 PLUGIN = '''
+import importlib
 import inspect
 
 from sentinel.mutate.apply import compiled
@@ -39,7 +41,10 @@ class Planted({cls}):
 
     def load(self):
         facts = super().load()
-        plant(getattr(self.mods[{module!r}], {function!r}), {old!r}, {new!r})
+        fn = importlib.import_module({module!r})  # loaded by the adapter; a method by its dotted name
+        for part in {function!r}.split("."):
+            fn = getattr(fn, part)
+        plant(fn, {old!r}, {new!r})
         return facts
 
 
@@ -118,3 +123,25 @@ def test_slime_kl_loss_bug_is_found_only_with_the_use_kl_loss_axis(slime_plant, 
     assert {"use_kl_loss", "entropy_coef", "use_opsm"} <= set(entry.get("options_varied", [])), entry
     found, _ = _hunt(tmp_path, "slimeplant_noaxis", SLIME_REPO, "policy_loss.unmutated")
     assert found == [], "without the axis the KL loss is never computed, so the plant cannot be found"
+
+
+@pytest.fixture
+def areal_plant(tmp_path, monkeypatch):
+    # with recompute_logprob the recomputed log-probs (already aligned to the predicting
+    # position) are rolled once more, as the rollout's are: each token's KL reward reads the
+    # next token's log-prob, a masked one included
+    _install(tmp_path, monkeypatch, target="areal", cls="ArealAdapter", module="areal.trainer.ppo.actor",
+             function="PPOActor._compute_advantages", old='old_logp = data["logprobs"] = prox_logp_value',
+             new='old_logp = data["logprobs"] = torch.roll(prox_logp_value, shifts=-1, dims=-1)')
+    yield
+    targets.registry.cache_clear()
+
+
+@pytest.mark.skipif(not AREAL_REPO, reason="set SENTINEL_AREAL_REPO to an AReaL clone (its PPOActor at HEAD)")
+def test_areal_recomputed_logprob_bug_is_found_only_with_the_recompute_logprob_axis(areal_plant, tmp_path):
+    found, entry = _hunt(tmp_path, "arealplant", AREAL_REPO, "advantages.masked_invariance")
+    assert found, "the planted bug was not found with trainer:recompute_logprob drawn"
+    assert all('"trainer:recompute_logprob": true' in json.dumps(x) for x in found), found
+    assert {"recompute_logprob", "use_decoupled_loss", "overlong_reward_penalty"} <= set(entry["options_varied"]), entry
+    found, _ = _hunt(tmp_path, "arealplant_noaxis", AREAL_REPO, "advantages.masked_invariance")
+    assert found == [], "without the axis the recomputed log-probs are never used, so the plant cannot be found"

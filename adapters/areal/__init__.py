@@ -75,7 +75,11 @@ plain function is deferred to that function's first call (`_deferred_torch_compi
 Modules: ``adapter`` (`ArealAdapter`: loading and the boundaries, each marked with the AReaL
 functions it calls), ``conventions`` (AReaL's module names, the heavy modules stubbed, KL and
 normalisation names), ``surfaces`` (log-probs, metrics and masked normalisation), ``legacy``
-(the 2025 config booleans and the logits-taking loss entry, for old commits).
+(the 2025 config booleans and the logits-taking loss entry, for old commits), ``options`` (the
+options the hunt draws beyond the boundaries' own, AReaL's ``trainer:`` options among them, and
+the options AReaL reads that stay at one value, with why). The configs handed to AReaL
+(``PPOActorConfig``, ``NormConfig``, ``RejectionSamplingConfig``) are recorded while a call is
+observed (``sentinel.adapters.options``): the hunt reports what AReaL read and what it varied.
 """
 
 from .adapter import ArealAdapter

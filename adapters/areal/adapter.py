@@ -23,12 +23,14 @@ from sentinel.adapters.contract import BoundaryResult, implements
 from sentinel.adapters.layout import group_ids, group_layout, unpermute
 from sentinel.adapters.loading import bare_package, first_on_path, keep_host_logging, locate, module_exists
 from sentinel.adapters.observables import Watch, extras
+from sentinel.adapters.options import recorded
 from sentinel.adapters.shims import install_stubs
 from sentinel.adapters.trainer import TrainerAdapter, floating
 from sentinel.errors import TargetLoadError, Unsupported
 
 from .conventions import ACTOR, DATA, FUNCTIONAL, HOMES, LEVELS, LIGHT, PIP_HINT, STUBS
 from .legacy import OFF_FLAGS, norm_flags
+from .options import OPTION_DOMAINS, PINNED, TRAINER_OFF, actor_options
 from .surfaces import Surfaces
 
 _last_root: list[Path | None] = []  # the location `areal` was last imported from
@@ -110,6 +112,7 @@ class ArealAdapter(Surfaces, TrainerAdapter):
     package, marker, extra, install_hint, light = "areal", "areal.api.cli_args", "areal", PIP_HINT, LIGHT
     description = ("AReaL PPOActor advantages, Normalization, ppo_actor_loss_fn / cispo_loss_fn "
                    "and KLEstimator, called through import shims on CPU or GPU.")
+    option_domains, pinned = OPTION_DOMAINS, PINNED
     loss_path_files = ("areal/trainer/ppo/actor.py", "areal/engine/ppo/actor.py", "areal/trainer/ppo/gae.py",
                        "areal/utils/functional.py", "areal/utils/functional/", "areal/utils/data.py",
                        "areal/api/cli_args.py")
@@ -252,9 +255,9 @@ class ArealAdapter(Surfaces, TrainerAdapter):
         without `kl_estimator` has k1 only)."""
         cls = self._need(self._cli, "PPOActorConfig", "advantages")
         cfg = cls(**bind(cls, "advantages", {"experiment_name": "rl-sentinel", "trial_name": "adapter"}, kw,
-                         absent={"kl_estimator": "k1", **OFF_FLAGS}))
+                         absent={"kl_estimator": "k1", **OFF_FLAGS, **TRAINER_OFF}))
         params = inspect.signature(self._actor_mod.PPOActor.__init__).parameters
-        args = {"config": cfg}
+        args = {"config": recorded(cfg)}  # the options PPOActor reads (actor.*, reward_norm.*), recorded
         if "engine" in params:
             args["engine"] = _NoEngine()
         return self._actor_mod.PPOActor(**args)
@@ -266,12 +269,13 @@ class ArealAdapter(Surfaces, TrainerAdapter):
         cls = getattr(self._cli, "RejectionSamplingConfig", None)
         if cls is None:
             raise Unsupported("RejectionSamplingConfig is absent at this AReaL version")
-        return cls(**bind(cls, boundary, dict(spec)))
+        return recorded(cls(**bind(cls, boundary, dict(spec))), "rejection_sampling.")  # the fields read, recorded
 
     # --- boundaries ---------------------------------------------------------------------
 
     @implements("advantages", calls=(f"{ACTOR}:PPOActor.compute_advantages", f"{ACTOR}:PPOActor._compute_advantages",
-                                      f"{DATA}:Normalization", f"{DATA}:KLEstimator"))
+                                      f"{DATA}:Normalization", f"{DATA}:KLEstimator",
+                                      f"{FUNCTIONAL}:reward_overlong_penalty"))  # trainer:overlong_reward_penalty
     def b_advantages(self, inputs: dict[str, torch.Tensor], config: dict[str, Any]) -> BoundaryResult:
         if config["estimator"] != "gae":
             raise Unsupported(f"AReaL's PPOActor computes GAE only, not estimator {config['estimator']!r}")
@@ -310,6 +314,7 @@ class ArealAdapter(Surfaces, TrainerAdapter):
             mask_no_eos_with_zero=bool(config["mask_no_eos_with_zero"]),
             kl_ctl=float(config["kl_coef"]), kl_estimator=kl_type,
             discount=float(config["gamma"]), gae_lambda=float(config["lam"]),
+            **(trainer := actor_options(config)),
         )
 
         # AReaL's rollout layout (areal/workflow/rlvr.py): int32 ids and loss mask, bool
@@ -324,6 +329,8 @@ class ArealAdapter(Surfaces, TrainerAdapter):
             "logprobs": _prepend(lp.detach().float() if lp is not None else torch.zeros(B, T, device=dev), 0.0)[idx],
             "rewards": inputs["rewards"].detach().float().reshape(B)[idx],
         }
+        if trainer.get("recompute_logprob") or trainer.get("use_decoupled_loss"):  # what compute_logp returns
+            batch["prox_logp"] = _append(batch["logprobs"][:, 1:], 0.0)  # (options.py), predict-aligned
         if inputs.get("ref_log_probs") is not None:
             batch["ref_logp"] = _append(inputs["ref_log_probs"].detach().float(), 0.0)[idx]
         if inputs.get("values") is not None:
@@ -417,7 +424,7 @@ class ArealAdapter(Surfaces, TrainerAdapter):
         spec = {k: config[k] for k in ("mean_level", "std_level", "eps", "mean_leave1out", "std_unbiased")}
         norm_cfg = self._norm_config("reward_norm", spec, sizes=sizes, has_groups=group is not None or bool(group_size),
                                      group_size=group_size)
-        norm = self._need(self._data, "Normalization", "reward_norm")(norm_cfg)
+        norm = self._need(self._data, "Normalization", "reward_norm")(recorded(norm_cfg))  # its reads recorded
         idx = torch.tensor(perm, device=x.device)
         kw: dict[str, Any] = {}
         mask = inputs.get("mask")

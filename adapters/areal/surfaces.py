@@ -37,6 +37,7 @@ import torch
 
 from sentinel.adapters.binding import bind, parameters
 from sentinel.adapters.contract import BoundaryResult, implements
+from sentinel.adapters.options import recorded
 from sentinel.errors import Unsupported
 
 from .legacy import logits_for
@@ -133,7 +134,7 @@ class Surfaces:
         fields, takes = parameters(self._need(self._cli, "NormConfig", "masked_reduce")), parameters(cls.__call__)
         call = {arg: spec.pop(key) for key, arg in (("std_unbiased", "unbiased"), ("eps", "eps"))
                 if key not in fields and arg in takes and spec[key] is not None}
-        norm = cls(self._norm_config("masked_reduce", spec, sizes=[], has_groups=False, group_size=None))
+        norm = cls(recorded(self._norm_config("masked_reduce", spec, sizes=[], has_groups=False, group_size=None)))
         mask = inputs["loss_mask"]
         return BoundaryResult({"whitened": norm(inputs["values"], mask.to(inputs["values"].dtype), **call)},
                               function=self._ref(cls.__call__))

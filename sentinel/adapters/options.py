@@ -76,8 +76,10 @@ class _Recording:
     def read(self, name: str, value: Any) -> None:
         if isinstance(value, (tuple, list)) and all(isinstance(v, _PLAIN) for v in value):
             value = tuple(value)  # a range (reward clip bounds): one option value
+        elif _config_like(value):  # a nested config is recorded by its own reads; as a value it is
+            value = Nested(f"<{type(value).__name__}>")  # "set" (AReaL's adv_norm: a NormConfig or None)
         elif not isinstance(value, _PLAIN):
-            return  # a nested config is recorded by its own reads; a model, a tensor or a method is no option
+            return  # a model, a tensor or a method is no option
         values = _LOG.setdefault(self.boundary, {}).setdefault(name, {})
         if len(values) < MAX_VALUES:
             values.setdefault(repr(value), value)
@@ -96,9 +98,17 @@ def recording(boundary: str, roots: tuple[str, ...] | list[str]) -> Iterator[Non
             del _REC[k]
 
 
+class Nested(str):
+    """The value of an option read as a nested config object (its class name in brackets): an
+    option read only so is the nested config's own fields, and is not reported; one read as a
+    config and as None (an optional normalisation) was varied."""
+
+
 def drain() -> dict[str, dict[str, list[Any]]]:
-    """What this process recorded since the last drain: boundary -> option -> values read."""
-    out = {b: {n: list(v.values()) for n, v in sorted(opts.items())} for b, opts in _LOG.items()}
+    """What this process recorded since the last drain: boundary -> option -> values read
+    (an option read only as nested configs left out: its fields are the options)."""
+    out = {b: {n: [str(x) if isinstance(x, Nested) else x for x in v.values()] for n, v in sorted(opts.items())
+               if not all(isinstance(x, Nested) for x in v.values())} for b, opts in _LOG.items()}
     _LOG.clear()
     return out
 

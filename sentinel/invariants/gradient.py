@@ -39,9 +39,11 @@ class Gradient(Invariant):
     family = "gradient"
     hunt = (hunted("policy_loss", doc="PPO's gradient is -ratio * A / N at every valid token the clip keeps, "
                    "0 where it binds", body=_ppo_gradient,
-                   config={"loss_agg": ["token-mean"], "importance_sampling_level": ["token"]}),
+                   config={"loss_agg": ["token-mean"], "importance_sampling_level": ["token"],
+                           "use_decoupled_loss": [False]}),  # on-policy: no behaviour weight (AReaL's decoupled loss)
             hunted("cispo_loss", doc="CISPO's gradient flows through log pi only: -sg(clip(ratio)) * A / N at "
-                   "every valid token", body=_cispo_gradient, config={"loss_agg": ["token-mean"]}),
+                   "every valid token", body=_cispo_gradient,
+                   config={"loss_agg": ["token-mean"], "use_decoupled_loss": [False]}),
             hunted("is_correction", doc="off-policy IS: d loss / d log pi = -w * A / N (the weight is a constant)",
                    body={"of": "loss", "wrt": "log_probs", "where": "loss_mask",
                          "expected": "-weights * advantages * loss_mask / sum(loss_mask)"},

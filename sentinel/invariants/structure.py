@@ -27,7 +27,8 @@ class SequenceUniform(Invariant):
             hunted("policy_loss", doc="GSPO (importance_sampling_level sequence): with one advantage per sequence, "
                    "every token of it gets the same clipped loss",
                    body={"output": "pg_loss", "atol": 1e-6, "per_sequence": ["advantages"]},
-                   config={"importance_sampling_level": ["sequence"]}, seq_advantages=True),
+                   config={"importance_sampling_level": ["sequence"], "use_decoupled_loss": [False]},  # no
+                   seq_advantages=True),  # per-token behaviour weight (AReaL's decoupled loss multiplies one in)
             hunted("gspo_kl", doc="the GSPO sequence KL is one value per sequence",
                    body={"output": "seq_kl", "atol": 1e-6}))
     output: str
@@ -130,7 +131,7 @@ class GroupIsolation(Invariant):
                    config={"estimator": ["grpo", "reinforce_plus_plus_baseline", "gae"],
                            "reward_norm": [None, {"mean_level": "group", "std_level": "group"},
                                            {"mean_level": "group", "std_level": None}],
-                           "normalize_advantages": [False]},
+                           "normalize_advantages": [False], "adv_norm": [None]},  # batch whitening mixes groups
                    groups="always", min_groups=2, min_batch=2, min_prompt=1),
             hunted("reward_norm", doc="group-level normalisation: one group's rewards do not move another group's",
                    body={"output": "rewards", "mask": None, **REL},

@@ -1,0 +1,91 @@
+"""AReaL's trainer options as hunt axes (sentinel.adapters.options: `trainer:<name>`, AReaL's
+default first) and the options its code reads that the adapter keeps at one value, with why.
+
+advantages: ``PPOActorConfig`` fields that `PPOActor._compute_advantages` branches on and no
+canonical config key holds:
+
+- the DAPO overlong penalty (``overlong_reward_penalty`` with ``overlong_tokens``,
+  ``overlong_penalty_factor`` and ``max_new_tokens``: the penalty starts at
+  ``max_new_tokens - overlong_tokens`` response tokens). AReaL's ``overlong_tokens`` and
+  ``overlong_penalty_factor`` default to None, which it asserts against once the penalty is on,
+  so their first values are a recipe's, not a default; ``max_new_tokens`` 1024 (AReaL's
+  default) never penalises a drawn batch, 4 does.
+- where the old policy's log-probs come from: the rollout's (rolled by AReaL) or, with
+  ``recompute_logprob``, the recomputed ``prox_logp`` (already predict-aligned); with
+  ``use_decoupled_loss`` the rollout's again and ``prox_logp`` left as given. The adapter hands
+  ``prox_logp`` (the drawn log-probs, predict-aligned, as `compute_logp` would return them)
+  whenever either is on.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sentinel.adapters.options import pin
+
+# canonical options AReaL reads that the boundaries' own hunt values leave at one value: the
+# NormConfig fields beside the levels, the reward affine map, the decoupled loss and AReaL's
+# RejectionSamplingConfig (every level, action, metric and aggregation once)
+# (batch level only: a group-level NormConfig needs group ids, which most advantages properties
+# do not draw, and the adapter refuses it without them)
+_NORMS = ({"mean_level": "batch", "std_level": None, "mean_leave1out": True, "std_unbiased": False, "eps": 1e-6},
+          {"mean_level": "batch", "std_level": "batch", "std_unbiased": False})
+_RS = ({"level": "token", "action": "mask", "metric": "ratio", "upper": 2.0},
+       {"level": "sequence", "action": "clamp", "metric": "ratio", "upper": 2.0, "lower": 0.5, "agg": "mean"},
+       {"level": "token", "action": "mask", "metric": "kl_k3", "upper": 0.5},
+       {"level": "sequence", "action": "mask", "metric": "kl_k2", "upper": 0.5, "agg": "max"},
+       {"level": "sequence", "action": "mask", "metric": "kl_k1", "upper": 0.5, "lower": -0.5, "agg": "sum"})
+_LOSS = {"use_decoupled_loss": (True,), "rejection_sampling": _RS}
+OPTION_DOMAINS = {
+    "policy_loss": _LOSS,
+    "cispo_loss": _LOSS,
+    "reward_norm": {"mean_leave1out": (True,), "std_unbiased": (False,)},
+    "masked_reduce": {"eps": (1e-6,)},
+    "advantages": {
+        "reward_norm": _NORMS, "adv_norm": _NORMS, "reward_bias": (0.5,), "reward_scaling": (2.0,),
+        "trainer:overlong_reward_penalty": (False, True),
+        "trainer:overlong_tokens": (2, 4),
+        "trainer:overlong_penalty_factor": (1.0, 0.5),
+        "trainer:max_new_tokens": (1024, 4),
+        "trainer:recompute_logprob": (False, True),
+        "trainer:use_decoupled_loss": (False, True),
+    },
+}
+# how a PPOActorConfig without one of these fields behaves (old commits: bind's `absent`)
+TRAINER_OFF = {"overlong_reward_penalty": False, "recompute_logprob": False, "use_decoupled_loss": False}
+
+_LOGGED = "read only by PPOActor._log_configuration, which writes it to the log (no boundary value depends on it)"
+_UPDATE = "copied by PPOActor.__init__ for ppo_update / compute_logp, which need the train engine (no boundary calls them)"
+PINNED = (
+    *pin("advantages", "eps_clip", "importance_sampling_level", "prox_logp_method", "rejection_sampling",
+         reason=_LOGGED),
+    *pin("advantages", "temperature", "m2_threshold", reason=_UPDATE),
+    *pin("advantages", "adv_norm.mean_level", "adv_norm.group_size",
+         reason="group-level advantage whitening (and its group size) needs group ids, which most advantages "
+                "properties do not draw; it is the same Normalization code as reward_norm's, drawn at group level"),
+    *pin("is_correction", "rejection_sampling.level", "rejection_sampling.metric",
+         reason="the is_correction boundary is AReaL's token-level ratio correction (vanilla_tis: clamp, icepop: "
+                "mask); policy_loss and cispo_loss draw every level, metric and aggregation"),
+    *pin("masked_reduce", "mean_level", "std_level", "group_size", "mean_leave1out",
+         reason="the masked_reduce boundary is the batch whitening PPOActor runs for adv_norm; levels, groups and "
+                "leave-one-out are drawn on reward_norm and advantages (adv_norm), through the same Normalization"),
+    *pin("advantages", "gae_timestep_unit", reason="turn-level GAE needs the rollout's turn_ids (multi-turn agent "
+                                                   "data); no canonical input holds turn boundaries, and AReaL "
+                                                   "refuses 'turn' without them"),
+    *pin("advantages", "gae_lambda_kwargs", reason="the keyword arguments of a user's per-sample lambda function "
+                                                   "(gae_lambda as a dotted path); AReaL ships none"),
+)
+
+
+def actor_options(config: dict[str, Any]) -> dict[str, Any]:
+    """The PPOActorConfig fields the drawn trainer options set (only those off AReaL's default:
+    an old PPOActorConfig without a field then still builds where the option is off)."""
+    out: dict[str, Any] = {}
+    if config["trainer:overlong_reward_penalty"]:
+        out.update(overlong_reward_penalty=True, overlong_tokens=int(config["trainer:overlong_tokens"]),
+                   overlong_penalty_factor=float(config["trainer:overlong_penalty_factor"]),
+                   max_new_tokens=int(config["trainer:max_new_tokens"]))
+    for key in ("recompute_logprob", "use_decoupled_loss"):
+        if config[f"trainer:{key}"]:
+            out[key] = True
+    return out
