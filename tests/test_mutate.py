@@ -116,3 +116,19 @@ def test_every_reference_plant_is_a_mutant_the_tool_kills(tmp_path, monkeypatch)
     assert s.totals.score == 1.0
     fn = {m.key: m.function for m in s.mutants}
     assert fn["opsm-token-level"].endswith(":opsm_mask") and fn["ratio-in-low-precision"].endswith(":ppo_policy_loss")
+
+
+def test_mutant_selection_by_id_key_or_function():
+    """`-m` names one mutant (id or key) or every mutant of a function: a declared subset."""
+    from sentinel.mutate.driver import selected
+    from sentinel.mutate.mutants import Function, mutants
+    import inspect
+    import mutate_toy
+    lines, line = inspect.getsourcelines(mutate_toy.kl_k1)
+    every = list(mutants(Function("mutate_toy:kl_k1", "".join(lines), line), None))
+    other = list(mutants(Function("other:kl_k1", "".join(lines), line), None))
+    assert len(every) == 9 and selected(every + other, None) == every + other
+    assert selected(every + other, ["mutate_toy:kl_k1"]) == every
+    assert selected(every + other, [every[2].id]) == [every[2]]
+    assert selected(every + other, [every[2].key]) == [every[2], other[2]]  # a key names the change, not the function
+    assert selected(every + other, ["mutate_toy:nope"]) == []
