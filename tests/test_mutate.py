@@ -161,3 +161,15 @@ def test_areal_mutant_that_drops_returns_is_not_read_as_an_older_areal(tmp_path,
                                                         operators=["delete"], only=[dropped[0].id], budget=5, cache=None))
     m, = rep.mutate.mutants
     assert m.verdict == "error" and "KeyError: 'returns'" in m.reason, m
+
+
+def test_claim_on_a_mutant_left_out_by_m_is_not_stale():
+    """A `-m` subset judges some mutants: a claim on another existing mutant is neither honoured
+    nor called stale ("no such mutant"); a claim on a mutant no operator makes still is."""
+    from sentinel.mutate.driver import _honour
+    from sentinel.mutate.equivalent import Claim
+    claims = {i: Claim("m:f", "sign", i.split("@")[1], "r", f"e.yaml:{n}") for n, i in
+              enumerate(["m:f#sign@aa", "m:f#sign@gone"])}
+    assert _honour([], claims, {"m:f"}, 100, {"m:f#sign@aa"}) == ["e.yaml:1: m:f#sign@gone: no such mutant "
+                                                                  "(the function changed, or the operator no longer applies)"]
+    assert len(_honour([], claims, {"m:f"}, 100)) == 2  # without the generated ids: both (the old behaviour)

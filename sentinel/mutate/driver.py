@@ -137,8 +137,10 @@ def _grouped(records: list[MutantRecord], keys: Callable[[MutantRecord], list[st
     return {k: _count(v) for k, v in sorted(groups.items())}
 
 
-def _honour(records: list[MutantRecord], claims: dict[str, equiv.Claim], functions: set[str], n: int) -> list[str]:
-    """Survivors with a claim and its evidence become `equivalent`; the claims not honoured, why."""
+def _honour(records: list[MutantRecord], claims: dict[str, equiv.Claim], functions: set[str], n: int,
+            known: set[str] | None = None) -> list[str]:
+    """Survivors with a claim and its evidence become `equivalent`; the claims not honoured, why.
+    `known`: every mutant id generated, judged or not (a claim on one `-m` left out is not stale)."""
     stale, seen = [], set()
     for r in records:
         c = claims.get(r.id)
@@ -154,7 +156,7 @@ def _honour(records: list[MutantRecord], claims: dict[str, equiv.Claim], functio
             continue
         r.verdict, r.reason = "equivalent", c.reason
     stale += [f"{c.where}: {i}: no such mutant (the function changed, or the operator no longer applies)"
-              for i, c in claims.items() if i not in seen and c.function in functions]
+              for i, c in claims.items() if i not in seen and i not in (known or ()) and c.function in functions]
     return stale
 
 
@@ -247,7 +249,7 @@ def mutate(scenarios: list[Scenario], opts: Options,
                 take(json.loads(fut.result()))
     judge_s = time.perf_counter() - t_judge
     records = [_record(m, *done[m.id]) for m in ms]
-    stale = _honour(records, claims, {f.name for f in p.functions}, opts.equivalent_examples)
+    stale = _honour(records, claims, {f.name for f in p.functions}, opts.equivalent_examples, {m.id for m in every})
     records.sort(key=lambda r: (ORDER[r.verdict], r.function, r.position, r.operator))
     totals = _count(records)
     summary = MutateSummary(
