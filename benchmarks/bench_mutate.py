@@ -44,6 +44,8 @@ def main() -> None:
     ap.add_argument("--budget", type=float, default=2.0, help="hunt seconds per mutant the catalog leaves alive")
     ap.add_argument("--jobs", "-j", type=int, default=1)
     ap.add_argument("--boundary", "-b", action="append", default=[])
+    ap.add_argument("--mutant", "-m", action="append", default=[],
+                    help="only these mutants (id or key) or functions (module:qualname): a declared subset, cached as in a full run")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--cache", type=Path, default=None, help="mutant cache (default: none, every mutant judged)")
     a = ap.parse_args()
@@ -60,7 +62,7 @@ def main() -> None:
         cache = ["--cache", str(a.cache)] if a.cache else ["--no-cache"]
         cmd = [sys.executable, "-m", "sentinel", "mutate", "-t", t, *where, "--budget", str(a.budget), "-j",
                str(a.jobs), *cache, "--out", str(folder), "--format", "json",
-               *(x for b in a.boundary for x in ("-b", b))]
+               *(x for b in a.boundary for x in ("-b", b)), *(x for m in a.mutant for x in ("-m", m))]
         load = os.getloadavg()[0]
         p = subprocess.run(cmd, stdout=subprocess.DEVNULL)  # its progress lines pass through on stderr
         if p.returncode not in (0, 1):

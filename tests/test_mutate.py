@@ -116,3 +116,60 @@ def test_every_reference_plant_is_a_mutant_the_tool_kills(tmp_path, monkeypatch)
     assert s.totals.score == 1.0
     fn = {m.key: m.function for m in s.mutants}
     assert fn["opsm-token-level"].endswith(":opsm_mask") and fn["ratio-in-low-precision"].endswith(":ppo_policy_loss")
+
+
+def test_mutant_selection_by_id_key_or_function():
+    """`-m` names one mutant (id or key) or every mutant of a function: a declared subset."""
+    from sentinel.mutate.driver import selected
+    from sentinel.mutate.mutants import Function, mutants
+    import inspect
+    import mutate_toy
+    lines, line = inspect.getsourcelines(mutate_toy.kl_k1)
+    every = list(mutants(Function("mutate_toy:kl_k1", "".join(lines), line), None))
+    other = list(mutants(Function("other:kl_k1", "".join(lines), line), None))
+    assert len(every) == 9 and selected(every + other, None) == every + other
+    assert selected(every + other, ["mutate_toy:kl_k1"]) == every
+    assert selected(every + other, [every[2].id]) == [every[2]]
+    assert selected(every + other, [every[2].key]) == [every[2], other[2]]  # a key names the change, not the function
+    assert selected(every + other, ["mutate_toy:nope"]) == []
+
+
+AREAL_REPO = os.environ.get("SENTINEL_AREAL_REPO")
+
+
+@pytest.mark.slow  # one AReaL prepare and one mutant: about a minute on a free core
+@pytest.mark.skipif(not AREAL_REPO, reason="needs an AReaL checkout in SENTINEL_AREAL_REPO")
+def test_areal_mutant_that_drops_returns_is_not_read_as_an_older_areal(tmp_path, monkeypatch):
+    """Deleting `data["returns"] = returns` from AReaL's _compute_advantages made the adapter answer
+    `unsupported` (an AReaL before returns existed) on every example: the mutant survived with 0
+    examples compared. The file's code stores returns, so their absence is now the run's fault: the
+    mutant fails the same way on every input, an error (as deleting the advantages store is)."""
+    import ast
+    from sentinel.catalog import catalog_path
+    from sentinel.mutate.mutants import Function, mutants
+    monkeypatch.setenv("HYPOTHESIS_STORAGE_DIRECTORY", str(tmp_path / "hypothesis"))
+    path = Path(AREAL_REPO) / "areal" / "trainer" / "ppo" / "actor.py"
+    text = path.read_text()
+    cls = next(n for n in ast.parse(text).body if isinstance(n, ast.ClassDef) and n.name == "PPOActor")
+    node = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "_compute_advantages")
+    name = "areal.trainer.ppo.actor:PPOActor._compute_advantages"
+    lines = text.splitlines(keepends=True)[node.lineno - 1:node.end_lineno]
+    dropped = [m for m in mutants(Function(name, "".join(lines), node.lineno), ["delete"])
+               if "-    data['returns'] = returns" in m.diff]
+    assert len(dropped) == 1
+    rep = mutate(load_paths([catalog_path()]), Options("areal", repo=AREAL_REPO, boundaries=["advantages"],
+                                                        operators=["delete"], only=[dropped[0].id], budget=5, cache=None))
+    m, = rep.mutate.mutants
+    assert m.verdict == "error" and "KeyError: 'returns'" in m.reason, m
+
+
+def test_claim_on_a_mutant_left_out_by_m_is_not_stale():
+    """A `-m` subset judges some mutants: a claim on another existing mutant is neither honoured
+    nor called stale ("no such mutant"); a claim on a mutant no operator makes still is."""
+    from sentinel.mutate.driver import _honour
+    from sentinel.mutate.equivalent import Claim
+    claims = {i: Claim("m:f", "sign", i.split("@")[1], "r", f"e.yaml:{n}") for n, i in
+              enumerate(["m:f#sign@aa", "m:f#sign@gone"])}
+    assert _honour([], claims, {"m:f"}, 100, {"m:f#sign@aa"}) == ["e.yaml:1: m:f#sign@gone: no such mutant "
+                                                                  "(the function changed, or the operator no longer applies)"]
+    assert len(_honour([], claims, {"m:f"}, 100)) == 2  # without the generated ids: both (the old behaviour)

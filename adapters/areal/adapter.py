@@ -85,6 +85,16 @@ def _deferred_torch_compile():
         torch.compile = real
 
 
+def _stores(fn: Any, key: str) -> bool:
+    """Whether `fn`'s code, as its file has it, stores `data[key]`: the version has that output,
+    so its absence from a run is a fault of the run (a mutant's deleted line), not an older AReaL."""
+    try:
+        src = inspect.getsource(inspect.unwrap(fn))
+    except (OSError, TypeError):
+        return False
+    return f'data["{key}"] =' in src or f"data['{key}'] =" in src
+
+
 class _Unimportable:
     """AReaL's PPO actor module where AReaL's own import of it fails at this commit: every use
     raises that ImportError (a failed call on this commit, not an unsupported one)."""
@@ -345,7 +355,9 @@ class ArealAdapter(Surfaces, TrainerAdapter):
             one = dict(batch)
             results = [actor.compute_advantages(one) or one]
 
-        if "returns" not in results[0]:
+        cls = self._actor_mod.PPOActor  # the batch kernel, or the one method before #1017
+        kernel = getattr(cls, "_compute_advantages", cls.compute_advantages)
+        if "returns" not in results[0] and not _stores(kernel, "returns"):  # else a fault of this run: KeyError below
             raise Unsupported("AReaL's PPOActor.compute_advantages stores no returns at this version (before #392, "
                               "PPO with a critic): the advantages boundary's returns output does not exist there")
 
@@ -380,8 +392,6 @@ class ArealAdapter(Surfaces, TrainerAdapter):
                 rows[k] = unpermute(torch.cat([r[k] for r in results], dim=0), perm)
             except RuntimeError:  # groups of unequal widths: kept per group
                 rows[k] = [r[k] for r in results]
-        cls = self._actor_mod.PPOActor  # the batch kernel, or the one method before #1017
-        kernel = getattr(cls, "_compute_advantages", cls.compute_advantages)
         return BoundaryResult(outputs, inputs_after, self._ref(kernel),
                               extras({"results": rows}, *watches))
 

@@ -52,7 +52,7 @@ def mutate(
     boundary: Optional[List[str]] = typer.Option(None, "--boundary", "-b", help="Only the functions these boundaries map (repeatable)."),
     operators: Optional[str] = typer.Option(None, "--operators", help="Comma-separated operators (default: all; `sentinel mutate --list-operators`)."),
     plants: bool = typer.Option(False, "--plants", help="The reference only: judge its planted bugs as mutants (each plant's code swapped in for the function it replaces)."),
-    mutant: Optional[List[str]] = typer.Option(None, "--mutant", "-m", help="Judge only this mutant (its key or id, as the report names it; repeatable)."),
+    mutant: Optional[List[str]] = typer.Option(None, "--mutant", "-m", help="Judge only this mutant (its key or id, as the report names it), or every mutant of a function (module:qualname; repeatable)."),
     budget: float = typer.Option(5.0, "--budget", min=0, help="Differential hunt seconds for each mutant the catalog leaves alive (0: catalog only)."),
     seed: int = typer.Option(0, "--seed", help="The hunt's seed (the same examples for every mutant)."),
     hunt_examples: int = typer.Option(100_000, "--hunt-examples", min=1, help="A mutant's hunt ends after this many examples per boundary (or at --budget)."),

@@ -53,7 +53,7 @@ class Options:
     seed: int = 0
     timeout: float = 30.0
     hunt_examples: int = 100_000  # per boundary and mutant: the hunt ends there, or at its budget
-    only: list[str] | None = None  # judge only these mutants (ids or keys)
+    only: list[str] | None = None  # judge only these mutants (ids or keys, or a function's name: all of its)
     plants: bool = False  # the reference's planted bugs as the mutants, instead of the operators'
     executor: str = "local"
     jobs: int = 1
@@ -137,8 +137,10 @@ def _grouped(records: list[MutantRecord], keys: Callable[[MutantRecord], list[st
     return {k: _count(v) for k, v in sorted(groups.items())}
 
 
-def _honour(records: list[MutantRecord], claims: dict[str, equiv.Claim], functions: set[str], n: int) -> list[str]:
-    """Survivors with a claim and its evidence become `equivalent`; the claims not honoured, why."""
+def _honour(records: list[MutantRecord], claims: dict[str, equiv.Claim], functions: set[str], n: int,
+            known: set[str] | None = None) -> list[str]:
+    """Survivors with a claim and its evidence become `equivalent`; the claims not honoured, why.
+    `known`: every mutant id generated, judged or not (a claim on one `-m` left out is not stale)."""
     stale, seen = [], set()
     for r in records:
         c = claims.get(r.id)
@@ -154,7 +156,7 @@ def _honour(records: list[MutantRecord], claims: dict[str, equiv.Claim], functio
             continue
         r.verdict, r.reason = "equivalent", c.reason
     stale += [f"{c.where}: {i}: no such mutant (the function changed, or the operator no longer applies)"
-              for i, c in claims.items() if i not in seen and c.function in functions]
+              for i, c in claims.items() if i not in seen and i not in (known or ()) and c.function in functions]
     return stale
 
 
@@ -185,6 +187,12 @@ def plant_mutants(functions: list[Function]) -> list[Mutant]:
     return out
 
 
+def selected(every: list[Mutant], only: list[str] | None) -> list[Mutant]:
+    """The mutants `-m` names: by id or key, or by function (module:qualname) for all of its;
+    a declared subset of a target is judged and cached as in the full run."""
+    return [m for m in every if not only or {m.id, m.key, m.function} & set(only)]
+
+
 def mutate(scenarios: list[Scenario], opts: Options,
            on_progress: Callable[[int, int, dict[str, int]], None] | None = None) -> Report:
     """Generate, judge and score the mutants of `opts.target` (see the module docstring)."""
@@ -193,7 +201,7 @@ def mutate(scenarios: list[Scenario], opts: Options,
     claims = equiv.load(opts.equivalent) if opts.equivalent else {}
     p = prepare(opts, scenarios)
     every = plant_mutants(p.functions) if opts.plants else [m for f in p.functions for m in mutants(f, opts.operators)]
-    ms = [m for m in every if not opts.only or m.id in opts.only or m.key in opts.only]
+    ms = selected(every, opts.only)
     commit = p.target.commit or p.target.version or "-"
     store = mcache.Cache(opts.cache, opts.target, target_registry.adapter_spec(opts.target), commit,
                          mcache.catalog_hash([sc for sc in scenarios if sc.boundary in p.mapping]), [opts.budget, opts.hunt_examples],
@@ -241,7 +249,7 @@ def mutate(scenarios: list[Scenario], opts: Options,
                 take(json.loads(fut.result()))
     judge_s = time.perf_counter() - t_judge
     records = [_record(m, *done[m.id]) for m in ms]
-    stale = _honour(records, claims, {f.name for f in p.functions}, opts.equivalent_examples)
+    stale = _honour(records, claims, {f.name for f in p.functions}, opts.equivalent_examples, {m.id for m in every})
     records.sort(key=lambda r: (ORDER[r.verdict], r.function, r.position, r.operator))
     totals = _count(records)
     summary = MutateSummary(
