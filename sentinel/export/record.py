@@ -17,7 +17,7 @@ import types
 from pathlib import Path
 from typing import Any, Callable
 
-from sentinel.adapters import spying
+from sentinel.adapters import binding, spying
 
 from . import standins
 
@@ -94,15 +94,27 @@ class Calls:
         self.live: list[tuple[dict[str, Any], Any, list[tuple[dict[str, Any], Any]]]] = []
         self._active = None
         self._listening = spying.listening(self._spied)
+        self._absent: dict[types.CodeType, dict[str, Any]] = {}  # bind's absent values, by the bound code
+        self._watching = binding.watching(self._bound)
 
     def __enter__(self) -> "Calls":
         self._listening.__enter__()
+        self._watching.__enter__()
         sys.setprofile(self._hook)
         return self
 
     def __exit__(self, *exc: Any) -> None:
         sys.setprofile(None)
+        self._watching.__exit__(*exc)
         self._listening.__exit__(*exc)
+
+    def _bound(self, fn: Any, absent: dict[str, Any]) -> None:
+        """The adapter bound `fn`'s arguments declaring `absent` (how a version without one of
+        them behaves): kept for the call of that function that follows."""
+        target = getattr(fn, "__init__", None) if isinstance(fn, type) else fn
+        code = getattr(inspect.unwrap(target) if callable(target) else target, "__code__", None)
+        if code is not None and absent:
+            self._absent[code] = dict(absent)
 
     def _spied(self, owner: Any, name: str, arguments: dict[str, Any], out: Any) -> None:
         """A spied call inside the active trainer call: validate.py spies the same place, so
@@ -181,9 +193,21 @@ class Calls:
             entry["kwextra"] = {k: self.writer.source(v) for k, v in (loc.get(starstar) or {}).items()} if starstar else {}
             # it takes a trainer-wide object: what earlier calls did to that object matters
             entry["shared"] = self.writer.shared
+            # an argument at the value the adapter declared for a version without it: validate.py
+            # leaves it out where the function it runs against has no such parameter
+            absent = self._absent.get(code, {})
+            entry["absent"] = sorted(n for n, v in args.items() if n in absent and _same(v, absent[n]))
         except Exception as e:  # noqa: BLE001 - codegen.NotSource and anything a repr raises
             entry["error"] = f"{type(e).__name__}: {e}"
         return entry
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Exactly the declared value: the same object, or an equal plain scalar (never a tensor)."""
+    if a is b:
+        return True
+    plain = (bool, int, float, str)
+    return type(a) is type(b) and isinstance(a, plain) and a == b
 
 
 def _function_of(frame):
