@@ -95,6 +95,9 @@ class Calls:
         self._active = None
         self._listening = spying.listening(self._spied)
         self._absent: dict[types.CodeType, dict[str, Any]] = {}  # bind's absent values, by the bound code
+        # the adapter's composition functions' calls (`spying.composes`): (function, arguments, result)
+        self.composed: list[tuple[Callable, dict[str, Any], Any]] = []
+        self._composing = None
         self._watching = binding.watching(self._bound)
 
     def __enter__(self) -> "Calls":
@@ -138,6 +141,15 @@ class Calls:
         entry.setdefault("spied", []).append(places.index(place))  # capture i -> its place
 
     def _hook(self, frame, event, arg) -> None:
+        if self._composing is None and self._active is None and event == "call" \
+                and frame.f_code in spying.COMPOSERS:
+            self._composing = frame
+            self.composed.append((spying.COMPOSERS[frame.f_code], dict(frame.f_locals), None))
+            return
+        if event == "return" and frame is self._composing:
+            self._composing = None
+            self.composed[-1] = (*self.composed[-1][:2], arg)
+            return
         if event == "call" and self._active is None:
             code = frame.f_code
             if not self.is_trainer(code.co_filename):

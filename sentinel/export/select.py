@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from . import runtime
+from . import rebuild, runtime
 from .codegen import NotSource, Writer
 from .record import HARNESS, Calls, ImportLog, candidates
 
@@ -76,6 +76,7 @@ def record(req: dict[str, Any]) -> dict[str, Any]:
     runs = plan(sc)
     calls: dict[str, list[dict[str, Any]]] = {}
     live: dict[str, list[tuple[dict[str, Any], Any, list]]] = {}
+    composed: dict[str, list] = {}  # the adapter's composition functions' calls, per run
     observed: dict[str, dict[str, Any]] = {}
     res: dict[str, Any] = {"status": "ok", "runs": {}, "function": None, "duration_s": 0.0}
     try:
@@ -85,7 +86,7 @@ def record(req: dict[str, Any]) -> dict[str, Any]:
             with imports, Calls(is_trainer, is_adapter, writer) as rec:
                 obs, fn = observe(adapter, torch.device("cpu"), sc.boundary, r.inputs, r.config, r.grads,
                                   r.casts)
-            calls[r.name], live[r.name], observed[r.name] = rec.calls, rec.live, obs
+            calls[r.name], live[r.name], observed[r.name], composed[r.name] = rec.calls, rec.live, obs, rec.composed
             res["function"] = res["function"] or fn
             res["runs"][r.name] = {"outputs": {n: encode(a) for n, a in obs["outputs"].items()},
                                    "requires_grad": obs["requires_grad"],
@@ -103,7 +104,7 @@ def record(req: dict[str, Any]) -> dict[str, Any]:
         inputs = {r.name: r.inputs for r in runs}
         for i, inv in enumerate(result.invariants):
             if inv.verdict == "violated":
-                checks.append(_check(i, inv, sc, inputs, observed, calls, live))
+                checks.append(_check(i, inv, sc, inputs, observed, calls, live, (composed, writer)))
     checks = _one_home(checks)
     used = set()
     for ch in checks:
@@ -135,7 +136,7 @@ def _where(sc, name: str, arr: np.ndarray, inputs: dict[str, np.ndarray], mask: 
     return None
 
 
-def _check(index: int, inv, sc, inputs, observed, calls, live) -> dict[str, Any]:
+def _check(index: int, inv, sc, inputs, observed, calls, live, built=({}, None)) -> dict[str, Any]:
     """How validate.py decides this violated invariant, and which recorded call shows it."""
     fam, body = inv.family, inv.config.get(inv.family, {}) or {}
     details = inv.details or {}
@@ -151,7 +152,8 @@ def _check(index: int, inv, sc, inputs, observed, calls, live) -> dict[str, Any]
         ch.update(kind="gradient", observable=f"grad:{body['of']}/{body['wrt']}", run=run, expected=inv.expected,
                   atol=float(body.get("atol", 1e-6)), rtol=float(body.get("rtol", 1e-5)),
                   where=inputs[run][mask].astype(bool).tolist() if isinstance(mask, str) and mask in inputs[run] else None)
-        return _gradient(ch, body["of"], body["wrt"], inputs[run], observed[run], calls[run], live[run])
+        return _gradient(ch, body["of"], body["wrt"], inputs[run], observed[run], calls[run], live[run],
+                         built[0].get(run, []), built[1])
     elif fam == "finite":
         run = f"~poison:{details.get('poison')}"
         ch.update(kind="finite", observable=details.get("observable"), run=run)
@@ -209,10 +211,11 @@ def _check(index: int, inv, sc, inputs, observed, calls, live) -> dict[str, Any]
     return ch
 
 
-def _gradient(ch, of, wrt, inputs, obs, calls, live) -> dict[str, Any]:
+def _gradient(ch, of, wrt, inputs, obs, calls, live, composed=(), writer=None) -> dict[str, Any]:
     """A gradient check: the recorded call that returns `of`, and the argument of that call
     that carries the input `wrt` (a tensor that requires grad, equal to the input in one of
-    the layouts): validate.py makes that argument a leaf and differentiates `of` by it."""
+    the layouts): validate.py makes that argument a leaf and differentiates `of` by it. Else
+    an argument the adapter built from that input (`rebuild`): rebuilt there from a leaf."""
     found = _match(obs["outputs"].get(of), calls, live)
     if found is None:
         return {**ch, "unsupported": f"no recorded trainer call returns {of} as it is observed (the adapter composes "
@@ -223,19 +226,14 @@ def _gradient(ch, of, wrt, inputs, obs, calls, live) -> dict[str, Any]:
                                      f"({calls[idx].get('error') or 'it is seen inside the call'})"}
     want = np.asarray(inputs[wrt], np.float64)
     for arg_path, value in candidates(None, live[idx][0]):
-        leaves = value if isinstance(value, list) else [value]
-        if not arg_path.startswith("ARGS") or not all(getattr(t, "requires_grad", False) for t in leaves):
-            continue
-        for layout in runtime.LAYOUTS:
-            try:
-                got = runtime.canonical(value, layout, want.shape)
-            except (ValueError, TypeError, IndexError):
-                continue
-            if runtime.same_values(got, want):
-                return {**ch, "call": calls[idx], "call_index": idx, "path": path, "wrt_path": arg_path,
-                        "layout": layout, "shape": list(want.shape)}
+        if arg_path.startswith("ARGS") and (layout := rebuild.carries(value, want)) is not None:
+            return {**ch, "call": calls[idx], "call_index": idx, "path": path, "wrt_path": arg_path,
+                    "layout": layout, "shape": list(want.shape)}
+    built = rebuild.rebuilt(calls[idx], live[idx][0], want, list(composed), writer) if writer else ""
+    if isinstance(built, dict):
+        return {**ch, **built, "call_index": idx, "path": path, "shape": list(want.shape)}
     return {**ch, "unsupported": f"no argument of {calls[idx]['qualname']} carries the input {wrt} as drawn (the "
-                                 "adapter reshapes or reorders it on the way)"}
+                                 "adapter reshapes or reorders it on the way)" + (f"; {built}" if built else "")}
 
 
 def _one_home(checks: list[dict[str, Any]]) -> list[dict[str, Any]]:
