@@ -98,6 +98,10 @@ class Calls:
         # the adapter's composition functions' calls (`spying.composes`): (function, arguments, result)
         self.composed: list[tuple[Callable, dict[str, Any], Any]] = []
         self._composing = None
+        self.used: set[str] = set()  # top-level modules whose code the trainer's calls ran
+        # per call: the tensors its result and arguments held when it returned (a later call
+        # may put more into the same object: verl's data, which compute_advantage fills in)
+        self.fresh: list[set[int]] = []
         self._watching = binding.watching(self._bound)
 
     def __enter__(self) -> "Calls":
@@ -141,6 +145,15 @@ class Calls:
         entry.setdefault("spied", []).append(places.index(place))  # capture i -> its place
 
     def _hook(self, frame, event, arg) -> None:
+        if self._active is not None:  # inside a trainer call: which modules' code it runs
+            if event == "call":
+                self.used.add(str(frame.f_globals.get("__name__", "")).split(".")[0])
+            elif event == "c_call":
+                owner = getattr(arg, "__self__", None)
+                name = getattr(arg, "__module__", None) or (
+                    getattr(owner, "__name__", None) if isinstance(owner, types.ModuleType)
+                    else getattr(type(owner), "__module__", None))
+                self.used.add(str(name or "").split(".")[0])
         if self._composing is None and self._active is None and event == "call" \
                 and frame.f_code in spying.COMPOSERS:
             self._composing = frame
@@ -169,6 +182,9 @@ class Calls:
         elif event == "return" and frame is self._active:
             self._active = None
             self.live[-1] = (self.live[-1][0], arg, self.live[-1][2])
+            import torch
+            self.fresh[len(self.live) - 1] = {id(v) for _, v in candidates(arg, self.live[-1][0], self.live[-1][2])
+                                              if isinstance(v, torch.Tensor)}
 
     def _describe(self, frame) -> dict[str, Any]:
         code = frame.f_code
@@ -189,6 +205,7 @@ class Calls:
             entry.update(module=fn.__module__, file=inner.co_filename, line=inner.co_firstlineno)
         args = {n: loc[n] for n in names if n in loc}
         self.live.append((dict(args), None, []))
+        self.fresh.append(set())
         if factory is not None:
             entry["factory"] = factory
             entry["qualname"] = f"{self.calls[factory]['qualname']}.<locals>.{code.co_name}"
