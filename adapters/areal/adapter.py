@@ -475,9 +475,10 @@ class ArealAdapter(Surfaces, TrainerAdapter):
     @staticmethod
     def _absent(config: dict[str, Any]) -> dict[str, Any]:
         """How ppo_actor_loss_fn behaves at a version without one of its later parameters:
-        symmetric clip, token-level ratio, no behaviour-weight cap."""
+        symmetric clip, token-level ratio, no behaviour-weight cap, no rejection-sampling config
+        (before #1088: the version's own behaviour-weight defaults, as the adapter passes none)."""
         return {"eps_clip_higher": config["eps_clip"], "importance_sampling_level": "token",
-                "behav_imp_weight_cap": None, "behave_imp_weight_cap": None}
+                "behav_imp_weight_cap": None, "behave_imp_weight_cap": None, "rejection_sampling": None}
 
     @implements("policy_loss", calls=(f"{FUNCTIONAL}:ppo_actor_loss_fn",))
     def b_policy_loss(self, inputs: dict[str, torch.Tensor], config: dict[str, Any]) -> BoundaryResult:

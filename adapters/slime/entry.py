@@ -19,11 +19,13 @@ import torch
 from sentinel.adapters.binding import bind, parameters, signature_text
 from sentinel.adapters.contract import BoundaryResult, FunctionRef
 from sentinel.adapters.options import trainer_options
+from sentinel.adapters.spying import composes
 from sentinel.errors import Unsupported
 
 from .conventions import CP_UTILS, LOSS, LOSS_AGG, PPO_UTILS, slime_args
 
 
+@composes
 def logits_for(lp: torch.Tensor) -> torch.Tensor:
     """``[n, 2]`` float32 logits whose log-softmax at token 0 is exactly ``lp`` (token 1 takes
     the rest of the mass), so slime's own log-prob and entropy code runs on them.
@@ -40,6 +42,17 @@ def logits_for(lp: torch.Tensor) -> torch.Tensor:
     target = torch.where(torch.isfinite(d), d + (lp - d) * scale, d)
     rest = torch.where(d < 0, torch.log(-torch.expm1(d.clamp_max(-1e-30))), torch.full_like(d, -1e4))
     return torch.stack([target, rest.clamp_min(-1e4)], dim=-1).float()
+
+
+@composes
+def packed_logits(flat: torch.Tensor, lengths: list[int]) -> torch.Tensor:
+    """``[1, tokens, 2]`` logits of one packed micro-batch from the concatenated log-probs
+    `flat`: per sample a one-token prompt, then `logits_for` its `lengths[i]` log-probs (the
+    last token predicts nothing)."""
+    pieces = []
+    for part in flat.split(lengths):
+        pieces += [logits_for(part), torch.zeros(1, 2, device=flat.device)]
+    return torch.cat(pieces)[None] if pieces else torch.zeros(1, 0, 2, device=flat.device)
 
 
 class GradAt(torch.autograd.Function):
@@ -112,11 +125,8 @@ class EntryLoss:
             batch_extra.setdefault("rollout_log_probs", [o.detach() for o in old])
         options = {**drawn, **options}
         entry = self._fn("loss_function", LOSS, boundary=boundary)
-        pieces, tokens = [], []
-        for part in flat.split(lengths):
-            pieces += [logits_for(part), torch.zeros(1, 2, device=self.device)]  # last token predicts nothing
-            tokens.append(torch.zeros(part.numel() + 1, dtype=torch.long, device=self.device))
-        logits = torch.cat(pieces)[None] if pieces else torch.zeros(1, 0, 2, device=self.device)
+        tokens = [torch.zeros(n + 1, dtype=torch.long, device=self.device) for n in lengths]
+        logits = packed_logits(flat, list(lengths))
         batch = {"advantages": adv, "log_probs": list(old), "unconcat_tokens": tokens,
                  "total_lengths": [t.numel() for t in tokens], "response_lengths": list(lengths),
                  "loss_masks": masks, **(batch_extra or {})}

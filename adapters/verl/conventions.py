@@ -73,6 +73,8 @@ def last_valid_scores(rewards: torch.Tensor, mask: torch.Tensor, attention: torc
 class _Batch(dict):
     """Stands in for DataProto.batch (a TensorDict): key access plus ``batch_size``."""
 
+    __sentinel_standin__ = True  # an exported validate.py gets this class, not a plain dict
+
     def __init__(self, n: int, tensors: dict[str, torch.Tensor]):
         super().__init__(tensors)
         self.batch_size = torch.Size([n])

@@ -3,15 +3,17 @@
 - `parameters`, `signature_text`, `bind`: a canonical call bound to a target signature (a name
   it lacks is signature drift: `Unsupported`, never silently dropped);
 - `lookup`: a function by name in the target's loaded modules, else `Unsupported`;
-- `resolve`: what a declared ``module:qualname`` call (`@implements`) names in this process.
+- `resolve`: what a declared ``module:qualname`` call (`@implements`) names in this process;
+- `watching`: `bind`'s absent declarations, seen by the exporter's recording.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import inspect
 import types
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from sentinel.errors import Unsupported
 
@@ -30,6 +32,21 @@ def signature_text(fn: Callable) -> str:
         return f"{getattr(fn, '__qualname__', fn)}{inspect.signature(fn)}"
     except (TypeError, ValueError):
         return repr(fn)
+
+
+_WATCHERS: list[Callable[[Callable, dict[str, Any]], None]] = []
+
+
+@contextlib.contextmanager
+def watching(fn: Callable[[Callable, dict[str, Any]], None]) -> Iterator[None]:
+    """While active, `fn(target, absent)` sees each `bind` call's `absent` declarations (the
+    exporter's recording: validate.py leaves out an argument recorded at its absent value
+    where the function at the checkout it runs against has no such parameter)."""
+    _WATCHERS.append(fn)
+    try:
+        yield
+    finally:
+        _WATCHERS.remove(fn)
 
 
 def bind(fn: Callable, boundary: str, required: dict[str, Any], optional: dict[str, Any] | None = None,
@@ -51,6 +68,8 @@ def bind(fn: Callable, boundary: str, required: dict[str, Any], optional: dict[s
     params = parameters(fn)
     has_var_kw = any(p.kind is p.VAR_KEYWORD for p in params.values())
     absent = absent or {}
+    for watcher in _WATCHERS:
+        watcher(fn, absent)
     out: dict[str, Any] = {}
 
     def place(key: str, value: Any, strict: bool) -> None:

@@ -2,7 +2,11 @@
 
 `listening(fn)`: while active, `fn(owner, name, arguments, result)` sees every spied call too
 (the exporter's recording: an observable read inside a trainer call, such as the token loss
-verl hands `agg_loss`, is replayed by spying the same place in the exported validate.py)."""
+verl hands `agg_loss`, is replayed by spying the same place in the exported validate.py).
+
+`composes`: marks a pure-torch function of the adapter that builds a trainer call's argument
+from the drawn inputs (slime's packed logits from the log-probs); the exporter writes it into
+validate.py and rebuilds that argument from a leaf, so a gradient reaches the drawn input."""
 
 from __future__ import annotations
 
@@ -12,6 +16,15 @@ import inspect
 from typing import Any, Callable, Iterator
 
 _LISTENERS: list[Callable[[Any, str, dict[str, Any], Any], None]] = []
+COMPOSERS: dict[Any, Callable] = {}  # code object -> the marked function (`composes`)
+
+
+def composes(fn: Callable) -> Callable:
+    """Mark `fn` (returned unchanged) as a composition function: module level, pure torch, and
+    naming only modules, constants and other marked functions, so its source runs on its own."""
+    fn.__sentinel_standin__ = True  # type: ignore[attr-defined] - written out as the stand-ins are
+    COMPOSERS[fn.__code__] = fn
+    return fn
 
 
 @contextlib.contextmanager

@@ -147,7 +147,8 @@ class Writer:
                 standins.write(type(x), self.standins)
             except standins.NotWritable as e:
                 raise NotSource(str(e)) from None
-            return f"_new({type(x).__name__}, {self.source(dict(vars(x)), depth + 1)})"
+            items = f", {self.source(dict(x), depth + 1)}" if isinstance(x, dict) else ""  # verl's _Batch
+            return f"_new({type(x).__name__}, {self.source(dict(vars(x)), depth + 1)}{items})"
         if isinstance(x, collections.defaultdict) and x.default_factory in (list, dict, int, float, set):
             return f"collections.defaultdict({x.default_factory.__name__}, {self.source(dict(x), depth + 1)})"
         if isinstance(x, (set, frozenset)):

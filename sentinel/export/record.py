@@ -17,7 +17,7 @@ import types
 from pathlib import Path
 from typing import Any, Callable
 
-from sentinel.adapters import spying
+from sentinel.adapters import binding, spying
 
 from . import standins
 
@@ -94,15 +94,34 @@ class Calls:
         self.live: list[tuple[dict[str, Any], Any, list[tuple[dict[str, Any], Any]]]] = []
         self._active = None
         self._listening = spying.listening(self._spied)
+        self._absent: dict[types.CodeType, dict[str, Any]] = {}  # bind's absent values, by the bound code
+        # the adapter's composition functions' calls (`spying.composes`): (function, arguments, result)
+        self.composed: list[tuple[Callable, dict[str, Any], Any]] = []
+        self._composing = None
+        self.used: set[str] = set()  # top-level modules whose code the trainer's calls ran
+        # per call: the tensors its result and arguments held when it returned (a later call
+        # may put more into the same object: verl's data, which compute_advantage fills in)
+        self.fresh: list[set[int]] = []
+        self._watching = binding.watching(self._bound)
 
     def __enter__(self) -> "Calls":
         self._listening.__enter__()
+        self._watching.__enter__()
         sys.setprofile(self._hook)
         return self
 
     def __exit__(self, *exc: Any) -> None:
         sys.setprofile(None)
+        self._watching.__exit__(*exc)
         self._listening.__exit__(*exc)
+
+    def _bound(self, fn: Any, absent: dict[str, Any]) -> None:
+        """The adapter bound `fn`'s arguments declaring `absent` (how a version without one of
+        them behaves): kept for the call of that function that follows."""
+        target = getattr(fn, "__init__", None) if isinstance(fn, type) else fn
+        code = getattr(inspect.unwrap(target) if callable(target) else target, "__code__", None)
+        if code is not None and absent:
+            self._absent[code] = dict(absent)
 
     def _spied(self, owner: Any, name: str, arguments: dict[str, Any], out: Any) -> None:
         """A spied call inside the active trainer call: validate.py spies the same place, so
@@ -126,6 +145,24 @@ class Calls:
         entry.setdefault("spied", []).append(places.index(place))  # capture i -> its place
 
     def _hook(self, frame, event, arg) -> None:
+        if self._active is not None:  # inside a trainer call: which modules' code it runs
+            if event == "call":
+                self.used.add(str(frame.f_globals.get("__name__", "")).split(".")[0])
+            elif event == "c_call":
+                owner = getattr(arg, "__self__", None)
+                name = getattr(arg, "__module__", None) or (
+                    getattr(owner, "__name__", None) if isinstance(owner, types.ModuleType)
+                    else getattr(type(owner), "__module__", None))
+                self.used.add(str(name or "").split(".")[0])
+        if self._composing is None and self._active is None and event == "call" \
+                and frame.f_code in spying.COMPOSERS:
+            self._composing = frame
+            self.composed.append((spying.COMPOSERS[frame.f_code], dict(frame.f_locals), None))
+            return
+        if event == "return" and frame is self._composing:
+            self._composing = None
+            self.composed[-1] = (*self.composed[-1][:2], arg)
+            return
         if event == "call" and self._active is None:
             code = frame.f_code
             if not self.is_trainer(code.co_filename):
@@ -145,6 +182,9 @@ class Calls:
         elif event == "return" and frame is self._active:
             self._active = None
             self.live[-1] = (self.live[-1][0], arg, self.live[-1][2])
+            import torch
+            self.fresh[len(self.live) - 1] = {id(v) for _, v in candidates(arg, self.live[-1][0], self.live[-1][2])
+                                              if isinstance(v, torch.Tensor)}
 
     def _describe(self, frame) -> dict[str, Any]:
         code = frame.f_code
@@ -165,6 +205,7 @@ class Calls:
             entry.update(module=fn.__module__, file=inner.co_filename, line=inner.co_firstlineno)
         args = {n: loc[n] for n in names if n in loc}
         self.live.append((dict(args), None, []))
+        self.fresh.append(set())
         if factory is not None:
             entry["factory"] = factory
             entry["qualname"] = f"{self.calls[factory]['qualname']}.<locals>.{code.co_name}"
@@ -181,9 +222,21 @@ class Calls:
             entry["kwextra"] = {k: self.writer.source(v) for k, v in (loc.get(starstar) or {}).items()} if starstar else {}
             # it takes a trainer-wide object: what earlier calls did to that object matters
             entry["shared"] = self.writer.shared
+            # an argument at the value the adapter declared for a version without it: validate.py
+            # leaves it out where the function it runs against has no such parameter
+            absent = self._absent.get(code, {})
+            entry["absent"] = sorted(n for n, v in args.items() if n in absent and _same(v, absent[n]))
         except Exception as e:  # noqa: BLE001 - codegen.NotSource and anything a repr raises
             entry["error"] = f"{type(e).__name__}: {e}"
         return entry
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Exactly the declared value: the same object, or an equal plain scalar (never a tensor)."""
+    if a is b:
+        return True
+    plain = (bool, int, float, str)
+    return type(a) is type(b) and isinstance(a, plain) and a == b
 
 
 def _function_of(frame):

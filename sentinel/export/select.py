@@ -6,6 +6,8 @@ the bundle's code generation."""
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import inspect
 import json
 import os
@@ -18,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from . import runtime
+from . import rebuild, runtime
 from .codegen import NotSource, Writer
 from .record import HARNESS, Calls, ImportLog, candidates
 
@@ -76,6 +78,9 @@ def record(req: dict[str, Any]) -> dict[str, Any]:
     runs = plan(sc)
     calls: dict[str, list[dict[str, Any]]] = {}
     live: dict[str, list[tuple[dict[str, Any], Any, list]]] = {}
+    composed: dict[str, list] = {}  # the adapter's composition functions' calls, per run
+    ran: set[str] = set()  # top-level modules whose code the recorded calls ran
+    fresh: dict[str, list[set[int]]] = {}  # per run and call: the tensors it held when it returned
     observed: dict[str, dict[str, Any]] = {}
     res: dict[str, Any] = {"status": "ok", "runs": {}, "function": None, "duration_s": 0.0}
     try:
@@ -85,7 +90,9 @@ def record(req: dict[str, Any]) -> dict[str, Any]:
             with imports, Calls(is_trainer, is_adapter, writer) as rec:
                 obs, fn = observe(adapter, torch.device("cpu"), sc.boundary, r.inputs, r.config, r.grads,
                                   r.casts)
-            calls[r.name], live[r.name], observed[r.name] = rec.calls, rec.live, obs
+            calls[r.name], live[r.name], observed[r.name], composed[r.name] = rec.calls, rec.live, obs, rec.composed
+            ran |= rec.used
+            fresh[r.name] = rec.fresh
             res["function"] = res["function"] or fn
             res["runs"][r.name] = {"outputs": {n: encode(a) for n, a in obs["outputs"].items()},
                                    "requires_grad": obs["requires_grad"],
@@ -103,7 +110,7 @@ def record(req: dict[str, Any]) -> dict[str, Any]:
         inputs = {r.name: r.inputs for r in runs}
         for i, inv in enumerate(result.invariants):
             if inv.verdict == "violated":
-                checks.append(_check(i, inv, sc, inputs, observed, calls, live))
+                checks.append(_check(i, inv, sc, inputs, observed, calls, live, (composed, writer, fresh)))
     checks = _one_home(checks)
     used = set()
     for ch in checks:
@@ -111,7 +118,8 @@ def record(req: dict[str, Any]) -> dict[str, Any]:
             used.add(ch["call"]["module"])
             if ch["call"].get("shared"):
                 used |= {c["module"] for c in calls[ch["run"]][:ch["call_index"]] if "error" not in c}
-    prelude = _prelude(imports, used, is_trainer, adapter)
+    _import_again(adapter, imports, used, is_trainer)
+    prelude = _prelude(imports, used, is_trainer, adapter, ran)
     return {"status": "ok", "result": result.model_dump(mode="json"), "facts": _plain_facts(facts),
             "calls": {k: [{x: y for x, y in c.items()} for c in v] for k, v in calls.items()},
             "checks": checks, "prelude": prelude, "root": str(adapter.root) if adapter.root else None,
@@ -135,7 +143,7 @@ def _where(sc, name: str, arr: np.ndarray, inputs: dict[str, np.ndarray], mask: 
     return None
 
 
-def _check(index: int, inv, sc, inputs, observed, calls, live) -> dict[str, Any]:
+def _check(index: int, inv, sc, inputs, observed, calls, live, built=({}, None, {})) -> dict[str, Any]:
     """How validate.py decides this violated invariant, and which recorded call shows it."""
     fam, body = inv.family, inv.config.get(inv.family, {}) or {}
     details = inv.details or {}
@@ -151,7 +159,8 @@ def _check(index: int, inv, sc, inputs, observed, calls, live) -> dict[str, Any]
         ch.update(kind="gradient", observable=f"grad:{body['of']}/{body['wrt']}", run=run, expected=inv.expected,
                   atol=float(body.get("atol", 1e-6)), rtol=float(body.get("rtol", 1e-5)),
                   where=inputs[run][mask].astype(bool).tolist() if isinstance(mask, str) and mask in inputs[run] else None)
-        return _gradient(ch, body["of"], body["wrt"], inputs[run], observed[run], calls[run], live[run])
+        return _gradient(ch, body["of"], body["wrt"], inputs[run], observed[run], calls[run], live[run],
+                         built[0].get(run, []), built[1], built[2].get(run))
     elif fam == "finite":
         run = f"~poison:{details.get('poison')}"
         ch.update(kind="finite", observable=details.get("observable"), run=run)
@@ -185,7 +194,7 @@ def _check(index: int, inv, sc, inputs, observed, calls, live) -> dict[str, Any]
     if not ch.get("observable") or ch["observable"].startswith("grad:"):
         return {**ch, "unsupported": f"observable {ch.get('observable')!r}: gradients are not exported yet"}
     target = _observation(observed[ch["run"]], ch["observable"], inputs[ch["run"]])
-    found = _match(target, calls[ch["run"]], live[ch["run"]])
+    found = _match(target, calls[ch["run"]], live[ch["run"]], fresh=built[2].get(ch["run"]))
     if found is None:
         return {**ch, "unsupported": f"no recorded trainer call returns {ch['observable']} as it is observed "
                                      "(the adapter composes it from several calls)"}
@@ -201,7 +210,7 @@ def _check(index: int, inv, sc, inputs, observed, calls, live) -> dict[str, Any]
                                      f"written out: {why}"}
     if ch["kind"] == "relation":
         base = _observation(observed["base"], ch["observable"], inputs["base"])
-        again = _match(base, calls["base"], live["base"], only=(idx, path, layout))
+        again = _match(base, calls["base"], live["base"], only=(idx, path, layout), fresh=built[2].get("base"))
         if again is None:
             return {**ch, "unsupported": "the base run's value is not at the same place of the same call"}
         ch["base_call"] = calls["base"][idx]
@@ -209,11 +218,12 @@ def _check(index: int, inv, sc, inputs, observed, calls, live) -> dict[str, Any]
     return ch
 
 
-def _gradient(ch, of, wrt, inputs, obs, calls, live) -> dict[str, Any]:
+def _gradient(ch, of, wrt, inputs, obs, calls, live, composed=(), writer=None, fresh=None) -> dict[str, Any]:
     """A gradient check: the recorded call that returns `of`, and the argument of that call
     that carries the input `wrt` (a tensor that requires grad, equal to the input in one of
-    the layouts): validate.py makes that argument a leaf and differentiates `of` by it."""
-    found = _match(obs["outputs"].get(of), calls, live)
+    the layouts): validate.py makes that argument a leaf and differentiates `of` by it. Else
+    an argument the adapter built from that input (`rebuild`): rebuilt there from a leaf."""
+    found = _match(obs["outputs"].get(of), calls, live, fresh=fresh)
     if found is None:
         return {**ch, "unsupported": f"no recorded trainer call returns {of} as it is observed (the adapter composes "
                                      "it from several calls)"}
@@ -223,19 +233,14 @@ def _gradient(ch, of, wrt, inputs, obs, calls, live) -> dict[str, Any]:
                                      f"({calls[idx].get('error') or 'it is seen inside the call'})"}
     want = np.asarray(inputs[wrt], np.float64)
     for arg_path, value in candidates(None, live[idx][0]):
-        leaves = value if isinstance(value, list) else [value]
-        if not arg_path.startswith("ARGS") or not all(getattr(t, "requires_grad", False) for t in leaves):
-            continue
-        for layout in runtime.LAYOUTS:
-            try:
-                got = runtime.canonical(value, layout, want.shape)
-            except (ValueError, TypeError, IndexError):
-                continue
-            if runtime.same_values(got, want):
-                return {**ch, "call": calls[idx], "call_index": idx, "path": path, "wrt_path": arg_path,
-                        "layout": layout, "shape": list(want.shape)}
+        if arg_path.startswith("ARGS") and (layout := rebuild.carries(value, want)) is not None:
+            return {**ch, "call": calls[idx], "call_index": idx, "path": path, "wrt_path": arg_path,
+                    "layout": layout, "shape": list(want.shape)}
+    built = rebuild.rebuilt(calls[idx], live[idx][0], want, list(composed), writer) if writer else ""
+    if isinstance(built, dict):
+        return {**ch, **built, "call_index": idx, "path": path, "shape": list(want.shape)}
     return {**ch, "unsupported": f"no argument of {calls[idx]['qualname']} carries the input {wrt} as drawn (the "
-                                 "adapter reshapes or reorders it on the way)"}
+                                 "adapter reshapes or reorders it on the way)" + (f"; {built}" if built else "")}
 
 
 def _one_home(checks: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -269,9 +274,12 @@ def _home(ch: dict[str, Any]) -> tuple:
     return ch["run"], id(ch["call"]), ch["path"], ch["layout"], ch.get("wrt_path")
 
 
-def _match(target, calls, live, only=None):
+def _match(target, calls, live, only=None, fresh=None):
     """(call index, path, layout) of the first place holding `target`: a call that can be
-    written out first; else one that cannot (the caller says why it is not exported)."""
+    written out first; else one that cannot (the caller says why it is not exported). A tensor
+    counts for a call only where that call held it when it returned (`fresh`: not one a later
+    call put into the same object)."""
+    import torch
     if target is None:
         return None
     shape = np.shape(target)
@@ -282,6 +290,9 @@ def _match(target, calls, live, only=None):
                 continue
             for path, value in candidates(result, args, spied):
                 if only and only[1] != path:
+                    continue
+                if fresh is not None and idx < len(fresh) and isinstance(value, torch.Tensor) \
+                        and " / " not in path and id(value) not in fresh[idx]:  # (a quotient is made here)
                     continue
                 for layout in runtime.LAYOUTS:
                     if only and only[2] != layout:
@@ -295,13 +306,52 @@ def _match(target, calls, live, only=None):
     return None
 
 
-def _prelude(imports: ImportLog, modules: set[str], is_trainer, adapter) -> dict[str, Any]:
+def _import_again(adapter, imports: ImportLog, modules: set[str], is_trainer) -> None:
+    """Import the recorded functions' modules once more from nothing, with the import log on:
+    what validate.py's fresh import runs. The adapter's load imports in several tries (a missing
+    module stubbed, then again), and a submodule a failed try left in sys.modules is not run
+    again (verl's checkpoint_manager: its package's __init__, which imports accelerate, never
+    ran to its end in the load). Here each try starts with the trainer's own modules out of
+    sys.modules (its packages entered without __init__ stay), and any module missing here is
+    stubbed (the recorded calls ran without it)."""
+    from sentinel.adapters.shims import install_stubs
+    if not adapter.root or not isinstance(getattr(adapter, "stubs", None), list):
+        return
+
+    def purge() -> None:
+        for name, mod in list(sys.modules.items()):
+            f = getattr(mod, "__file__", None)
+            if f and is_trainer(str(Path(f).resolve())):
+                del sys.modules[name]
+
+    importing = getattr(adapter, "_importing", None)
+    with imports, (importing() if callable(importing) else contextlib.nullcontext()):
+        for m in sorted(modules):
+            for _ in range(64):
+                purge()
+                try:
+                    importlib.import_module(m)
+                    break
+                except ModuleNotFoundError as e:
+                    missing = (e.name or "").split(".")[0]
+                    if not missing or missing == adapter.package or missing in adapter.stubs:
+                        print(f"sentinel export: importing {m} again failed ({e})", file=sys.stderr)
+                        break
+                    adapter.stubs += [x for x in install_stubs([missing]) if x not in adapter.stubs]
+                except Exception as e:  # noqa: BLE001 - the load's log stands; validate.py says what fails
+                    print(f"sentinel export: importing {m} again failed ({type(e).__name__}: {e})", file=sys.stderr)
+                    break
+
+
+def _prelude(imports: ImportLog, modules: set[str], is_trainer, adapter, ran: set[str] = frozenset()) -> dict[str, Any]:
     """What validate.py sets up before importing the recorded functions' modules: permissive
     stubs for the stubbed modules their import path reached, the functional shims it reached
     (written out), the trainer packages entered without their __init__, the third-party
     modules that path imported for real (`optional`: stubbed only where not installed, as a
     maintainer's torch-only venv lacks transformers), and the names an old commit imports that
-    the installed version dropped (`names`: [module, name], stubbed on the real module)."""
+    the installed version dropped (`names`: [module, name], stubbed on the real module). A
+    module of `optional` whose code the recorded calls ran (`ran`) is never stubbed (`needed`):
+    where it is not installed, validate.py fails on it rather than call a stand-in."""
     from sentinel.adapters import shims
     reached: set[str] = set()
     for m in modules:
@@ -338,8 +388,10 @@ def _prelude(imports: ImportLog, modules: set[str], is_trainer, adapter) -> dict
              and shims.is_stub(getattr(sys.modules.get(s.rsplit(".", 1)[0]), s.rsplit(".", 1)[1], None))]
     import torch.distributed as dist  # the adapter gave the trainer a one-rank group (slime's whitening)
     group = bool(dist.is_available() and dist.is_initialized() and dist.get_world_size() == 1)
+    optional -= stub_roots
     return {"stubs": sorted(stub_roots), "shims": shim_modules, "bare": bare,
-            "optional": sorted(optional - stub_roots), "names": sorted(names), "process_group": group}
+            "optional": sorted(optional - ran), "needed": sorted(optional & ran), "names": sorted(names),
+            "process_group": group}
 
 
 # what every bundle's environment has for real: never stubbed

@@ -6,13 +6,16 @@ through a one-process accelerator; AReaL's PPOActor holds a `_NoEngine`. A class
 ``__sentinel_standin__ = True`` is such a stand-in: validate.py gets its source verbatim
 (it is the adapter's, small, and the bundle's reader sees exactly what the trainer was fed),
 with what its code names from its module: modules as imports, constants by value, typing
-names, RL-Sentinel's exceptions as plain ``Exception`` subclasses, and other stand-ins.
+names, RL-Sentinel's exceptions as plain ``Exception`` subclasses, and other stand-ins. A
+function marked so (`spying.composes`: slime's packed logits) is written the same way, without
+its decorator.
 Anything else it names (a helper function of the adapter) makes it `NotSource`: the export
 says so rather than writing a class that fails when called.
 """
 
 from __future__ import annotations
 
+import ast
 import builtins
 import inspect
 import sys
@@ -27,8 +30,15 @@ class NotWritable(Exception):
     """A stand-in whose code needs something that has no source form here."""
 
 
-def is_standin(cls: type) -> bool:
-    return bool(cls.__dict__.get(STANDIN))
+def is_standin(obj: type | types.FunctionType) -> bool:
+    return bool(getattr(obj, "__dict__", {}).get(STANDIN))
+
+
+def _source(obj: type | types.FunctionType) -> str:
+    """Its source from its `def`/`class` line (decorators are the adapter's marks)."""
+    src = textwrap.dedent(inspect.getsource(obj))
+    node = ast.parse(src).body[0]
+    return "\n".join(src.splitlines()[node.lineno - 1:]) + "\n"
 
 
 def _names(code: types.CodeType) -> set[str]:
@@ -39,14 +49,14 @@ def _names(code: types.CodeType) -> set[str]:
     return out
 
 
-def write(cls: type, into: dict[str, str]) -> None:
+def write(cls: type | types.FunctionType, into: dict[str, str]) -> None:
     """Put `cls`'s source, and the lines its code needs first, into `into` (name -> source,
     in definition order; a stand-in another one names comes before it)."""
     if cls.__name__ in into:
         return
     try:
-        src = textwrap.dedent(inspect.getsource(cls))
-    except (OSError, TypeError) as e:
+        src = _source(cls)
+    except (OSError, TypeError, SyntaxError, IndexError) as e:
         raise NotWritable(f"stand-in {cls.__qualname__}: no source ({e})") from None
     if "<locals>" in cls.__qualname__:
         raise NotWritable(f"stand-in {cls.__qualname__} is defined inside a function")
@@ -65,7 +75,7 @@ def write(cls: type, into: dict[str, str]) -> None:
             needs.append(f"{name} = {value!r}")
         elif getattr(typing, name, None) is value:
             needs.append(f"from typing import {name}")
-        elif isinstance(value, type) and is_standin(value):
+        elif isinstance(value, (type, types.FunctionType)) and is_standin(value):
             write(value, into)
         elif isinstance(value, type) and issubclass(value, Exception) and value.__module__.startswith("sentinel"):
             needs.append(f"class {name}(Exception):\n    pass")
