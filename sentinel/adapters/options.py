@@ -61,15 +61,6 @@ def pin(boundary: str, *options: str, reason: str) -> tuple[Pin, ...]:
     return tuple(Pin(boundary, o, reason) for o in options)
 
 
-class _Recording:
-    def __init__(self, boundary: str, roots: tuple[str, ...]):
-        self.boundary = boundary
-        self.roots = _real_roots(roots)
-
-    def by_trainer(self, filename: str) -> bool:
-        return _under(filename, self.roots)
-
-
 # Path answers kept across calls (a hunt records every call: ~0.7 ms each to realpath the roots
 # again). Keyed by the paths themselves: another checkout is another root path.
 @functools.lru_cache(maxsize=256)
@@ -82,6 +73,15 @@ def _under(filename: str, roots: tuple[str, ...]) -> bool:
     """`filename` is one of the (real) `roots` or in a folder among them."""
     real = os.path.realpath(filename)
     return any(real == r or real.startswith(r.rstrip(os.sep) + os.sep) for r in roots)
+
+
+class _Recording:
+    def __init__(self, boundary: str, roots: tuple[str, ...]):
+        self.boundary = boundary
+        self.roots = _real_roots(roots)
+
+    def by_trainer(self, filename: str) -> bool:
+        return _under(filename, self.roots)
 
     def read(self, name: str, value: Any) -> None:
         if isinstance(value, (tuple, list)) and all(isinstance(v, _PLAIN) for v in value):
