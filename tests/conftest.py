@@ -1,5 +1,6 @@
-"""Session-wide test settings: the checkout cache (sentinel/checkouts.py) lives in a folder of
-this session, so a test run never fills or prunes the user's ~/.cache/rl-sentinel. A test that
+"""Session-wide test settings: the subprocesses share a bytecode cache of this session; the
+checkout cache (sentinel/checkouts.py) lives in a folder of this session, so a test run never
+fills or prunes the user's ~/.cache/rl-sentinel. A test that
 needs its own cache sets SENTINEL_CACHE_DIR itself (monkeypatch), which wins. One shared zygote
 serves the session's CLI calls (torch imported once, not per call)."""
 
@@ -12,6 +13,26 @@ import sys
 import tempfile
 
 import pytest
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _session_bytecode():
+    """Where the environment says not to write bytecode (PYTHONDONTWRITEBYTECODE), each of the
+    session's hundreds of CLI processes would compile the checkout's modules from source again
+    (~0.35 s of CPU each): they share a bytecode cache in a folder of this session instead
+    (PYTHONPYCACHEPREFIX), so nothing is written beside the sources and it is gone afterwards."""
+    if not os.environ.get("PYTHONDONTWRITEBYTECODE") or os.environ.get("PYTHONPYCACHEPREFIX"):
+        yield
+        return
+    folder = tempfile.mkdtemp(prefix="sentinel-test-pyc-")
+    saved = os.environ.pop("PYTHONDONTWRITEBYTECODE")
+    os.environ["PYTHONPYCACHEPREFIX"] = folder
+    try:
+        yield
+    finally:
+        os.environ.pop("PYTHONPYCACHEPREFIX", None)
+        os.environ["PYTHONDONTWRITEBYTECODE"] = saved
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -19,6 +19,7 @@ inside a line stands for any text, a line of `...` for lines left out).
 
 from __future__ import annotations
 
+import concurrent.futures
 import importlib.util
 import os
 import re
@@ -140,35 +141,60 @@ def _skip_reason(b: Block) -> str | None:
     return None
 
 
-def _run_block(b: Block, tmp_path: Path) -> None:
-    if reason := _skip_reason(b):
-        pytest.skip(reason)
-    shutil.copytree(ROOT / "scenarios", tmp_path / "scenarios", ignore=shutil.ignore_patterns("__pycache__"))
-    steps = commands(b)
-    for command, shown in steps:
+def _execute(b: Block, folder: Path) -> list[tuple[str, list[str], int, subprocess.CompletedProcess]]:
+    """Run the block's commands in order in `folder` -> (command, shown output, exit the docs
+    say, what ran) for each, up to the first that exits otherwise."""
+    shutil.copytree(ROOT / "scenarios", folder / "scenarios", ignore=shutil.ignore_patterns("__pycache__"))
+    done = []
+    for command, shown in commands(b):
         for name in b.needs:
             if name in CHECKOUTS:
                 path, var = CHECKOUTS[name]
                 command = command.replace(path, os.environ[var])
-        p = subprocess.run(["bash", "-c", command], cwd=tmp_path, env=_env(tmp_path), capture_output=True,
+        p = subprocess.run(["bash", "-c", command], cwd=folder, env=_env(folder), capture_output=True,
                            text=True, timeout=900 if b.slow else 300)
         said = re.search(r"#.*\bexit (\d+)", command)  # `sentinel run bad.yaml   # exit 2`
         want = int(said[1]) if said else b.exit
+        done.append((command, shown, want, p))
+        if p.returncode != want:
+            break
+    return done
+
+
+def _check(b: Block, done: list[tuple[str, list[str], int, subprocess.CompletedProcess]]) -> None:
+    for command, shown, want, p in done:
         assert p.returncode == want, f"{b.id}: `{command}` exited {p.returncode}, the docs say {want}\n" \
                                      f"{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
         missing = [s for s in shown if s.strip() and s.strip() != "..." and not _shown(s, p.stdout + p.stderr)]
         assert not missing, f"{b.id}: `{command}` did not print {missing}\n{p.stdout[-4000:]}\n{p.stderr[-2000:]}"
 
 
+@pytest.fixture(scope="module")
+def doc_runs(request, tmp_path_factory):
+    """The selected fast blocks, each in its own folder, three at a time (each block's commands
+    in order): ~35 CLI processes that mostly wait on their workers, run one after another before."""
+    chosen = {item.callspec.params["b"].id: item.callspec.params["b"] for item in request.session.items
+              if getattr(item, "originalname", None) == "test_doc_commands_run"}
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=3)
+    runs = {bid: pool.submit(_execute, b, tmp_path_factory.mktemp("doc")) for bid, b in chosen.items()
+            if _skip_reason(b) is None}
+    yield runs
+    pool.shutdown(wait=True, cancel_futures=True)
+
+
 @pytest.mark.parametrize("b", [b for b in RUN if not b.slow], ids=lambda b: b.id)
-def test_doc_commands_run(b, tmp_path):
-    _run_block(b, tmp_path)
+def test_doc_commands_run(b, doc_runs):
+    if reason := _skip_reason(b):
+        pytest.skip(reason)
+    _check(b, doc_runs[b.id].result())
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("b", [b for b in RUN if b.slow], ids=lambda b: b.id)
 def test_slow_doc_commands_run(b, tmp_path):
-    _run_block(b, tmp_path)
+    if reason := _skip_reason(b):
+        pytest.skip(reason)
+    _check(b, _execute(b, tmp_path))
 
 
 def test_shown_output_matching_can_fail():

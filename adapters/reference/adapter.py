@@ -33,6 +33,12 @@ def ops_for(plant: str | None) -> SimpleNamespace:
 
 # --- the adapter ------------------------------------------------------------------------
 
+# The reference's "trainer" is its math (ops.py) and the planted bugs (plants.py): fixed paths,
+# resolved once, not on every call.
+_HERE = Path(__file__).resolve().parent
+_ROOTS = (str(_HERE / "ops.py"), str(_HERE / "plants.py"))
+
+
 def _version() -> str:
     try:
         from sentinel import __version__
@@ -53,9 +59,8 @@ class ReferenceAdapter(Adapter):
         self.ops = ops_for(self.plant)
 
     def trainer_roots(self) -> list[str]:
-        """The reference's "trainer" is its math (ops.py) and the planted bugs (plants.py)."""
-        here = Path(__file__).resolve().parent
-        return [str(here / "ops.py"), str(here / "plants.py")]
+        """ops.py and plants.py (`_ROOTS`)."""
+        return list(_ROOTS)
 
     def load(self) -> dict[str, Any]:
         facts = {"version": _version()}

@@ -25,6 +25,7 @@ caller never produces), the adapter declares that once, by name, in `preconditio
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,20 +52,15 @@ class FunctionRef:
     @classmethod
     def of(cls, fn: Callable, root: Path | None = None) -> "FunctionRef":
         fn = inspect.unwrap(getattr(fn, "_torchdynamo_orig_callable", fn))
+        # worked out once per (function, its code, root): ~0.4 ms of every hunt call otherwise.
+        # The code is in the key because `sentinel mutate` swaps a function's __code__; the cache
+        # holds the function, so its id is never another function's; another checkout is another
+        # root and other function objects.
         try:
-            file = inspect.getsourcefile(fn)
-            # the def line (or its first decorator), as getsourcelines says, without tokenizing
-            # the whole body: a long function cost ~3 ms per call that way
-            code = getattr(fn, "__code__", None)
-            line = code.co_firstlineno if code is not None else inspect.getsourcelines(fn)[1]
-        except (TypeError, OSError):
-            file, line = None, None
-        if file and root is not None:
-            try:
-                file = str(Path(file).resolve().relative_to(root.resolve()))
-            except ValueError:
-                pass
-        return cls(getattr(fn, "__module__", "?"), getattr(fn, "__qualname__", repr(fn)), file, line)
+            where = _where(fn, getattr(fn, "__code__", None), root)
+        except TypeError:  # an unhashable callable (a method of an unhashable object)
+            where = _where.__wrapped__(fn, None, root)
+        return cls(*where)
 
     def with_also(self, *others: "FunctionRef") -> "FunctionRef":
         return dataclasses.replace(self, also=self.also + others)
@@ -72,6 +68,25 @@ class FunctionRef:
     def as_dict(self) -> dict[str, Any]:
         return {"module": self.module, "qualname": self.qualname, "file": self.file, "line": self.line,
                 "also": [a.as_dict() for a in self.also]}
+
+
+@functools.lru_cache(maxsize=1024)
+def _where(fn: Callable, code: Any, root: Path | None) -> tuple[str, str, str | None, int | None]:
+    """(module, qualname, file relative to `root` where it is under it, def line) of `fn`."""
+    try:
+        file = inspect.getsourcefile(fn)
+        # the def line (or its first decorator), as getsourcelines says, without tokenizing
+        # the whole body: a long function cost ~3 ms per call that way
+        code = getattr(fn, "__code__", None)
+        line = code.co_firstlineno if code is not None else inspect.getsourcelines(fn)[1]
+    except (TypeError, OSError):
+        file, line = None, None
+    if file and root is not None:
+        try:
+            file = str(Path(file).resolve().relative_to(Path(root).resolve()))
+        except ValueError:
+            pass
+    return getattr(fn, "__module__", "?"), getattr(fn, "__qualname__", repr(fn)), file, line
 
 
 @dataclass

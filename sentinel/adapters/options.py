@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import functools
 import os
 import sys
 from dataclasses import dataclass
@@ -60,18 +61,27 @@ def pin(boundary: str, *options: str, reason: str) -> tuple[Pin, ...]:
     return tuple(Pin(boundary, o, reason) for o in options)
 
 
+# Path answers kept across calls (a hunt records every call: ~0.7 ms each to realpath the roots
+# again). Keyed by the paths themselves: another checkout is another root path.
+@functools.lru_cache(maxsize=256)
+def _real_roots(roots: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(os.path.realpath(r) for r in roots if r)
+
+
+@functools.lru_cache(maxsize=16384)
+def _under(filename: str, roots: tuple[str, ...]) -> bool:
+    """`filename` is one of the (real) `roots` or in a folder among them."""
+    real = os.path.realpath(filename)
+    return any(real == r or real.startswith(r.rstrip(os.sep) + os.sep) for r in roots)
+
+
 class _Recording:
     def __init__(self, boundary: str, roots: tuple[str, ...]):
         self.boundary = boundary
-        self.roots = tuple(os.path.realpath(r) for r in roots if r)
-        self._seen: dict[str, bool] = {}
+        self.roots = _real_roots(roots)
 
     def by_trainer(self, filename: str) -> bool:
-        hit = self._seen.get(filename)
-        if hit is None:
-            real = os.path.realpath(filename)
-            hit = self._seen[filename] = any(real == r or real.startswith(r.rstrip(os.sep) + os.sep) for r in self.roots)
-        return hit
+        return _under(filename, self.roots)
 
     def read(self, name: str, value: Any) -> None:
         if isinstance(value, (tuple, list)) and all(isinstance(v, _PLAIN) for v in value):
