@@ -120,6 +120,7 @@ def test_every_reference_plant_is_a_mutant_the_tool_kills(tmp_path, monkeypatch)
 
 def test_mutant_selection_by_id_key_or_function():
     """`-m` names one mutant (id or key) or every mutant of a function: a declared subset."""
+    from sentinel.errors import UsageError
     from sentinel.mutate.driver import selected
     from sentinel.mutate.mutants import Function, mutants
     import inspect
@@ -131,7 +132,8 @@ def test_mutant_selection_by_id_key_or_function():
     assert selected(every + other, ["mutate_toy:kl_k1"]) == every
     assert selected(every + other, [every[2].id]) == [every[2]]
     assert selected(every + other, [every[2].key]) == [every[2], other[2]]  # a key names the change, not the function
-    assert selected(every + other, ["mutate_toy:nope"]) == []
+    with pytest.raises(UsageError, match="mutate_toy:nope"):  # a typo scores nothing: refused, never a pass
+        selected(every + other, ["mutate_toy:nope", every[0].id])
 
 
 AREAL_REPO = os.environ.get("SENTINEL_AREAL_REPO")

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .. import targets as target_registry, verdicts
-from ..errors import TargetError, WorkerDied
+from ..errors import TargetError, UsageError, WorkerDied
 from ..history import executors
 from ..hunt.driver.engine import resolved
 from ..process import WorkerHandle
@@ -189,7 +189,11 @@ def plant_mutants(functions: list[Function]) -> list[Mutant]:
 
 def selected(every: list[Mutant], only: list[str] | None) -> list[Mutant]:
     """The mutants `-m` names: by id or key, or by function (module:qualname) for all of its;
-    a declared subset of a target is judged and cached as in the full run."""
+    a declared subset of a target is judged and cached as in the full run. A name that matches
+    none is a usage error: a typo would otherwise score nothing and pass --fail-under."""
+    if only and (unknown := sorted(set(only) - {n for m in every for n in (m.id, m.key, m.function)})):
+        raise UsageError(f"-m {', '.join(unknown)}: no such mutant id, key or function (module:qualname) among the "
+                         f"{len(every)} mutants of the mapped functions (`sentinel mutate --format json` lists them)")
     return [m for m in every if not only or {m.id, m.key, m.function} & set(only)]
 
 
