@@ -171,8 +171,9 @@ def _check(b: Block, done: list[tuple[str, list[str], int, subprocess.CompletedP
 
 @pytest.fixture(scope="module")
 def doc_runs(request, tmp_path_factory):
-    """The selected fast blocks, each in its own folder, up to three at a time (no more than the cores) (each block's commands
-    in order): ~35 CLI processes that mostly wait on their workers, run one after another before."""
+    """The selected fast blocks, each in its own folder, up to three at a time, no more than the
+    cores (each block's commands in order): ~35 CLI processes that mostly wait on their workers,
+    run one after another before."""
     chosen = {item.callspec.params["b"].id: item.callspec.params["b"] for item in request.session.items
               if getattr(item, "originalname", None) == "test_doc_commands_run"}
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=min(3, os.cpu_count() or 1))
