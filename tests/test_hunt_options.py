@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib
 import json
 import os
 import subprocess
@@ -145,16 +146,23 @@ class _Cfg:
     inner: dict = dataclasses.field(default_factory=lambda: {"mode": "a"})
 
 
-def test_the_proxy_records_reads_from_trainer_files_only(tmp_path):
-    trainer = tmp_path / "trainer"
+def _trainer_module(tmp_path, name: str):
+    """TRAINER as the module `name`.code in a folder of its own (a trainer root), and the
+    options log drained."""
+    trainer = tmp_path / name
     trainer.mkdir()
     (trainer / "code.py").write_text(TRAINER)
     sys.path.insert(0, str(tmp_path))
     try:
-        from trainer import code  # type: ignore[import-not-found]
+        code = importlib.import_module(f"{name}.code")
     finally:
         sys.path.remove(str(tmp_path))
     options.drain()
+    return trainer, code
+
+
+def test_the_proxy_records_reads_from_trainer_files_only(tmp_path):
+    trainer, code = _trainer_module(tmp_path, "trainer")
     ns = argparse.Namespace(a=1, b=2)
     with recording("kl", [str(trainer)]):
         args = recorded(ns)
@@ -264,15 +272,7 @@ class _Holder:
 
 
 def test_an_optional_nested_config_read_set_and_unset_is_varied(tmp_path):
-    trainer = tmp_path / "trainer2"
-    trainer.mkdir()
-    (trainer / "code.py").write_text(TRAINER)
-    sys.path.insert(0, str(tmp_path))
-    try:
-        from trainer2 import code  # type: ignore[import-not-found]
-    finally:
-        sys.path.remove(str(tmp_path))
-    options.drain()
+    trainer, code = _trainer_module(tmp_path, "trainer2")
     for held in (None, _Cfg()):  # AReaL's adv_norm: a NormConfig or None
         with recording("kl", [str(trainer)]):
             code.read(recorded(_Holder(held)), "norm")
