@@ -91,7 +91,8 @@ def _start_and_wait_for_the_hang(repo, env, cmd, worktrees: int = 3) -> tuple[su
     pids = Path(env["FAULTY_PID_DIR"])
     while time.monotonic() < deadline:
         wts = _git(repo, "worktree", "list").splitlines()
-        grandchildren = {int(f.read_text()) for f in pids.glob("setsid-hang.*.pid")}
+        # a pid file can be seen before its writer wrote it: read the written ones
+        grandchildren = {int(t) for f in pids.glob("setsid-hang.*.pid") if (t := f.read_text().strip())}
         # two worktrees (none with the checkout cache), and each side's worker has forked the
         # hanging scenario's child, which has forked its grandchild (in a session of its own)
         if len(wts) == worktrees and len(grandchildren) == 2:

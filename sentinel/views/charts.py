@@ -123,14 +123,14 @@ def _compare(report, loc):
 
 def hunt(h) -> Chart:
     """Examples and findings of each property against the hunt's search seconds."""
+    if not any(p.progress for p in h.properties):  # said with or without matplotlib
+        return Chart("hunt-progress", note="No progress over time in this report (hunt reports record it from "
+                     "schema 1.1 on); the table has each property's totals.")
     return _draw("hunt-progress", _hunt, h)
 
 
 def _hunt(h):
     props = [p for p in h.properties if p.progress]
-    if not props:
-        return ("No progress over time in this report (hunt reports record it from schema 1.1 on); "
-                "the table has each property's totals.")
     plt = _pyplot()
     fig, (top, low) = plt.subplots(2, 1, sharex=True, figsize=(9, 5.6), gridspec_kw={"height_ratios": [3, 1.3]})
     found = {f.property for f in h.findings}
