@@ -61,25 +61,28 @@ class Run:
     config: dict[str, Any]
     grads: list[tuple[str, str]]
     casts: dict[str, list[str]] = field(default_factory=dict)  # the precision axis (observe.observe)
+    extras: list[str] = field(default_factory=list)  # the extras the invariants read (sent back only then)
 
 
 def plan(sc: Scenario) -> list[Run]:
     """Every boundary call a scenario needs: base, its variants, and the extra runs its
     invariants ask for; each with the union of the gradients asked for."""
     grads = list(dict.fromkeys([*sc.grads, *(g for inv in sc.invariants for g in inv.grads(sc))]))
+    extras = list(dict.fromkeys(x for inv in sc.invariants for x in inv.extras(sc)))
     runs = {"base": (sc.inputs, {})}
     runs.update(sc.variants)
     for inv in sc.invariants:
         runs.update(inv.runs(sc))
     # a run is (inputs, config) or, on the precision axis, (inputs, config, casts)
-    return [Run(name, r[0], sc.full_config(r[1]), [g for g in grads if g[1] in r[0]], *r[2:])
+    return [Run(name, r[0], sc.full_config(r[1]), [g for g in grads if g[1] in r[0]], *r[2:], extras=extras)
             for name, r in runs.items()]
 
 
 def job(sc: Scenario, runs: list[Run]) -> dict[str, Any]:
     return {"scenario": sc.id, "boundary": sc.boundary, "runs": [
         {"name": r.name, "inputs": {n: encode(a) for n, a in r.inputs.items()}, "config": r.config,
-         "grads": [list(g) for g in r.grads], **({"casts": r.casts} if r.casts else {})} for r in runs]}
+         "grads": [list(g) for g in r.grads], **({"casts": r.casts} if r.casts else {}),
+         **({"extras": r.extras} if r.extras else {})} for r in runs]}
 
 
 # --- one group ----------------------------------------------------------------------------
@@ -116,7 +119,8 @@ def evaluate(sc: Scenario, runs: list[Run], res: dict[str, Any], target_key: str
         obs[r.name] = RunObservation(
             inputs=r.inputs, outputs={n: decode(v) for n, v in o["outputs"].items()},
             requires_grad=o["requires_grad"], grads={k: decode(v) if v else None for k, v in o["grads"].items()},
-            inputs_after={n: decode(v).astype(r.inputs[n].dtype) for n, v in o["inputs_after"].items()})
+            inputs_after={n: decode(v).astype(r.inputs[n].dtype) for n, v in o["inputs_after"].items()},
+            extras={n: decode(v) for n, v in o.get("extras", {}).items()})
     results = []
     for inv in sc.invariants:
         cfg = inv.summary()

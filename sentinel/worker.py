@@ -172,7 +172,8 @@ class Worker:
         return {"outputs": {n: encode(a) for n, a in obs["outputs"].items()},
                 "requires_grad": obs["requires_grad"],
                 "grads": {k: None if g is None else encode(g) for k, g in obs["grads"].items()},
-                "inputs_after": {n: encode(a) for n, a in obs["inputs_after"].items()}}, function
+                "inputs_after": {n: encode(a) for n, a in obs["inputs_after"].items()},
+                "extras": {n: encode(obs["extras"][n]) for n in run.get("extras", ()) if n in obs["extras"]}}, function
 
     def isolated(self, job: dict[str, Any]) -> dict[str, Any]:
         """Run a job in a forked child; a crash, exit or timeout becomes an error result."""

@@ -57,3 +57,15 @@ class KlLogged(ReferenceAdapter):
 class KlShifted(KlLogged):
     name = "hunt-kl-shifted"
     shift = 0.5
+
+
+class KlLoggedOnly(KlLogged):
+    """The output is KlLogged's; only the logged copy (an extra) differs, at every position."""
+
+    name = "hunt-kl-logged-only"
+
+    def b_kl(self, inputs, config):
+        res = super().b_kl(inputs, config)
+        if config.get("kl_type") == "k1":
+            res.extras["returned:metrics.raw_sum"] = res.extras["returned:metrics.raw_sum"] + 0.25
+        return res

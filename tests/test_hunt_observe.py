@@ -80,6 +80,26 @@ def test_an_output_difference_is_preferred_to_one_in_a_logged_copy(tmp_path):
     assert f.signature.observable in ("kl", "grad:kl/log_probs"), f
 
 
+def test_a_finding_on_an_extra_is_pinned_and_replays(tmp_path):
+    # only the logged copy (`returned:metrics.raw_sum`) differs: the finding's scenario pins
+    # base's value of that extra, so it replays as `regressed` base -> head; a target without
+    # such an extra (the reference) skips it: unsupported, never `holds`
+    from sentinel.runner import run
+    from sentinel.spec import load_file
+    _toys()
+    base, head = TargetSpec("hunt_observe_adapter:KlLogged"), TargetSpec("hunt_observe_adapter:KlLoggedOnly")
+    rep = H.differential(base, head, ["kl"], DIFFERENTIAL_SECONDS, 0, out_dir=tmp_path, first=True,
+                         max_examples=300, config={"kl_type": "k1"}, **DIFFERENTIAL)
+    f, = rep.hunt.findings
+    assert f.signature.observable == "returned:metrics.raw_sum" and f.reproduced is True, f
+    sc, = load_file(f.file)
+    inv, = sc.invariants
+    assert inv.family == "close" and inv.output == "returned:metrics.raw_sum"
+    ref = TargetSpec("reference")
+    got = {r.target: r.verdict for r in run([sc], [base, head, ref]).results}
+    assert got == {base.key: "holds", head.key: "violated", ref.key: "unsupported"}, got
+
+
 def test_a_loss_gradient_into_a_masked_token_counts_where_the_other_side_has_none():
     mask = np.array([[1, 0]], np.float32)
     ex = Example("policy_loss", {}, {"log_probs": np.zeros((1, 2), np.float32), "loss_mask": mask})

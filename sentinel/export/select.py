@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from ..invariants.base import is_extra
 from . import rebuild, runtime
 from .codegen import NotSource, Writer
 from .record import HARNESS, Calls, ImportLog, candidates
@@ -97,7 +98,8 @@ def record(req: dict[str, Any]) -> dict[str, Any]:
             res["runs"][r.name] = {"outputs": {n: encode(a) for n, a in obs["outputs"].items()},
                                    "requires_grad": obs["requires_grad"],
                                    "grads": {k: None if g is None else encode(g) for k, g in obs["grads"].items()},
-                                   "inputs_after": {n: encode(a) for n, a in obs["inputs_after"].items()}}
+                                   "inputs_after": {n: encode(a) for n, a in obs["inputs_after"].items()},
+                                   "extras": {n: encode(obs["extras"][n]) for n in r.extras if n in obs["extras"]}}
     except PreconditionUnmet as e:
         res = {"status": "excluded", "precondition": e.name, "reason": str(e), "function": res["function"]}
     except Unsupported as e:
@@ -133,6 +135,8 @@ def _plain_facts(facts: dict[str, Any]) -> dict[str, Any]:
 def _observation(obs: dict[str, Any], name: str, inputs: dict[str, np.ndarray]) -> np.ndarray | None:
     if name.startswith("input:"):
         return obs["inputs_after"].get(name[6:])
+    if is_extra(name):
+        return obs.get("extras", {}).get(name)
     return obs["outputs"].get(name)
 
 

@@ -33,14 +33,6 @@ class Difference:
     non_finite: bool = False  # a differing value is NaN / Inf on either side
 
 
-EXTRA_PREFIXES = ("returned:", "config:")  # sentinel/adapters/observables.py
-
-
-def is_extra(observable: str) -> bool:
-    """A value beside the boundary's canonical outputs: no family reads it, no scenario pins it."""
-    return observable.startswith(EXTRA_PREFIXES)
-
-
 def grads_for(boundary: str, graph: bool = True) -> list[tuple[str, str]]:
     """The gradients a differential hunt observes: of each scalar output (else each token
     output, summed) with respect to each input that takes a gradient, and (`graph`) each input a

@@ -36,6 +36,7 @@ class RunObservation:
     requires_grad: dict[str, bool] = field(default_factory=dict)
     grads: dict[str, np.ndarray | None] = field(default_factory=dict)  # "of/wrt" -> grad (None: no path)
     inputs_after: dict[str, np.ndarray] = field(default_factory=dict)
+    extras: dict[str, np.ndarray] = field(default_factory=dict)  # only those a scenario names (is_extra)
 
 
 class Missing(SentinelError):
@@ -44,11 +45,20 @@ class Missing(SentinelError):
 
 GRAD_RE = re.compile(r"^grad:(\w+)/(\w+)$")
 INPUT_RE = re.compile(r"^input:(\w+)$")
+# A value beside the boundary's canonical outputs, named by sentinel/adapters/observables.py:
+# what the trainer's function returned (`returned` for a lone tensor, `returned:metrics.clipfrac`)
+# or changed on its args/config object (`config:kl_coef`). Target-specific: a scenario may pin one, and where a
+# target (or a version) has no such value the check is skipped, never held.
+EXTRA_PREFIXES = ("returned:", "config:")
+
+
+def is_extra(observable: str) -> bool:
+    return observable == "returned" or observable.startswith(EXTRA_PREFIXES)
 
 
 def resolve(ref: str, obs: RunObservation) -> np.ndarray:
     """An observable by name: `out` (an output), `grad:out/inp` (a gradient), `input:inp`
-    (the state of an input after the call)."""
+    (the state of an input after the call), `returned:path` / `config:attr` (an extra)."""
     if m := GRAD_RE.match(ref):
         key = f"{m[1]}/{m[2]}"
         if key not in obs.grads:
@@ -57,6 +67,10 @@ def resolve(ref: str, obs: RunObservation) -> np.ndarray:
         return np.zeros_like(obs.inputs[m[2]]) if g is None else g
     if m := INPUT_RE.match(ref):
         return obs.inputs_after.get(m[1], obs.inputs[m[1]])
+    if is_extra(ref):
+        if ref not in obs.extras:
+            raise Missing(f"the target returned no {ref!r}")
+        return obs.extras[ref]
     if ref not in obs.outputs:
         raise Missing(f"the target produced no output {ref!r}")
     return obs.outputs[ref]
@@ -201,6 +215,10 @@ class Invariant(BaseModel):
     def grads(self, sc: "Scenario") -> list[tuple[str, str]]:
         return []
 
+    def extras(self, sc: "Scenario") -> list[str]:
+        """The extras (is_extra) this check reads: the worker sends back only those."""
+        return []
+
     def evaluate(self, obs: dict[str, RunObservation], sc: "Scenario") -> Outcome:
         raise NotImplementedError
 
@@ -216,6 +234,9 @@ class Invariant(BaseModel):
             elif m := INPUT_RE.match(n):
                 if sc.spec.input(m[1]) is None:
                     out.append((fld, f"{n!r}: boundary {sc.boundary!r} has no input {m[1]!r}"))
+            elif is_extra(n):  # a target's own value: known only at run time (skipped where absent)
+                if n.endswith(":"):
+                    out.append((fld, f"{n!r}: name the value after the colon (e.g. returned:metrics.clipfrac)"))
             elif sc.spec.output(n) is None:
                 out.append((fld, f"boundary {sc.boundary!r} has no output {n!r} (outputs: {', '.join(p.name for p in sc.spec.outputs)})"))
         return out

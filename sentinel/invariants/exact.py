@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from . import formulas
-from .base import (Invariant, Missing, Outcome, ShapeMismatch, Tolerance, compare, evaluate_expected, hunted, lists,
-                   resolve)
+from .base import (Invariant, Missing, Outcome, ShapeMismatch, Tolerance, compare, evaluate_expected, hunted,
+                   is_extra, lists, resolve)
 from .formulas import KL_FORMULA
 
 
@@ -40,6 +40,9 @@ class Close(Invariant):
         from .base import GRAD_RE
         m = GRAD_RE.match(self.output)
         return [(m[1], m[2])] if m else []
+
+    def extras(self, sc):
+        return [self.output] if is_extra(self.output) else []
 
     def evaluate(self, obs, sc):
         run = obs[self.run]

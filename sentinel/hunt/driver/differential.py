@@ -37,10 +37,11 @@ from ...adapters.options import is_trainer
 from ...boundaries import BOUNDARIES
 from ...errors import ADAPTER_DEFECT, SideDied, UsageError
 from ...invariants import REGISTRY
+from ...invariants.base import is_extra
 from ...report import Report, Target
 from ...runner import TargetSpec
 from ...spec import load_text
-from ..differences import (ATOL, RTOL, Difference, deviation_for, differences, grads_for, is_extra, not_run,
+from ..differences import (ATOL, RTOL, Difference, deviation_for, differences, grads_for, not_run,
                            skipped_note)
 from ..known import Known, fitted, runs_of
 from ..properties import PROPERTIES, SHRINK_TIME, Property, select

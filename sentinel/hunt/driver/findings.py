@@ -26,6 +26,7 @@ import yaml
 
 from ...boundaries import get as get_boundary
 from ...git import WORKTREE
+from ...invariants.base import is_extra
 from ...runner import TargetSpec
 from ..properties import Property
 
@@ -150,15 +151,25 @@ def _replay_command(sc_file: str, base: "Side", head: "Side", against: bool) -> 
             f"--base {_rev(base)} --head {_rev(head)}")
 
 
-def _pin(boundary: str, observable: str, values: Any) -> dict[str, Any]:
-    """A `close` invariant holding an observable to `values` (at valid positions)."""
+def _pin(boundary: str, observable: str, values: Any, inputs: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A `close` invariant holding an observable to `values` (at valid positions: for an extra,
+    where it is shaped like the loss mask, as the differential hunt compared it)."""
     spec = get_boundary(boundary)
     body: dict[str, Any] = {"output": observable, "expected": _Flow(values) if isinstance(values, list) else values,
                             "atol": 1e-5, "rtol": 1e-4}
     port = spec.output(observable)
-    if observable.startswith("grad:") or (port is not None and port.kind == "token"):
+    mask = (inputs or {}).get("loss_mask")
+    if observable.startswith("grad:") or (port is not None and port.kind == "token") or (
+            is_extra(observable) and mask is not None and np.shape(values) == np.shape(mask)):
         body["where"] = "loss_mask"
     return {"close": body}
+
+
+def _pinnable(observable: str) -> bool:
+    """An observable both sides have, so that base's values can be pinned: an output, a gradient,
+    a returned value or a config attribute's new value; not `config:<attr>` itself, which
+    marks an attribute one side set and the other has no value for."""
+    return not observable.startswith("config:") or observable.endswith(".value")
 
 
 def diff_document(boundary: str, f: dict[str, Any], base: "Side", head: "Side", against: bool,
@@ -180,14 +191,14 @@ def diff_document(boundary: str, f: dict[str, Any], base: "Side", head: "Side", 
     verdict = f["classification"]
     ruling = f.get("referee") or {}
     if ruling.get("verdict") in ("fixed", "regressed") and ruling.get("reference") is not None \
-            and f["observable"] != "exception" and not f["observable"].startswith(("returned:", "config:")):  # the reference's values are what is right
+            and f["observable"] != "exception" and not is_extra(f["observable"]):  # the reference's values are what is right
         invariants = [_pin(boundary, f["observable"], ruling["reference"])]
     elif f["invariants"] and verdict != "changed":
         invariants = [{fam: {k: (_Flow(v) if isinstance(v, list) else v) for k, v in body.items()}}
                       for inv in f["invariants"] for fam, body in inv.items()]
-    elif f["observable"] != "exception" and not f["observable"].startswith(("returned:", "config:")):
-        invariants = [_pin(boundary, f["observable"], f["base_values"])]
-    else:  # one side raises, or an extra no scenario addresses (yet): the header says what differs
+    elif f["observable"] != "exception" and _pinnable(f["observable"]):
+        invariants = [_pin(boundary, f["observable"], f["base_values"], f["inputs"])]
+    else:  # one side raises, or sets a config attribute the other leaves: the header says what differs
         invariants = [{"unmutated": {}}]
     replay = _replay_command(f"{sid}.yaml", base, head, against)
     doc = {

@@ -63,7 +63,6 @@ def check(prop: Property, ex: S.Example, adapter, device, overrides: dict[str, A
         o, fn = observe(adapter, device, sc.boundary, run.inputs, run.config, run.grads, run.casts)
         # inputs come back in their own dtypes, as runner.evaluate decodes them
         o["inputs_after"] = {n: a.astype(run.inputs[n].dtype) for n, a in o["inputs_after"].items()}
-        o.pop("extras", None)  # what a differential hunt compares beside the outputs; no family reads it
         obs[run.name] = RunObservation(inputs=run.inputs, **o)
         function = function or fn
     inv = sc.invariants[0]
