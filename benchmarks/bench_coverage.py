@@ -4,8 +4,10 @@ declared reasons, and the options the trainer read but the hunt never varied.
 
     python benchmarks/bench_coverage.py --targets reference slime --budget 20
 
-A target other than reference reads its checkout from $SENTINEL_<TARGET>_REPO. The catalog
-(`sentinel gate`) is not measured here: its coverage is not recorded yet.
+A target other than reference reads its checkout from $SENTINEL_<TARGET>_REPO. Each hunt's
+--coverage runs the catalog's scenarios of its boundary first, so the table counts what the
+catalog and the hunt executed. A function several boundaries map is counted once: a branch
+is covered where any of their hunts took it (the union), unreachable where its adapter says so.
 """
 
 from __future__ import annotations
@@ -35,6 +37,29 @@ def hunt(target: str, boundary: str, budget: float, out: Path) -> dict:
     return json.loads((out / "hunt.json").read_text())["hunt"] if (out / "hunt.json").is_file() else {}
 
 
+def _arcs(branches: list[dict]) -> set[tuple[int, int]]:
+    return {(b["line"], d) for b in branches for d in b["missing"]}
+
+
+def union(seen: dict | None, c: dict) -> dict:
+    """One function's coverage over two hunts: a branch is missing only where both missed it
+    (a hunt that never ran the function, branches_total 0, adds nothing)."""
+    if seen is None or not seen["branches_total"]:
+        return c
+    if not c["branches_total"]:
+        return seen
+    keep = _arcs(seen["uncovered"]) & _arcs(c["uncovered"])
+    gone = _arcs(seen["branches_unreachable"]) & _arcs(c["branches_unreachable"])
+
+    def only(branches: list[dict], arcs: set) -> list[dict]:
+        out = [{**b, "missing": [d for d in b["missing"] if (b["line"], d) in arcs]} for b in branches]
+        return [b for b in out if b["missing"]]
+    uncovered, unreachable = only(seen["uncovered"], keep), only(seen["branches_unreachable"], gone)
+    total = seen["branches_total"]
+    return {**seen, "uncovered": uncovered, "branches_unreachable": unreachable,
+            "branches_covered": total - len(keep) - len(gone)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--targets", nargs="+", default=["reference", "slime", "areal", "verl", "openrlhf", "trl"])
@@ -47,10 +72,10 @@ def main() -> None:
         for b in a.boundary or boundaries(target):
             with tempfile.TemporaryDirectory() as d:
                 h = hunt(target, b, a.budget, Path(d))
+            print(f"  {b}: {h.get('coverage_scenarios', 0)} catalog scenarios, "
+                  f"{sum(p.get('examples', 0) for p in h.get('properties', []))} hunt examples", flush=True)
             for c in h.get("coverage", []):
-                best = functions.get(c["function"])
-                if best is None or c["branches_covered"] > best["branches_covered"]:
-                    functions[c["function"]] = c
+                functions[c["function"]] = union(functions.get(c["function"]), c)
             for o in h.get("options", []):
                 if o["options_read_not_varied"]:
                     not_varied[o["boundary"]] = o["options_read_not_varied"]

@@ -6,7 +6,7 @@ worker's child by `sentinel.adapters.options`), which of them took more than one
 varied, the options whose branches the hunt cannot have explored.
 
 Coverage (`sentinel hunt --coverage`): per mapped function, the branches of its body the
-hunt executed (`sentinel.hunt.coverage` measures them).
+hunt executed (`sentinel.coverage` measures them).
 """
 
 from __future__ import annotations

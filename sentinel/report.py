@@ -307,7 +307,9 @@ class HuntSummary(_Model):
     options: list[BoundaryOptions] = Field(default_factory=list, description="per boundary: the trainer options read, "
                                            "varied, pinned (with reasons) and read but never varied")
     coverage: list[FunctionCoverage] = Field(default_factory=list, description="--coverage: per mapped function, "
-                                             "the branches of its body the hunt executed")
+                                             "the branches of its body the catalog and the hunt executed")
+    coverage_scenarios: int = Field(0, description="--coverage: the catalog scenarios of the hunted boundaries run "
+                                    "(measured) before the search")
 
 
 def _cwd() -> str | None:

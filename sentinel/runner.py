@@ -155,9 +155,11 @@ def checkout_root(stack: ExitStack, spec: TargetSpec, target: Target) -> str | N
 
 def run_group(scenarios: list[Scenario], spec: TargetSpec, timeout: float = 60.0,
               on_result: Callable[[ScenarioResult], None] | None = None,
-              load_timeout: float = LOAD_TIMEOUT) -> GroupResult:
+              load_timeout: float = LOAD_TIMEOUT, coverage: str | None = None) -> GroupResult:
     """All scenarios for one target in one worker (restarted if target code kills it). The
-    target's import and load() may take `load_timeout` s, each scenario `timeout` s."""
+    target's import and load() may take `load_timeout` s, each scenario `timeout` s.
+    coverage: a folder where each scenario's child writes branch-coverage data of the
+    trainer's files (sentinel.coverage)."""
     target = Target(name=spec.name, repo=spec.repo, device=spec.device, plant=spec.plant)
     results: list[ScenarioResult] = []
 
@@ -181,7 +183,8 @@ def run_group(scenarios: list[Scenario], spec: TargetSpec, timeout: float = 60.0
                 emit(_load_failed(sc, spec, target.load_error))
             return GroupResult(target, results, env)
         header = {"target": spec.name, "root": root, "device": spec.device, "timeout": timeout,
-                  "options": {"plant": spec.plant, "compile": spec.compile}}
+                  "options": {"plant": spec.plant, "compile": spec.compile},
+                  **({"coverage": coverage} if coverage else {})}
         planned = []
         for sc in todo:
             try:
@@ -237,8 +240,9 @@ def _load_failed(sc: Scenario, spec: TargetSpec, err: ExceptionInfo) -> Scenario
 
 def run(scenarios: list[Scenario], targets: list[TargetSpec], *, timeout: float = 60.0,
         on_result: Callable[[ScenarioResult], None] | None = None, command: list[str] | None = None,
-        parallel: int | None = None, load_timeout: float = LOAD_TIMEOUT) -> Report:
-    """Run every scenario on every target (groups in parallel threads, one worker each)."""
+        parallel: int | None = None, load_timeout: float = LOAD_TIMEOUT, coverage: str | None = None) -> Report:
+    """Run every scenario on every target (groups in parallel threads, one worker each);
+    coverage: see run_group."""
     t0 = time.perf_counter()
     created = datetime.now(timezone.utc).isoformat(timespec="seconds")
     lock = threading.Lock()
@@ -250,7 +254,7 @@ def run(scenarios: list[Scenario], targets: list[TargetSpec], *, timeout: float 
 
     workers = max(1, min(len(targets), parallel or os.cpu_count() or 1))
     with ThreadPoolExecutor(workers) as pool:
-        groups = list(pool.map(lambda t: run_group(scenarios, t, timeout, locked, load_timeout), targets))
+        groups = list(pool.map(lambda t: run_group(scenarios, t, timeout, locked, load_timeout, coverage), targets))
     env = next((g.environment for g in groups if g.environment), {})
     results = [r for g in groups for r in g.results]
     stats = statistics(results)

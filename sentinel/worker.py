@@ -178,9 +178,17 @@ class Worker:
     def isolated(self, job: dict[str, Any]) -> dict[str, Any]:
         """Run a job in a forked child; a crash, exit or timeout becomes an error result."""
         timeout = float(self.header.get("timeout", 60))
-        return {"runs": {}, **self._forked(self._with_mutant(job, lambda emit: self.execute(job)), timeout,
+        return {"runs": {}, **self._forked(self._with_mutant(job, lambda emit: self._measured(job)), timeout,
                                            f"target code ran past the {timeout:g} s timeout",
                                            "before returning a result")}
+
+    def _measured(self, job: dict[str, Any]) -> dict[str, Any]:
+        """execute(job), under branch coverage of the trainer's files where the header names a
+        coverage folder (`sentinel hunt --coverage` runs the catalog this way first)."""
+        from .coverage import measuring
+        roots = self.adapter.trainer_roots() if hasattr(self.adapter, "trainer_roots") else []
+        with measuring(self.header.get("coverage"), roots):
+            return self.execute(job)
 
     # --- one hunt round (sentinel hunt) ------------------------------------------------
     def hunt(self, job: dict[str, Any]) -> dict[str, Any]:

@@ -100,9 +100,9 @@ def toy_with_domain(tmp_path, monkeypatch):
     targets.registry.cache_clear()
 
 
-def sentinel(*args: str, columns: int = 250) -> subprocess.CompletedProcess:
+def sentinel(*args: str, columns: int = 250, cwd: Path | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "sentinel.cli", *args], capture_output=True, text=True,
-                          env={**os.environ, "COLUMNS": str(columns)})
+                          env={**os.environ, "COLUMNS": str(columns)}, cwd=cwd)
 
 
 def _hunt(tmp_path: Path) -> dict:
@@ -181,21 +181,48 @@ def test_the_proxy_records_reads_from_trainer_files_only(tmp_path):
     assert options.drain() == {"kl": {"a": [1], "clip": [0.2], "inner.mode": ["a"], "k": ["v"], "x": [True]}}
 
 
-def test_hunt_coverage_counts_the_branches_of_the_mapped_function(toy, tmp_path):
+CATALOG_EPS = """id: toy-eps
+title: a large eps (the hunt draws 1e-5 and 1e-6 only)
+boundary: reward_norm
+config: {mean_level: batch, std_level: null, eps: 1.0e-3}
+inputs: {rewards: [1.0, 2.0, 3.0]}
+invariants:
+  - permutation_equivariant: {}
+"""
+CATALOG_KL = """id: toy-kl
+title: a scenario of a boundary the hunt does not hunt
+boundary: gspo_kl
+inputs: {log_probs: [[-0.5]], old_log_probs: [[-0.6]], loss_mask: [[1]]}
+invariants:
+  - sequence_uniform: {output: seq_kl}
+"""
+
+
+@pytest.mark.parametrize("catalog", [None, CATALOG_EPS])
+def test_hunt_coverage_counts_the_branches_of_the_mapped_function(toy, tmp_path, catalog):
     """normalise has four `if`s, each two ways: 8 branches. The hunt (no domain for
     mean_leave1out, no trainer option first_bonus) never takes `leave_one_out` or `first_bonus`
     true, and eps is drawn at 1e-5 and 1e-6 only, so `eps > 1e-5` never holds: 5 covered, the
-    three others listed with their condition."""
+    three others listed with their condition. The catalog's scenarios of the hunted boundary
+    (./scenarios, as `sentinel gate` finds it) run first under coverage: one with eps 1e-3 takes
+    the third branch."""
+    work = tmp_path / "work"
+    (work / "scenarios").mkdir(parents=True)
+    (work / "scenarios" / "toy.yaml").write_text(catalog or CATALOG_KL)
     out = tmp_path / "hunt.json"
-    r = sentinel("hunt", "--target", "toyopts", "--property", "reward_norm.permutation_equivariant", "--time", "6",
-                 "--seed", "1", "-n", "60", "--coverage", "-o", str(out))
+    # bounded by its 60 examples, not the clock: the same branches under load
+    r = sentinel("hunt", "--target", "toyopts", "--property", "reward_norm.permutation_equivariant", "--time", "120",
+                 "--seed", "1", "-n", "60", "--coverage", "-o", str(out), cwd=work)
     assert out.is_file(), r.stdout + r.stderr
-    (cov,) = json.loads(out.read_text())["hunt"]["coverage"]
+    hunt = json.loads(out.read_text())["hunt"]
+    (cov,) = hunt["coverage"]
     assert cov["function"] == "toyopts.norm:normalise"
     assert cov["branches_total"] == 8, cov  # four ifs; an assert is not a branch arc for coverage.py
-    assert cov["branches_covered"] == 5, cov
-    assert [(b["condition"].split(":")[0], len(b["missing"])) for b in cov["uncovered"]] == [
-        ("if args.leave_one_out", 1), ("if args.eps > 1e-5", 1), ("if args.first_bonus", 1)]
+    assert hunt.get("coverage_scenarios", 0) == (1 if catalog else 0)  # gspo_kl is not hunted here
+    assert cov["branches_covered"] == (6 if catalog else 5), cov
+    untaken = [("if args.leave_one_out", 1), ("if args.eps > 1e-5", 1), ("if args.first_bonus", 1)]
+    assert [(b["condition"].split(":")[0], len(b["missing"])) for b in cov["uncovered"]] == \
+        [u for u in untaken if not catalog or "eps" not in u[0]]
     assert cov["branches_unreachable"] == []
 
 

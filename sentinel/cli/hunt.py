@@ -56,7 +56,7 @@ def hunt(
     timeout: float = typer.Option(60.0, "--timeout", help="Extra seconds a round may overrun before it is an error."),
     list_: bool = typer.Option(False, "--list", help="List the hunt properties and exit."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Show every property, not only findings and errors."),
-    coverage_: bool = typer.Option(False, "--coverage", help="Measure branch coverage (coverage.py) of each mapped trainer function: the report lists branches covered, unreachable (with the adapter's reason) and uncovered."),
+    coverage_: bool = typer.Option(False, "--coverage", help="Measure branch coverage (coverage.py) of each mapped trainer function, the catalog's scenarios of the hunted boundaries first, then the hunt: the report lists branches covered, unreachable (with the adapter's reason) and uncovered."),
 ) -> None:
     """Search for invariant violations with no hand-made trigger; shrink each to a minimal scenario.
 
@@ -144,6 +144,11 @@ def hunt(
                 msg = f"{e['target']}: hunting {e['properties']} properties ({lanes} up in {e['startup_s']:.1f} s)"
                 if not show and not as_json:
                     err.print(markup(msg), highlight=False)
+                return
+            if kind == "catalog":  # --coverage: the catalog's scenarios first, measured
+                progress.update(task, description=f"catalog under coverage {e['done']}/{e['total']}")
+                if not show and not as_json and e["done"] == e["total"]:
+                    err.print(f"  catalog under coverage: {e['total']} scenarios", highlight=False)
                 return
             name = e.get("property", "")
             if kind == "round":

@@ -21,7 +21,7 @@ from ...report import (Environment, ExceptionInfo, FunctionInfo, HuntDeviation, 
                       HuntSummary, InvariantResult, Report, ScenarioResult, Target, statistics)
 from ...reach import BoundaryOptions, boundary_options, merge_read
 from ...runner import TargetSpec
-from ..coverage import analyse
+from ...coverage import analyse
 from ..signature import Signature
 from .findings import provenance_of
 from .state import Found, HuntSettings, PropertyState

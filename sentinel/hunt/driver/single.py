@@ -63,6 +63,7 @@ class Hunter(Hunt):
                 s.status, s.reason = "unsupported", why
         self.env: dict[str, Any] = {}
         self.startup_s = 0.0
+        self.catalog_run = 0  # --coverage: catalog scenarios run under coverage before the search
         self.lock = threading.RLock()
         # One lane per worker process (--jobs). Lanes take rounds from one round robin over the
         # properties; a property is in at most one lane at a time.
@@ -80,7 +81,8 @@ class Hunter(Hunt):
         target = self.target
         self.header = {"target": self.spec.name, "root": checkout_root(stack, self.spec, target),
                        "device": self.spec.device, "timeout": self.settings.timeout,
-                       "options": {"plant": self.spec.plant, "compile": self.spec.compile}}
+                       "options": {"plant": self.spec.plant, "compile": self.spec.compile},
+                       **({"coverage": self.settings.coverage} if self.settings.coverage else {})}
         if target.load_error is None:
             t0 = time.perf_counter()
             with ThreadPoolExecutor(self.lanes) as pool:
@@ -95,6 +97,28 @@ class Hunter(Hunt):
             self.exit_reason = ExitReason.target_error
         self.emit({"event": "start", "properties": len(self.states), "startup_s": self.startup_s,
                    "target": self.spec.key, "jobs": self.lanes})
+        if self.settings.coverage and self.exit_reason is None:
+            self._catalog()
+
+    def _catalog(self) -> None:
+        """--coverage: the catalog's scenarios of the hunted boundaries first, on the first
+        worker, each child measured (the header names the coverage folder), so the report
+        counts the branches the catalog and the hunt executed. Their verdicts are `sentinel
+        gate`'s business, not this report's: only how many ran is kept."""
+        from ...catalog import catalog_path, display_path, local_catalog
+        from ...spec import load_paths
+        from ...yamlfile import SpecError
+        hunted = {s.prop.boundary for s in self.states if not s.done}
+        path = local_catalog() or catalog_path()
+        try:
+            scenarios = [sc for sc in load_paths([path]) if sc.boundary in hunted and sc.applies_to(self.spec.name)]
+        except SpecError as e:
+            raise UsageError(f"--coverage runs the catalog {display_path(path)} first, and it does not load:\n{e}") from None
+        lane = next((i for i, w in enumerate(self.workers) if w is not None), 0)
+        for i, sc in enumerate(scenarios):  # a worker the scenario killed is started again
+            self.workers[lane], verdict = self._verify(self.workers[lane], sc)
+            self.catalog_run += verdict is not None and not verdict.startswith("error: ")
+            self.emit({"event": "catalog", "done": i + 1, "total": len(scenarios), "scenario": sc.id})
 
     def rounds(self) -> None:
         """Rounds in every lane until the hunt is over."""
@@ -130,10 +154,12 @@ class Hunter(Hunt):
             worker.close()
 
     def report(self) -> Report:
-        return hunt_report(self.states, self.settings, spec=self.spec, target=self.target, env=self.env,
-                           search_s=self.search_s, startup_s=self.startup_s, created=self.created,
-                           duration_s=round(time.perf_counter() - self.t_start, 3), command=self.command,
-                           exit_reason=self.exit_reason.name if self.exit_reason else "", deviations=self.deviations)
+        rep = hunt_report(self.states, self.settings, spec=self.spec, target=self.target, env=self.env,
+                          search_s=self.search_s, startup_s=self.startup_s, created=self.created,
+                          duration_s=round(time.perf_counter() - self.t_start, 3), command=self.command,
+                          exit_reason=self.exit_reason.name if self.exit_reason else "", deviations=self.deviations)
+        rep.hunt.coverage_scenarios = self.catalog_run
+        return rep
 
     # --- workers -------------------------------------------------------------------------
 

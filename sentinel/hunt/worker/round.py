@@ -31,8 +31,8 @@ from hypothesis.errors import HypothesisException, NoSuchExample, Unsatisfiable
 from sentinel.adapters import options
 from sentinel.errors import PreconditionUnmet, Unsupported
 
-from ... import strategies as S
-from .. import coverage, properties
+from ... import coverage, strategies as S
+from .. import properties
 from ..properties import SHRINK_TIME, Property
 from ..differences import skipped_note
 from ..search import Answer, RoundOver, Search, plain, replayable

@@ -70,6 +70,8 @@ def reach_lines(h) -> list[str]:
                   f"{md_text(', '.join(o.options_read_not_varied))} |" for o in h.options]
         lines.append("")
     if h.coverage:
+        lines += [f"Branch coverage of the catalog's {h.coverage_scenarios} scenario(s) of these boundaries, "
+                  "then the hunt:", ""]
         lines += ["| function | branches covered | unreachable | uncovered (line: condition) |", "|---|---:|---|---|"]
         lines += [f"| {md_code(c.function)} | {c.branches_covered} / {c.branches_total} | "
                   f"{md_text('; '.join(f'{b.line}: {b.reason}' for b in c.branches_unreachable))} | "

@@ -84,6 +84,9 @@ def hunt(view, out: Console, verbose: bool = False) -> None:
                       f"{markup(', '.join(o.options_read_not_varied))}", highlight=False)
         out.print(f"[dim]{markup(o.boundary)}: {len(o.options_read)} option(s) read, {len(o.options_varied)} varied, "
                   f"{len(o.options_pinned)} pinned[/]", highlight=False)
+    if h.coverage:
+        out.print(f"[dim]coverage of the catalog's {h.coverage_scenarios} scenario(s) of these boundaries, "
+                  "then the hunt:[/]", highlight=False)
     for c in h.coverage:
         out.print(f"[dim]coverage {markup(c.function)}: {c.branches_covered}/{c.branches_total} branches, "
                   f"{len(c.branches_unreachable)} unreachable, {len(c.uncovered)} uncovered[/]", highlight=False)

@@ -1,7 +1,9 @@
-"""`sentinel hunt --coverage`: which branches of each mapped function's body the hunt executed.
+"""`sentinel hunt --coverage`: which branches of each mapped function's body the catalog and
+the hunt executed.
 
 In the worker's child (`measuring`), coverage.py records branch arcs of the trainer's files
-while a round runs and writes one data file per round under the hunt's coverage folder;
+while a catalog scenario or a hunt round runs and writes one data file per child under the
+hunt's coverage folder;
 `spans` says where each function the boundary maps (`@implements(..., calls=...)`) lives.
 In the CLI's process (`analyse`), the data files are combined and each function's body is
 read off: branches total / covered, the uncovered ones with the text of their condition,
@@ -17,7 +19,7 @@ import linecache
 from pathlib import Path
 from typing import Any, Iterator
 
-from ..reach import Branch, FunctionCoverage
+from .reach import Branch, FunctionCoverage
 
 
 @contextlib.contextmanager
