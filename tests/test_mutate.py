@@ -4,6 +4,7 @@ resumes from the cache, and the reference plants an operator can express are kil
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -175,3 +176,32 @@ def test_claim_on_a_mutant_left_out_by_m_is_not_stale():
     assert _honour([], claims, {"m:f"}, 100, {"m:f#sign@aa"}) == ["e.yaml:1: m:f#sign@gone: no such mutant "
                                                                   "(the function changed, or the operator no longer applies)"]
     assert len(_honour([], claims, {"m:f"}, 100)) == 2  # without the generated ids: both (the old behaviour)
+
+
+@pytest.mark.slow  # one verl prepare and two mutants on the installed verl: a few minutes on a loaded machine
+@pytest.mark.skipif(importlib.util.find_spec("verl") is None, reason="verl is not installed")
+@pytest.mark.parametrize("function, boundary, replacement", [
+    # the leave-one-out baseline's n / (n - 1) -> n / (n + 1): reached through reward_norm's mean_leave1out
+    ("verl.trainer.ppo.core_algos:compute_rloo_outcome_advantage", "reward_norm", "response_num + 1"),
+    # the IS-corrected REINFORCE loss's sign: reached through is_correction's off_policy_is with eps_clip 1
+    ("verl.trainer.ppo.core_algos:compute_policy_loss_reinforce", "is_correction", "advantages"),
+])
+def test_verl_functions_the_hunt_never_called_are_reached(function, boundary, replacement, tmp_path, monkeypatch):
+    """verl's rloo estimator and bypass-mode REINFORCE loss scored 0 / 26 and 0 / 16: the hunt drew
+    no mean_leave1out on reward_norm, and off_policy_is with eps_clip < 1 only, which verl's
+    uncapped-below IS weight refuses. The verl adapter's option domains draw both now."""
+    import ast
+    import importlib
+    from sentinel.catalog import catalog_path
+    from sentinel.mutate.mutants import Function, mutants
+    monkeypatch.setenv("HYPOTHESIS_STORAGE_DIRECTORY", str(tmp_path / "hypothesis"))
+    module, name = function.split(":")
+    path = Path(importlib.util.find_spec(module).origin)
+    node = next(n for n in ast.parse(path.read_text()).body if isinstance(n, ast.FunctionDef) and n.name == name)
+    first = node.decorator_list[0].lineno if node.decorator_list else node.lineno
+    lines = path.read_text().splitlines(keepends=True)[first - 1:node.end_lineno]
+    one = next(m.id for m in mutants(Function(function, "".join(lines), first), ["sign"]) if m.replacement == replacement)
+    rep = mutate(load_paths([catalog_path()]), Options("verl", boundaries=[boundary], operators=["sign"], only=[one],
+                                                        budget=10, cache=None))
+    m, = rep.mutate.mutants
+    assert m.verdict == "killed", m
