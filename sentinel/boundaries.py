@@ -192,6 +192,9 @@ ESTIMATORS = ("gae", "grpo", "reinforce_plus_plus", "reinforce_plus_plus_baselin
               "grpo_vectorized", "grpo_passk", "rloo", "rloo_vectorized", "remax", "opo", "gpg", "gdpo",
               "optimal_token_baseline", "tir_optimal_token_baseline")
 KL_TYPES = ("k1", "k2", "k3", "low_var_kl", "kl", "mse")
+# straight-through estimators (verl PR 2953's `k1+` / `k3+`): the value of the named estimator with
+# the gradient of k2; only the kl boundary takes them
+KL_STRAIGHT_THROUGH = ("k1+", "k3+", "low_var_kl+")
 LEVELS = ("batch", "group")
 
 
@@ -279,8 +282,10 @@ _register(Boundary(
     "Per-token KL estimator between the policy and a reference (k1, k2, k3 / low_var_kl).",
     inputs=(_tok("log_probs"), _tok("ref_log_probs"), LOSS_MASK),
     outputs=(_tok("kl"),),
-    options=(Option("kl_type", "k1", "choice", KL_TYPES, hunt=("k1", "k2", "k3", "low_var_kl"),
-                    doc="k1 = log r, k2 = (log r)^2 / 2, k3 = r - 1 - log r (low_var_kl: k3 clamped); kl / mse are k1 / k2"),),
+    options=(Option("kl_type", "k1", "choice", KL_TYPES + KL_STRAIGHT_THROUGH,
+                    hunt=("k1", "k2", "k3", "low_var_kl", "k1+", "k3+"),
+                    doc="k1 = log r, k2 = (log r)^2 / 2, k3 = r - 1 - log r (low_var_kl: k3 clamped); kl / mse are k1 / k2; "
+                        "a name ending in + is straight-through: that estimator's value, k2's gradient"),),
     grad_inputs=("log_probs",),
 ))
 

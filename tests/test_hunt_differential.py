@@ -106,7 +106,7 @@ def test_a_config_one_side_lacks_is_excluded_and_counted(tmp_path):
     rep = H.differential(REFERENCE, TargetSpec("hunt_crash_adapter:CrashAdapter"), ["kl"], DIFFERENTIAL_SECONDS, 0,
                          out_dir=tmp_path, max_examples=100, **DIFFERENTIAL)
     d = rep.hunt.differential
-    assert d.excluded_config == {"base": {}, "head": {"kl": {"kl_type": ["k2", "k3", "low_var_kl"]}}}
+    assert d.excluded_config == {"base": {}, "head": {"kl": {"kl_type": ["k2", "k3", "low_var_kl", "k1+", "k3+"]}}}
     assert rep.hunt.findings == [] and d.compared > 0
 
 

@@ -4,6 +4,7 @@ resumes from the cache, and the reference plants an operator can express are kil
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -137,6 +138,7 @@ def test_mutant_selection_by_id_key_or_function():
 
 
 AREAL_REPO = os.environ.get("SENTINEL_AREAL_REPO")
+VERL_REPO = os.environ.get("SENTINEL_VERL_REPO")
 
 
 @pytest.mark.slow  # one AReaL prepare and one mutant: about a minute on a free core
@@ -175,3 +177,44 @@ def test_claim_on_a_mutant_left_out_by_m_is_not_stale():
     assert _honour([], claims, {"m:f"}, 100, {"m:f#sign@aa"}) == ["e.yaml:1: m:f#sign@gone: no such mutant "
                                                                   "(the function changed, or the operator no longer applies)"]
     assert len(_honour([], claims, {"m:f"}, 100)) == 2  # without the generated ids: both (the old behaviour)
+
+
+def _verl_root(installed: bool) -> str | None:
+    """The verl checkout (SENTINEL_VERL_REPO) or the installed package's parent folder (not imported)."""
+    if not installed:
+        return VERL_REPO
+    spec = importlib.util.find_spec("verl")
+    return str(Path(spec.submodule_search_locations[0]).parent) if spec else None
+
+
+@pytest.mark.slow  # one verl prepare and one mutant each: a few minutes on a loaded machine
+@pytest.mark.parametrize("function, boundary, replacement, installed", [
+    # the leave-one-out baseline's n / (n - 1) -> n / (n + 1): reached through reward_norm's mean_leave1out
+    ("verl.trainer.ppo.core_algos:compute_rloo_outcome_advantage", "reward_norm", "response_num + 1", False),
+    # the IS-corrected REINFORCE loss's sign: reached through is_correction's off_policy_is with eps_clip 1 (on
+    # verl 0.9.1; the checkout's PolicyLossConfig has no rollout_correction field, so it stays unsupported there)
+    ("verl.trainer.ppo.core_algos:compute_policy_loss_reinforce", "is_correction", "advantages", True),
+])
+def test_verl_functions_the_hunt_never_called_are_reached(function, boundary, replacement, installed, tmp_path,
+                                                          monkeypatch):
+    """verl's rloo estimator and bypass-mode REINFORCE loss scored 0 / 26 and 0 / 16: the hunt drew
+    no mean_leave1out on reward_norm, and off_policy_is with eps_clip < 1 only, which verl's
+    uncapped-below IS weight refuses. The verl adapter's option domains draw both now, and the
+    catalog has off_policy_is with eps_clip 1 (off-policy-is-no-lower-clip)."""
+    import ast
+    from sentinel.catalog import catalog_path
+    from sentinel.mutate.mutants import Function, mutants
+    root = _verl_root(installed)
+    if root is None:
+        pytest.skip("needs verl: SENTINEL_VERL_REPO, or the installed package")
+    monkeypatch.setenv("HYPOTHESIS_STORAGE_DIRECTORY", str(tmp_path / "hypothesis"))
+    module, name = function.split(":")
+    path = Path(root, *module.split(".")).with_suffix(".py")
+    node = next(n for n in ast.parse(path.read_text()).body if isinstance(n, ast.FunctionDef) and n.name == name)
+    first = node.decorator_list[0].lineno if node.decorator_list else node.lineno
+    lines = path.read_text().splitlines(keepends=True)[first - 1:node.end_lineno]
+    one = next(m.id for m in mutants(Function(function, "".join(lines), first), ["sign"]) if m.replacement == replacement)
+    rep = mutate(load_paths([catalog_path()]), Options("verl", repo=None if installed else root, boundaries=[boundary],
+                                                        operators=["sign"], only=[one], budget=10, cache=None))
+    m, = rep.mutate.mutants
+    assert m.verdict == "killed", m

@@ -110,7 +110,18 @@ def decoupled_weight(proximal_log_probs, behaviour_log_probs):
 
 def kl_estimator(log_probs, ref_log_probs, loss_mask, kl_type="k1"):
     """k1, k2, k3 estimators of KL(pi || ref) (Schulman, http://joschu.net/blog/kl-approx.html),
-    on log r = log pi - log ref; low_var_kl is k3 clamped to [-10, 10]; 0 at masked tokens."""
+    on log r = log pi - log ref; low_var_kl is k3 clamped to [-10, 10]; 0 at masked tokens.
+
+    A name ending in "+" is straight-through (verl PR 2953, `k1+` / `k3+`): the value of the named
+    estimator, the gradient of k2. For tokens drawn from pi, grad KL(pi || ref) = E_pi[log r *
+    grad log pi] (the score-function form; E_pi[grad log pi] = 0). grad k2 = log r * grad log pi
+    is that integrand, while grad k1 = grad log pi has mean 0 and grad k3 = (1 - ref / pi) *
+    grad log pi has mean grad KL(ref || pi), the reverse KL. So k1 and k3 estimate the value
+    without bias and k2's gradient estimates the gradient: value.detach() + k2 - k2.detach()."""
+    if kl_type.endswith("+"):
+        value = kl_estimator(log_probs, ref_log_probs, loss_mask, kl_type[:-1])
+        k2 = kl_estimator(log_probs, ref_log_probs, loss_mask, "k2")
+        return value.detach() + (k2 - k2.detach())
     log_ratio = keep(log_probs - ref_log_probs, loss_mask)
     if kl_type == "k1":
         kl = log_ratio
@@ -121,7 +132,7 @@ def kl_estimator(log_probs, ref_log_probs, loss_mask, kl_type="k1"):
         if kl_type == "low_var_kl":
             kl = kl.clamp(-10.0, 10.0)
     else:
-        raise ValueError(f"unknown kl_type {kl_type!r} (k1, k2, k3, low_var_kl)")
+        raise ValueError(f"unknown kl_type {kl_type!r} (k1, k2, k3, low_var_kl, each with + for straight-through)")
     return keep(kl, loss_mask)
 
 

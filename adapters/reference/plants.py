@@ -96,6 +96,16 @@ def kl_in_ref_storage(log_probs, ref_log_probs, loss_mask, kl_type="k1"):
     return R.kl_estimator(log_ratio, torch.zeros_like(log_ratio), loss_mask, kl_type)
 
 
+def kl_straight_through_k1_gradient(log_probs, ref_log_probs, loss_mask, kl_type="k1"):
+    """Straight-through KL that borrows k1's gradient (1 at every valid token) instead of k2's: the
+    value is right, the gradient's expectation is 0 instead of grad KL."""
+    if not kl_type.endswith("+"):
+        return R.kl_estimator(log_probs, ref_log_probs, loss_mask, kl_type)
+    value = R.kl_estimator(log_probs, ref_log_probs, loss_mask, kl_type[:-1])
+    k1 = R.kl_estimator(log_probs, ref_log_probs, loss_mask, "k1")
+    return value.detach() + (k1 - k1.detach())
+
+
 def contiguous_groups(group, group_size, batch):
     """Group ids ignored: rows chunked into contiguous groups of size group_size (or B / #ids)."""
     if group is None:
@@ -191,6 +201,10 @@ PLANTS: dict[str, Plant] = {
     "input-mutation": Plant(
         "KL estimator writes log pi - log ref into ref_log_probs' storage: the caller's tensor changes.",
         trips=("unmutated",), replaces="kl_estimator", hunt="kl", code=kl_in_ref_storage),
+    "kl-straight-through-k1-gradient": Plant(
+        "Straight-through KL (kl_type k1+ / k3+) that borrows k1's gradient instead of k2's: the value is "
+        "k1 / k3, but d kl / d log pi is 1 at every valid token, not log pi - log ref.",
+        trips=("straight_through",), replaces="kl_estimator", hunt="kl", code=kl_straight_through_k1_gradient),
     "gspo-token-ratio": Plant(
         "importance_sampling_level sequence ignored (each token clipped on its own ratio): GSPO's "
         "sequence-level clip decision splits within a sequence.",

@@ -21,7 +21,7 @@ from sentinel.adapters.layout import group_ids, group_layout, rows, unrows
 from sentinel.adapters.loading import bare_package, module_exists, version_facts
 from sentinel.adapters.observables import Watch, returned
 from sentinel.adapters.spying import spy
-from sentinel.adapters.trainer import TrainerAdapter
+from sentinel.adapters.trainer import TrainerAdapter, straight_through
 from sentinel.errors import Unsupported
 
 from .conventions import (
@@ -267,6 +267,9 @@ class SlimeAdapter(EntryLoss, Surfaces, TrainerAdapter):
     def _kl_name_for(kl_type: str, fn: Callable) -> str:
         """Canonical KL estimator name -> the one this slime's compute_approx_kl accepts
         (slime called k1 "kl" until 2025-07)."""
+        if kl_type.endswith("+") and not straight_through(fn):
+            raise Unsupported(f"slime's compute_approx_kl has no straight-through estimator {kl_type!r} (its code "
+                              f"tests no '+' suffix)")
         try:
             src = inspect.getsource(inspect.unwrap(fn))
         except (OSError, TypeError):

@@ -233,12 +233,18 @@ class VerlAdapter(PolicyLosses, Surfaces, TrainerAdapter):
     def b_kl(self, inputs, config):
         """kl_penalty(logprob, ref_logprob, kl_penalty=<verl name>)."""
         fn = self._fn("kl_penalty", boundary="kl")
-        name = self._kl_name(config["kl_type"], config["kl_type"])
+        name = self._kl_name(config["kl_type"], config["kl_type"], fn)
+        if name is None:
+            raise Unsupported(f"this verl's kl_penalty has no straight-through estimator {config['kl_type']!r} (its "
+                              f"code tests no '+' suffix: before verl PR 2953)")
         kw = bind(fn, "kl", {"logprob": inputs["log_probs"], "ref_logprob": inputs["ref_log_probs"],
                                 "kl_penalty": name})
         try:
             kl = fn(**kw)
         except NotImplementedError as e:
+            if name.endswith("+"):  # its own code takes the name: failing on it is verl's error, not a missing option
+                raise NotImplementedError(f"verl's kl_penalty tests for a '+' suffix but raises NotImplementedError "
+                                          f"on {name!r}") from e
             raise Unsupported(f"verl's kl_penalty has no estimator {name!r}") from e
         return BoundaryResult({"kl": kl}, function=self._ref(fn))
 

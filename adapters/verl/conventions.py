@@ -101,8 +101,14 @@ def build(cls: type, boundary: str, values: dict[str, Any]) -> Any:
 # TIS: the IS level (token, the boundary's own, or sequence: one weight per response), batch
 # normalisation of the weights to mean 1, and rejection sampling (rollout_rs) with each kind of
 # divergence (k1 ratio bounds, k2, k3) at token and sequence level (sum / mean / max).
+# Canonical values beyond the boundaries' own draws, without which a verl function is never
+# called: off_policy_is (the bypass mode's compute_policy_loss_reinforce) needs eps_clip >= 1,
+# since its IS weight min(pi_theta / pi_rollout, threshold) has no lower clip; reward_norm's
+# leave-one-out mean is compute_rloo_outcome_advantage.
 OPTION_DOMAINS = {
+    "reward_norm": {"mean_leave1out": (True,)},
     "is_correction": {
+        "eps_clip": (1.0,),
         "trainer:rollout_is": ("token", "sequence"),
         "trainer:rollout_is_batch_normalize": (False, True),
         "trainer:rollout_rs": (None, "token_k1", "token_k2", "seq_sum_k1", "seq_mean_k3", "seq_max_k2"),

@@ -17,6 +17,8 @@ package), import its modules with stubs and the host's logging kept, then report
 
 from __future__ import annotations
 
+import inspect
+import re
 import time
 import types
 from pathlib import Path
@@ -151,6 +153,24 @@ class TrainerAdapter(Adapter):
         return lookup(self.mods, name, modules or self.lookup_modules, target=self.name, boundary=boundary,
                       version=self.facts.get("version", "this version"), errors=self.errors)
 
-    def _kl_name(self, kl_type: str, default: str | None = None) -> str | None:
-        """The trainer's name for a canonical KL type (`default` where it has none)."""
+    def _kl_name(self, kl_type: str, default: str | None = None, fn: Callable | None = None) -> str | None:
+        """The trainer's name for a canonical KL type (`default` where it has none). A
+        straight-through type (`k3+`) is the base type's name with its `+`, only where the
+        code of the trainer's KL function `fn` dispatches on a `+` suffix; None elsewhere."""
+        if kl_type.endswith("+"):
+            base = self.kl_names.get(kl_type[:-1], None if default is None else kl_type[:-1])
+            return f"{base}+" if base is not None and fn is not None and straight_through(fn) else None
         return self.kl_names.get(kl_type, default)
+
+
+_PLUS_SUFFIX = re.compile(r"""\.endswith\(\s*(["'])\+\1\s*\)""")
+
+
+def straight_through(fn: Callable) -> bool:
+    """Whether `fn`'s own code takes straight-through KL names (it tests for a `+` suffix, as
+    verl's kl_penalty does since PR 2953): read from the code, so an old commit says no."""
+    try:
+        src = inspect.getsource(inspect.unwrap(fn))
+    except (OSError, TypeError):
+        return False
+    return bool(_PLUS_SUFFIX.search(src))

@@ -1,4 +1,5 @@
-"""Gradient flow: the gradient of a loss has the stated form; correction weights carry none.
+"""Gradient flow: the gradient of a loss has the stated form; correction weights carry none; a
+straight-through estimator has one estimator's value and another's gradient.
 
 The off-policy IS correction (https://github.com/THUDM/slime/pull/2084) multiplies the
 policy gradient by clip(pi_theta / pi_rollout); that weight must be detached so the gradient
@@ -9,7 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import Invariant, Missing, Outcome, ShapeMismatch, Tolerance, compare, evaluate_expected, hunted, lists
+from .base import (REL, Invariant, Missing, Outcome, ShapeMismatch, Tolerance, compare, evaluate_expected, hunted,
+                   lists, resolve)
+from .formulas import KL_FORMULA
 
 
 def _cispo_gradient(ex) -> dict[str, Any]:
@@ -120,3 +123,60 @@ class Detached(Invariant):
         pos = np.argwhere(np.abs(g) > 0)[:64].tolist() if g is not None else []
         return Outcome("violated", f"{self.output} is attached to the graph: gradient flows through it into {self._wrt(sc)}",
                        lists(g) if g is not None else "requires_grad", 0.0, lists(g), pos, details)
+
+
+def _straight_through_kl(ex) -> dict[str, Any]:
+    """kl_type `k1+` / `k3+`: the value of k1 / k3 (the name without its +), the gradient of k2."""
+    return {"output": "kl", "value": KL_FORMULA[ex.config["kl_type"][:-1]], "wrt": "log_probs",
+            "gradient": "log_probs - ref_log_probs", "where": "loss_mask", **REL}
+
+
+class StraightThrough(Invariant):
+    """A straight-through estimator: `output` has the value `value`, and d(sum output)/d(wrt)
+    equals `gradient` (another estimator's), both compared where `where` is 1."""
+
+    family = "straight_through"
+    hunt = (hunted("kl", doc="a straight-through KL (kl_type k1+ / k3+, verl PR 2953) has the value of k1 / k3 and "
+                   "the gradient of k2: d kl / d log pi = log pi - log ref at every valid token",
+                   body=_straight_through_kl, config={"kl_type": ["k1+", "k3+"]}),)
+    output: str
+    value: Any
+    gradient: Any
+    wrt: str
+    where: str | None = None
+    atol: Tolerance = 1e-6
+    rtol: Tolerance = 1e-5
+
+    def check(self, sc):
+        grad = f"grad:{self.output}/{self.wrt}"
+        out = self._known_outputs(sc, [self.output, grad], "output") + self._known_input(sc, self.where, "where")
+        return (out + self._known_expression(sc, self.value, self.output, fld="value")
+                + self._known_expression(sc, self.gradient, grad, fld="gradient"))
+
+    def grads(self, sc):
+        return [(self.output, self.wrt)]
+
+    def evaluate(self, obs, sc):
+        run = obs["base"]
+        key = f"{self.output}/{self.wrt}"
+        where = run.inputs[self.where] if self.where else None
+        try:
+            observed = resolve(self.output, run)
+            if key not in run.grads:
+                return Outcome("skipped", f"gradient {key} was not observed")
+            value, gradient = evaluate_expected(self.value, run), evaluate_expected(self.gradient, run)
+            ok_v, diff_v, pos_v = compare(observed, value, self.atol, self.rtol, where)
+            if run.grads[key] is None:
+                return Outcome("violated", f"{self.output} has no gradient path to {self.wrt}", None, lists(gradient))
+            ok_g, diff_g, pos_g = compare(run.grads[key], gradient, self.atol, self.rtol, where)
+        except Missing as e:
+            return Outcome("skipped", str(e))
+        except ShapeMismatch as e:
+            return Outcome("violated", str(e))
+        if not ok_v:
+            return Outcome("violated", f"{self.output}'s value differs from the estimator it stands for",
+                           lists(observed), lists(value), lists(diff_v), pos_v)
+        if not ok_g:
+            return Outcome("violated", f"d{self.output}/d{self.wrt} differs from the gradient it borrows",
+                           lists(run.grads[key]), lists(gradient), lists(diff_g), pos_g)
+        return Outcome("held")
