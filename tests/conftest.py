@@ -108,7 +108,8 @@ def plant_gate(tmp_path_factory):
     the whole catalog on a planted bug. The completed process and the report's path; read-only."""
     d = tmp_path_factory.mktemp("plant-gate")
     exe = os.path.join(os.path.dirname(sys.executable), "sentinel")
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}  # as test_cli's env(): no wrapping width
     done = subprocess.run([exe if os.path.exists(exe) else shutil.which("sentinel"), "gate", "--plant",
                            "opsm-token-level", "-o", str(d / "plant.json")], cwd=d, capture_output=True, text=True,
-                          timeout=300)
+                          timeout=300, env=env)
     return done, d / "plant.json"
