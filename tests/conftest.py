@@ -99,3 +99,17 @@ def _own_zygote(request):
         zygote.reset()
         if saved is not None:
             os.environ["SENTINEL_ZYGOTE_SOCKET"] = saved
+
+
+@pytest.fixture(scope="session")
+def plant_gate(tmp_path_factory):
+    """`sentinel gate --plant opsm-token-level -o plant.json` (the console script, from its own
+    folder), run once for the modules that read its result (test_cli, test_markdown_report):
+    the whole catalog on a planted bug. The completed process and the report's path; read-only."""
+    d = tmp_path_factory.mktemp("plant-gate")
+    exe = os.path.join(os.path.dirname(sys.executable), "sentinel")
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}  # as test_cli's env(): no wrapping width
+    done = subprocess.run([exe if os.path.exists(exe) else shutil.which("sentinel"), "gate", "--plant",
+                           "opsm-token-level", "-o", str(d / "plant.json")], cwd=d, capture_output=True, text=True,
+                          timeout=300, env=env)
+    return done, d / "plant.json"

@@ -74,8 +74,9 @@ def strip_timings(x):
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    """The slow commands, started together and awaited together."""
+def runs(tmp_path_factory, plant_gate):
+    """The slow commands, started together and awaited together; the plant gate's run is the
+    session's (conftest.plant_gate, read by test_markdown_report too), copied in as plant.json."""
     d = tmp_path_factory.mktemp("cli")
     (d / "bad.yaml").write_text(BAD_SCENARIO)
     (d / "faulty.yaml").write_text(FAULTY_SCENARIO)
@@ -85,7 +86,6 @@ def runs(tmp_path_factory):
     (d / "mixed" / "ok.yaml").write_text(OK_SCENARIO)
     cmds = {
         "gate": ["gate", "-o", str(d / "gate.json"), "--junit", str(d / "gate.xml")],
-        "plant": ["gate", "--plant", "opsm-token-level", "-o", str(d / "plant.json")],
         "bad": ["run", str(d / "bad.yaml"), "-o", str(d / "bad.json")],
         "faulty": ["run", str(d / "faulty.yaml"), "--target", "faulty_adapter:FaultyAdapter", "-o", str(d / "faulty.json")],
         "unsupported": ["run", str(d / "unsupported.yaml"), "--target", "faulty_adapter:FaultyAdapter",
@@ -100,6 +100,8 @@ def runs(tmp_path_factory):
     for k, p in procs.items():
         out, err = p.communicate(timeout=300)
         done[k] = subprocess.CompletedProcess(cmds[k], p.returncode, out, err)
+    done["plant"], plant = plant_gate
+    shutil.copy(plant, d / "plant.json")
     return d, done
 
 

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from render_helpers import report_command
 
 HERE = Path(__file__).parent
 
@@ -98,7 +99,7 @@ def test_compare_fixed_and_untouched_checkout(tiny_repo, tmp_path):
     assert base["observations"]["opsm_mask"] == [[0.0, 1.0, 0.0]]
     # the user's checkout, branch, index and worktree list are as before
     assert (git(repo, "rev-parse", "HEAD"), git(repo, "status", "--porcelain"), git(repo, "worktree", "list")) == before
-    md = sentinel("report", str(out), "--format", "markdown").stdout
+    md = report_command(out, "--format", "markdown").stdout
     assert "fixed" in md and shas["buggy"][:10] in md and shas["fixed"][:10] in md and "sentinel compare" in md
 
 

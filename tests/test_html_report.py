@@ -14,7 +14,7 @@ import pytest
 from report_fakes import checkout, compare_report, hunt_report, report, violated
 
 from sentinel.catalog import catalog_path
-from render_helpers import page
+from render_helpers import page, report_command
 from sentinel.report import FunctionInfo, Target
 
 REPO = Path(__file__).resolve().parents[1]
@@ -33,9 +33,8 @@ def plant_page(tmp_path_factory) -> Path:
                          cwd=d, capture_output=True, text=True, timeout=300)
     assert run.returncode == 1, run.stderr
     out = d / "report.html"
-    done = subprocess.run([str(SENTINEL), "report", str(d / "plant.json"), "--format", "html", "-o", str(out)], cwd=d,
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == 1, done.stderr  # written, and the report's own exit code (a violation)
+    done = report_command(d / "plant.json", "--format", "html", "-o", str(out))
+    assert done.exit_code == 1, done.stderr  # written, and the report's own exit code (a violation)
     return out
 
 
@@ -140,7 +139,7 @@ import sys
 sys.modules["matplotlib"] = None  # import matplotlib raises ImportError, as where it is not installed
 sys.path.insert(0, "tests")
 from report_fakes import compare_report, history_report, hunt_report
-from render_helpers import page
+from render_helpers import page, report_command
 for make in (compare_report, history_report, lambda: hunt_report(progress=True)):
     print(page(make()))
 """

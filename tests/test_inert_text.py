@@ -22,7 +22,7 @@ from rich.console import Console
 from sentinel import inert
 from sentinel.catalog import catalog_path
 from render_helpers import page
-from render_helpers import console_report, junit, markdown
+from render_helpers import console_report, junit, markdown, report_command
 from sentinel.report import Comparison, Target
 
 SENTINEL = Path(sys.executable).with_name("sentinel")
@@ -131,8 +131,8 @@ def test_the_cli_shows_a_hostile_title_as_text(tmp_path):
     for raw in CONTROL:
         assert raw not in run.stdout + run.stderr, repr(raw)
     for fmt in ("markdown", "html", "junit"):
-        done = subprocess.run([str(SENTINEL), "report", str(out), "-f", fmt], capture_output=True, text=True, timeout=120)
-        assert done.returncode == 1, done.stderr
+        done = report_command(out, "-f", fmt)
+        assert done.exit_code == 1, done.stderr
         for raw in (HTML, *CONTROL):  # markdown's link syntax means nothing to HTML or XML
             assert raw not in done.stdout, (fmt, raw)
         assert 'href="javascript' not in done.stdout

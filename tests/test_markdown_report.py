@@ -13,7 +13,7 @@ import pytest
 from report_fakes import checkout, compare_report, errored, holds, report, violated
 
 from sentinel.catalog import catalog_path
-from render_helpers import markdown
+from render_helpers import markdown, report_command
 from sentinel.report import FunctionInfo, Target
 from sentinel.spec import load_paths
 
@@ -22,18 +22,17 @@ SENTINEL = Path(sys.executable).with_name("sentinel")
 
 
 @pytest.fixture(scope="module")
-def plant(tmp_path_factory):
-    """The gate on the OPSM planted bug: the catalog holds but for opsm-mixed-advantage."""
-    d = tmp_path_factory.mktemp("plant")
-    p = subprocess.run([str(SENTINEL), "gate", "--plant", "opsm-token-level", "-o", str(d / "plant.json")], cwd=d,
-                       capture_output=True, text=True, timeout=300)
+def plant(plant_gate):
+    """The gate on the OPSM planted bug: the catalog holds but for opsm-mixed-advantage (the
+    session's run, conftest.plant_gate)."""
+    p, path = plant_gate
     assert p.returncode == 1, p.stderr
-    return d / "plant.json"
+    return path
 
 
 def test_plant_markdown_starts_with_the_violation_and_its_grid(plant):
-    done = subprocess.run([str(SENTINEL), "report", str(plant), "--format", "markdown"], capture_output=True, text=True)
-    assert done.returncode == 1  # the report holds a violation: `sentinel report` exits with its code
+    done = report_command(plant, "--format", "markdown")
+    assert done.exit_code == 1  # the report holds a violation: `sentinel report` exits with its code
     md = done.stdout
     lines = md.splitlines()
     held = len(load_paths([catalog_path()])) - 1  # the rest of the catalog holds
@@ -129,9 +128,9 @@ def test_a_relational_family_names_its_two_runs_not_an_expectation(tmp_path):
                         "masked-kl-leak", "-o", str(out)], capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"})
     assert p.returncode == 1, p.stderr
     assert "variant run" in p.stdout and "base run" in p.stdout
-    md = subprocess.run([str(SENTINEL), "report", str(out), "--format", "markdown"], capture_output=True, text=True).stdout
+    md = report_command(out, "--format", "markdown").stdout
     line = next(x for x in md.splitlines() if "masked_invariance" in x and "changed" in x)
     assert "≠ base run" in md and "expected" not in line
     html = tmp_path / "r.html"
-    subprocess.run([str(SENTINEL), "report", str(out), "--format", "html", "-o", str(html)], capture_output=True)
+    report_command(out, "--format", "html", "-o", str(html))
     assert "variant run <code>masked_invariance</code>" in html.read_text() and "base run <code>" in html.read_text()

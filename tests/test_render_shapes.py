@@ -23,7 +23,7 @@ from report_fakes import report
 from rich.console import Console
 
 from render_helpers import page
-from render_helpers import console_report, junit, markdown
+from render_helpers import console_report, junit, markdown, report_command
 from sentinel.report import Report, dump, load
 from sentinel.runner import evaluate, plan
 from sentinel.spec import load_text
@@ -71,10 +71,10 @@ def test_a_per_row_expected_value_renders_and_keeps_its_violation(tmp_path):
     gate = subprocess.run([str(SENTINEL), "gate", "--path", str(sc), "--plant", "opsm-token-level", "-o", "-"],
                           capture_output=True, text=True, timeout=300)
     assert gate.returncode == 1, gate.stdout + gate.stderr
-    for fmt in ("text", "markdown", "junit", "html"):
-        done = subprocess.run([str(SENTINEL), "report", str(out), "-f", fmt], capture_output=True, text=True, timeout=120)
-        assert done.returncode == 1 and "Traceback" not in done.stderr, (fmt, done.stderr)
-    md = subprocess.run([str(SENTINEL), "report", str(out), "-f", "markdown"], capture_output=True, text=True).stdout
+    shown = {fmt: report_command(out, "-f", fmt) for fmt in ("text", "markdown", "junit", "html")}
+    for fmt, done in shown.items():
+        assert done.exit_code == 1 and "Traceback" not in done.stderr, (fmt, done.stderr)
+    md = shown["markdown"].stdout
     assert "| 0 | 0 | **1** ≠ 0 | 0 |" in md and "| 1 | 0 | **1** ≠ 0 | · |" in md
 
 
