@@ -1,8 +1,9 @@
 """Run every catalog scenario of one target through its adapter under `composing.Audit`.
 
-`audit(adapter, target)` -> {"findings": [...], "calls": n, "trainer_ops": n, "by_boundary": {...}}:
-each finding an op the adapter's own code applied to a value the trainer returned (a
-reduction, normalisation or scaling) outside a step the boundary declares. Run as a script
+`audit(adapter, target)` -> {"findings": [...], "declared": [...], "calls": n, "trainer_ops": n,
+"by_boundary": {...}, "errors": {...}}: each finding an op the adapter's own code applied to a
+value the trainer returned (a reduction, normalisation or scaling) outside a step the boundary
+declares; `declared`, the steps that did run inside one. Run as a script
 (``python tests/compose_audit.py TARGET [ROOT]``) it prints that as JSON: a slime checkout
 needs an interpreter of its own.
 """
@@ -50,7 +51,8 @@ def audit(adapter: Any, target: str, scenarios: list | None = None) -> dict[str,
             seen["calls"] += 1
             seen["trainer_ops"] += mode.trainer_ops - before
     findings = sorted({str(f) for f in mode.findings})
-    return {"findings": findings, "calls": calls, "trainer_ops": mode.trainer_ops, "by_boundary": by_boundary,
+    declared = sorted({f"{f.boundary}: {f.function} ({f.op})" for f in mode.declared})
+    return {"findings": findings, "declared": declared, "calls": calls, "trainer_ops": mode.trainer_ops, "by_boundary": by_boundary,
             "errors": errors}
 
 

@@ -95,7 +95,7 @@ class Audit(TorchFunctionMode):
     """While active, every torch op is classified by its first caller outside torch: the trainer
     (`trainer_roots`), the adapter (`adapter_roots`, plus sentinel/adapters), or neither.
     `boundary(name, allowed)` sets what runs now and the declared steps it may run; `findings`
-    collects what the adapter did outside them."""
+    collects what the adapter did outside them, `declared` what it did inside them."""
 
     def __init__(self, trainer_roots: Iterable[str], adapter_roots: Iterable[str]):
         super().__init__()
@@ -105,6 +105,7 @@ class Audit(TorchFunctionMode):
         # WeakSet compares tensors with ==)
         self.theirs: dict[int, weakref.ref] = {}
         self.findings: list[Finding] = []
+        self.declared: list[Finding] = []  # the same ops, run in a declared step (what the adapter composes)
         self.trainer_ops = 0  # ops seen from the trainer's code (a run that saw none watched nothing)
         self.running, self.allowed = "?", frozenset()
         self._kind: dict[str, str] = {}
@@ -146,10 +147,10 @@ class Audit(TorchFunctionMode):
             if any(self._theirs(t) for t in given):
                 self._mark(out)
                 name = getattr(func, "__name__", str(func))
-                if name in STEP_OPS and not self._masking(name, args, kwargs) and not self._declared(caller):
-                    self.findings.append(Finding(self.running, name, f"{caller.f_code.co_filename}:{caller.f_lineno}",
-                                                 caller.f_code.co_qualname if hasattr(caller.f_code, "co_qualname")
-                                                 else caller.f_code.co_name))
+                if name in STEP_OPS and not self._masking(name, args, kwargs):
+                    seen = Finding(self.running, name, f"{caller.f_code.co_filename}:{caller.f_lineno}",
+                                   getattr(caller.f_code, "co_qualname", caller.f_code.co_name))
+                    (self.declared if self._declared(caller) else self.findings).append(seen)
         return out
 
     def _theirs(self, t: torch.Tensor) -> bool:
