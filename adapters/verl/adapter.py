@@ -56,7 +56,6 @@ from .surfaces import Surfaces
 _last_root: list[Path] = []  # where `verl` was imported from in this process
 
 
-@contextlib.contextmanager
 @trainer_step("ray_trainer.apply_kl_penalty's reward shaping (scores - beta * KL at valid tokens), run only "
               "where verl.trainer.ppo.ray_trainer does not import here (its Ray and dataset imports); the KL "
               "itself is core_algos.kl_penalty's")
@@ -64,6 +63,7 @@ def kl_in_reward(scores: torch.Tensor, kld: torch.Tensor, mask: torch.Tensor, kl
     return scores - kl_coef * (kld * mask)
 
 
+@contextlib.contextmanager
 def _quiet_import():
     """verl's import calls logging.basicConfig and loads verl.plugins entry points: keep the
     worker's logging as it was and load no plugins (unless the user asked for them)."""
