@@ -277,20 +277,17 @@ class SlimeAdapter(EntryLoss, Surfaces, TrainerAdapter):
             return "kl"
         return kl_type
 
-    @implements("loss_agg", calls=(f"{LOSS}:loss_function", f"{CP_UTILS}:get_sum_of_sample_mean"),
-                steps=(megatron_normalise, loss_function_scale))
+    @implements("loss_agg", calls=(f"{CP_UTILS}:get_sum_of_sample_mean",), steps=(loss_function_scale,))
     def b_loss_agg(self, inputs, config):
-        """loss_function with the values as a custom loss (get_sum_of_sample_mean and slime's own
-        scaling for one micro-batch), then Megatron's division by the normaliser; slime before
-        custom_loss: get_sum_of_sample_mean, scaled as loss_function does."""
+        """get_sum_of_sample_mean, scaled as loss_function / Megatron do for one micro-batch (the
+        declared `loss_function_scale`: loss_function's custom_loss would import the adapter by its
+        module path, which an exported validate.py cannot)."""
         mask = inputs["loss_mask"].to(self.device)
         vals = self._tok(inputs, "values", mask)
         masks = self._masks(mask)
         lengths, totals = self._lengths(mask, vals)
         x = torch.cat(vals) if vals else torch.zeros(0, device=self.device)
-        loss = self._entry_reduce("loss_agg", x, masks, lengths, totals, config["mode"])
-        if loss is None:
-            loss = self._reduce("loss_agg", x, masks, lengths, totals, config["mode"])
+        loss = self._reduce("loss_agg", x, masks, lengths, totals, config["mode"])
         fn = self._fn("get_sum_of_sample_mean", CP_UTILS, boundary="loss_agg")
         return BoundaryResult({"loss": loss}, self._after(inputs, {"values": vals}, mask), self._ref(fn))
 

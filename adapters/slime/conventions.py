@@ -115,10 +115,6 @@ PINNED = (
     *pin("is_correction", "use_rollout_logprobs", reason="slime's validate_args refuses it with use_tis (on here)"),
     *(p for b in ("policy_loss", "cispo_loss", "opsm_mask")
       for p in pin(b, "use_tis", reason="the TIS hook is the is_correction boundary (use_tis on there)")),
-    *pin("loss_agg", "allgather_cp", reason=_ONE_RANK),
-    *pin("loss_agg", "loss_type", "custom_loss_function_path", reason="the loss_agg boundary hands the drawn values "
-         "to loss_function as a custom loss (entry.per_token_values), so slime's own reducer and scaling run on them"),
-    *pin("loss_agg", "recompute_loss_function", reason="a checkpointed recompute of the custom loss: the same values"),
     *pin("opsm_mask", "use_opsm", reason="the opsm_mask boundary is OPSM switched on (policy_loss draws it off and on)"),
     *pin("opsm_mask", "calculate_per_token_loss", reason="the opsm_mask boundary's reduced loss is token-mean"),
     *pin("opsm_mask", "advantage_estimator", "eps_clip_c", reason="the opsm_mask boundary's loss is the plain PPO "

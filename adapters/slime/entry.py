@@ -6,12 +6,9 @@ the canonical log-prob (`logits_for`: a two-token vocabulary, a one-token prompt
 divided by the normaliser it hands Megatron. The same loss composed from slime's per-token
 functions (`EntryLoss._reduce`) lends its gradient where softmax saturates (`GradAt`).
 
-Per-token values the adapter holds (loss_agg's; the composed policy loss) reach slime's reducer
-through ``loss_function`` too, as a ``--loss-type custom_loss`` (`per_token_values`): slime's
-own reducer, normaliser and scaling run on them. Two steps stay the adapter's, each a
-`trainer_step` with its reason: Megatron's division by the normaliser (`megatron_normalise`),
-and loss_function's scaling of a reducer called directly (`loss_function_scale`: slime before
-``custom_loss``, and the reducer masks of a TIS / rejection hook, which loss_function cannot take).
+Two steps of the chain stay the adapter's, each a `trainer_step` with its reason: Megatron's
+division by the normaliser (`megatron_normalise`), and loss_function's scaling of the reducer
+called directly (`loss_function_scale`: loss_agg's values, and the composed loss behind `GradAt`).
 
 `EntryLoss` is mixed into `SlimeAdapter`; it uses the adapter's lookups (`_fn`, `_ref`) and
 its canonical <-> slime translation (`_back`, `_after`).
@@ -19,7 +16,6 @@ its canonical <-> slime translation (`_back`, `_after`).
 
 from __future__ import annotations
 
-import inspect
 from typing import Any, Callable
 
 import torch
@@ -64,16 +60,6 @@ def packed_logits(flat: torch.Tensor, lengths: list[int]) -> torch.Tensor:
     return torch.cat(pieces)[None] if pieces else torch.zeros(1, 0, 2, device=flat.device)
 
 
-VALUES = "sentinel_values"  # the batch key `per_token_values` reads
-
-
-def per_token_values(args, batch, logits, sum_of_sample_mean):
-    """slime's ``--loss-type custom_loss`` function (``custom_loss_function_path`` names it) for
-    values the adapter holds per token: slime's own reducer gets them as they are, and
-    ``loss_function`` scales what it returns."""
-    return sum_of_sample_mean(torch.cat(list(batch[VALUES]))), {}
-
-
 @trainer_step("Megatron's forward_backward_func divides the loss loss_function returns by the normaliser "
               "beside it (num_tokens with --calculate-per-token-loss, else 1), outside slime, after the "
               "pipeline schedule: no slime function runs that division")
@@ -82,10 +68,11 @@ def megatron_normalise(loss: torch.Tensor, normaliser: Any) -> torch.Tensor:
 
 
 @trainer_step("loss_function's scaling (the step's sample count, or Megatron's num_tokens) of "
-              "get_sum_of_sample_mean called directly: slime before --loss-type custom_loss (2025-07, "
-              "c3a9598) takes no per-token values; the per-token composition whose gradient GradAt lends "
-              "where the logits route saturates (never its value) reduces a TIS / rejection hook's masks, "
-              "which policy_loss_function builds inside and loss_function cannot be handed")
+              "get_sum_of_sample_mean called directly. loss_agg: loss_function takes per-token values only as "
+              "--loss-type custom_loss, imported by module path, which an exported validate.py (torch and the "
+              "trainer only) cannot import; the composed loss whose gradient GradAt lends where the logits "
+              "route saturates (never its value) reduces a TIS / rejection hook's masks, which "
+              "policy_loss_function builds inside and loss_function cannot be handed")
 def loss_function_scale(total: torch.Tensor, masks: list[torch.Tensor], per_token: bool) -> torch.Tensor:
     if per_token:
         return total / sum(torch.clamp_min(m.sum(), 1) for m in masks)
@@ -138,33 +125,6 @@ class EntryLoss:
             total = torch.as_tensor(float(total), device=self.device)
         return loss_function_scale(total, masks, per_token)
 
-    def _entry_reduce(self, boundary: str, x: torch.Tensor, masks: list[torch.Tensor], lengths: list[int],
-                      totals: list[int], mode: str) -> torch.Tensor | None:
-        """Per-token values `x` reduced by slime itself: ``loss_function`` with the adapter's
-        ``custom_loss`` (`per_token_values`) runs get_sum_of_sample_mean and its own scaling;
-        None where this slime has no ``custom_loss`` (`_reduce` then)."""
-        if mode not in LOSS_AGG:
-            return None  # `_reduce` says why
-        entry = getattr(self.mods.get(LOSS), "loss_function", None)
-        try:
-            takes_custom = callable(entry) and "custom_loss" in inspect.getsource(inspect.unwrap(entry))
-        except (OSError, TypeError):
-            takes_custom = False
-        if not takes_custom:
-            return None
-        n = max(len(lengths), 1)
-        sums = torch.stack([m.sum() for m in masks]).float() if masks else torch.zeros(0, device=self.device)
-        batch = {"total_lengths": list(totals), "response_lengths": list(lengths), "loss_masks": masks,
-                 "rollout_mask_sums": sums, "group_mask_sums": sums, VALUES: list(x.split(lengths, dim=0))}
-        args = slime_args(calculate_per_token_loss=mode == "token-mean", global_batch_size=n, loss_type="custom_loss",
-                          custom_loss_function_path=f"{__name__}.per_token_values")
-        logits = torch.zeros(1, sum(totals), 2, device=self.device)
-        required = {"args": args, "batch": batch, "num_microbatches": 1, "logits": logits}
-        if "step_global_batch_size" in parameters(entry):
-            required["step_global_batch_size"] = n
-        loss, normaliser = entry(**bind(entry, boundary, required))[:2]
-        return megatron_normalise(loss, normaliser)
-
     def _entry_loss(self, boundary: str, config: dict[str, Any], flat: torch.Tensor, lengths: list[int],
                     totals: list[int], old: list[torch.Tensor], adv: list[torch.Tensor], masks: list[torch.Tensor],
                     pg_loss: torch.Tensor, reducer_masks: list[torch.Tensor] | None = None,
@@ -177,8 +137,7 @@ class EntryLoss:
         its value. `flat`: the concatenated log-probs `pg_loss` was computed from;
         `batch_extra`: more ``batch`` keys (``rollout_log_probs`` for TIS); `options`: slime ``args``."""
         mode = config["loss_agg"]
-        if mode not in LOSS_AGG:
-            self._reduce(boundary, pg_loss, masks, lengths, totals, mode)  # says why: before any slime call
+        composed = self._reduce(boundary, pg_loss, masks, lengths, totals, mode, reducer_masks)
         drawn = trainer_options(config)  # LOSS_OPTIONS, set on args where policy_loss_function reads them
         batch_extra = dict(batch_extra or {})
         if drawn.get("use_kl_loss"):  # the behaviour policy stands in for the reference model
@@ -207,8 +166,7 @@ class EntryLoss:
         loss, normaliser = entry(**kw)[:2]
         loss = megatron_normalise(loss, normaliser)
         saturated = (flat.detach().exp() >= 1) & torch.isfinite(flat.detach())
-        if flat.requires_grad and pg_loss.requires_grad and bool(saturated.any()):
-            composed = self._reduce(boundary, pg_loss, masks, lengths, totals, mode, reducer_masks)
+        if flat.requires_grad and composed.requires_grad and bool(saturated.any()):
             (g,) = torch.autograd.grad(composed, flat, retain_graph=True, allow_unused=True)
             if g is not None:
                 loss = loss + GradAt.apply(flat, torch.where(saturated, g, torch.zeros_like(g)))
