@@ -35,7 +35,8 @@ def test_mapping_covers_every_boundary_without_loading(cls):
 
 def test_verl_declines_with_its_reason_and_never_runs_the_boundary():
     mapping = VerlAdapter.mapping()
-    assert mapping["kl"] == {"calls": ["verl.trainer.ppo.core_algos:kl_penalty"], "declined": None, "method": "b_kl"}
+    assert mapping["kl"] == {"calls": ["verl.trainer.ppo.core_algos:kl_penalty"], "declined": None, "method": "b_kl",
+                              "steps": {}}
     assert mapping["gspo_kl"]["declined"].startswith("verl computes the GSPO sequence log-ratio")
     assert mapping["opsm_mask"]["declined"].startswith("verl has no off-policy sequence masking")
     adapter = VerlAdapter(None, torch.device("cpu"))  # not loaded: a declined boundary needs no verl
@@ -83,8 +84,8 @@ class _Toy(Adapter):
 def test_decorated_and_unmarked_methods_and_declines():
     mapping = _Toy.mapping()
     assert mapping["loss_agg"] == {"calls": [f"{__name__}:_token_mean", "toy.trainer:Trainer.reduce"],
-                                   "declined": None, "method": "reduce"}
-    assert mapping["gae"] == {"calls": [], "declined": None, "method": "b_gae"}
+                                   "declined": None, "method": "reduce", "steps": {}}
+    assert mapping["gae"] == {"calls": [], "declined": None, "method": "b_gae", "steps": {}}
     assert mapping["kl"]["declined"] == "toy has no reference policy"
     toy = _Toy(None, torch.device("cpu"))
     assert toy.supported() == ["gae", "loss_agg"]

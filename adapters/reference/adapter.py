@@ -98,17 +98,19 @@ class ReferenceAdapter(Adapter):
         loss, clipfrac = keep(loss, m), keep(clipfrac, m)
         outputs = {"pg_loss": loss, "clipfrac": clipfrac}
         if weights is not None:
-            loss = outputs["pg_loss"] = loss * weights
+            loss = outputs["pg_loss"] = self.ops.decoupled_loss(loss, weights)
             outputs["weights"] = weights
         outputs["loss"] = self.ops.aggregate(loss, m, config.get("loss_agg", "token-mean"))
         return self._result(outputs, fn_name)
 
-    @implements("policy_loss", calls=(R.ppo_policy_loss, R.gspo_token_log_ratio, R.decoupled_weight, R.aggregate))
+    @implements("policy_loss", calls=(R.ppo_policy_loss, R.gspo_token_log_ratio, R.decoupled_weight, R.decoupled_loss,
+                                      R.aggregate))
     def b_policy_loss(self, inputs, config):
         clip = (config.get("eps_clip", 0.2), config.get("eps_clip_high"), config.get("eps_clip_c"))
         return self._policy("ppo_policy_loss", inputs, config, *clip)
 
-    @implements("cispo_loss", calls=(R.cispo_loss, R.gspo_token_log_ratio, R.decoupled_weight, R.aggregate))
+    @implements("cispo_loss", calls=(R.cispo_loss, R.gspo_token_log_ratio, R.decoupled_weight, R.decoupled_loss,
+                                      R.aggregate))
     def b_cispo_loss(self, inputs, config):
         clip = (config.get("eps_clip", 1.0), config.get("eps_clip_high", 0.28))
         return self._policy("cispo_loss", inputs, config, *clip)

@@ -106,6 +106,12 @@ def decoupled_weight(proximal_log_probs, behaviour_log_probs):
     return torch.exp(proximal_log_probs - behaviour_log_probs).detach()
 
 
+def decoupled_loss(loss, weight):
+    """Decoupled PPO (arXiv 2505.24298 eq. 5): the per-token objective clipped against the
+    proximal policy, times the behaviour weight (`decoupled_weight`)."""
+    return loss * weight
+
+
 # --- KL to the reference policy ---------------------------------------------------------
 
 def kl_estimator(log_probs, ref_log_probs, loss_mask, kl_type="k1"):
@@ -375,6 +381,7 @@ def masked_reduce(x, loss_mask, op="mean", dim="all", unbiased=True, shift_mean=
 REFERENCE_OPS = dict(
     ppo_policy_loss=ppo_policy_loss, cispo_loss=cispo_loss, opsm_mask=opsm_mask,
     gspo_seq_kl=gspo_seq_kl, gspo_token_log_ratio=gspo_token_log_ratio, decoupled_weight=decoupled_weight,
+    decoupled_loss=decoupled_loss,
     kl_estimator=kl_estimator, gae=gae, group_index=group_index,
     reward_norm=reward_norm, task_rewards=task_rewards, shape_token_rewards=shape_token_rewards,
     whiten=whiten, vanilla_tis=vanilla_tis, icepop=icepop, off_policy_is=off_policy_is,

@@ -41,12 +41,13 @@ from .conventions import (
     slime_args,
 )
 from .deviations import DEVIATIONS
-from .entry import EntryLoss
+from .entry import EntryLoss, loss_function_scale, megatron_normalise
 from .megatron import install_megatron_shim
 from .surfaces import Surfaces
 
 # The loss entry every loss boundary's reduced loss goes through (`EntryLoss._entry_loss`).
 ENTRY_CALLS = (f"{LOSS}:loss_function", f"{LOSS}:policy_loss_function", f"{CP_UTILS}:get_sum_of_sample_mean")
+ENTRY_STEPS = (megatron_normalise, loss_function_scale)  # what the adapter runs of the chain (entry.py says why)
 
 
 class SlimeAdapter(EntryLoss, Surfaces, TrainerAdapter):
@@ -162,7 +163,7 @@ class SlimeAdapter(EntryLoss, Surfaces, TrainerAdapter):
 
     # --- boundaries ---------------------------------------------------------------------
     @implements("opsm_mask", calls=(f"{PPO_UTILS}:compute_opsm_mask", f"{PPO_UTILS}:compute_policy_loss",
-                                    *ENTRY_CALLS))
+                                    *ENTRY_CALLS), steps=ENTRY_STEPS)
     def b_opsm_mask(self, inputs, config):
         """compute_opsm_mask + compute_policy_loss, composed as policy_loss_function does
         (pg_loss * opsm_mask, reduced over valid tokens); mirrors the PR #1917 seed script."""
@@ -186,7 +187,7 @@ class SlimeAdapter(EntryLoss, Surfaces, TrainerAdapter):
                                  {"log_probs": lp, "old_log_probs": old, "advantages": adv})
 
     @implements("policy_loss", calls=(f"{PPO_UTILS}:compute_policy_loss", f"{PPO_UTILS}:compute_gspo_kl",
-                                      *ENTRY_CALLS))
+                                      *ENTRY_CALLS), steps=ENTRY_STEPS)
     def b_policy_loss(self, inputs, config):
         """compute_policy_loss (asymmetric + dual clip) reduced by get_sum_of_sample_mean; with
         importance_sampling_level sequence, on compute_gspo_kl's sequence KL (slime's gspo
@@ -216,7 +217,7 @@ class SlimeAdapter(EntryLoss, Surfaces, TrainerAdapter):
         return self._loss_result(fn, entry, inputs, mask, lengths, {"pg_loss": pg_loss, "clipfrac": clipfrac},
                                  {"loss": loss}, {"log_probs": lp, "old_log_probs": old, "advantages": adv})
 
-    @implements("cispo_loss", calls=(f"{PPO_UTILS}:compute_cispo_loss", *ENTRY_CALLS))
+    @implements("cispo_loss", calls=(f"{PPO_UTILS}:compute_cispo_loss", *ENTRY_CALLS), steps=ENTRY_STEPS)
     def b_cispo_loss(self, inputs, config):
         """compute_cispo_loss (MiniMax-M1) reduced by get_sum_of_sample_mean."""
         mask = inputs["loss_mask"].to(self.device)
@@ -279,9 +280,11 @@ class SlimeAdapter(EntryLoss, Surfaces, TrainerAdapter):
             return "kl"
         return kl_type
 
-    @implements("loss_agg", calls=(f"{CP_UTILS}:get_sum_of_sample_mean",))
+    @implements("loss_agg", calls=(f"{CP_UTILS}:get_sum_of_sample_mean",), steps=(loss_function_scale,))
     def b_loss_agg(self, inputs, config):
-        """get_sum_of_sample_mean, scaled as loss_function / Megatron do for one micro-batch."""
+        """get_sum_of_sample_mean, scaled as loss_function / Megatron do for one micro-batch (the
+        declared `loss_function_scale`: loss_function's custom_loss would import the adapter by its
+        module path, which an exported validate.py cannot)."""
         mask = inputs["loss_mask"].to(self.device)
         vals = self._tok(inputs, "values", mask)
         masks = self._masks(mask)
@@ -486,7 +489,7 @@ class SlimeAdapter(EntryLoss, Surfaces, TrainerAdapter):
 
     @implements("is_correction", calls=(f"{LOSS}:vanilla_tis_function", f"{LOSS}:icepop_function",
                                         f"{LOSS}:off_policy_is_function", f"{PPO_UTILS}:compute_policy_loss",
-                                        *ENTRY_CALLS))
+                                        *ENTRY_CALLS), steps=ENTRY_STEPS)
     def b_is_correction(self, inputs, config):
         """A TIS hook (vanilla_tis_function / icepop_function / off_policy_is_function) on the
         PPO token loss, as policy_loss_function calls it; weights = the hook applied to a

@@ -6,6 +6,10 @@ the canonical log-prob (`logits_for`: a two-token vocabulary, a one-token prompt
 divided by the normaliser it hands Megatron. The same loss composed from slime's per-token
 functions (`EntryLoss._reduce`) lends its gradient where softmax saturates (`GradAt`).
 
+Two steps of the chain stay the adapter's, each a `trainer_step` with its reason: Megatron's
+division by the normaliser (`megatron_normalise`), and loss_function's scaling of the reducer
+called directly (`loss_function_scale`: loss_agg's values, and the composed loss behind `GradAt`).
+
 `EntryLoss` is mixed into `SlimeAdapter`; it uses the adapter's lookups (`_fn`, `_ref`) and
 its canonical <-> slime translation (`_back`, `_after`).
 """
@@ -17,6 +21,7 @@ from typing import Any, Callable
 import torch
 
 from sentinel.adapters.binding import bind, parameters, signature_text
+from sentinel.adapters.composing import trainer_step
 from sentinel.adapters.contract import BoundaryResult, FunctionRef
 from sentinel.adapters.options import trainer_options
 from sentinel.adapters.spying import composes
@@ -53,6 +58,25 @@ def packed_logits(flat: torch.Tensor, lengths: list[int]) -> torch.Tensor:
     for part in flat.split(lengths):
         pieces += [logits_for(part), torch.zeros(1, 2, device=flat.device)]
     return torch.cat(pieces)[None] if pieces else torch.zeros(1, 0, 2, device=flat.device)
+
+
+@trainer_step("Megatron's forward_backward_func divides the loss loss_function returns by the normaliser "
+              "beside it (num_tokens with --calculate-per-token-loss, else 1), outside slime, after the "
+              "pipeline schedule: no slime function runs that division")
+def megatron_normalise(loss: torch.Tensor, normaliser: Any) -> torch.Tensor:
+    return loss / normaliser
+
+
+@trainer_step("loss_function's scaling (the step's sample count, or Megatron's num_tokens) of "
+              "get_sum_of_sample_mean called directly. loss_agg: loss_function takes per-token values only as "
+              "--loss-type custom_loss, imported by module path, which an exported validate.py (torch and the "
+              "trainer only) cannot import; the composed loss whose gradient GradAt lends where the logits "
+              "route saturates (never its value) reduces a TIS / rejection hook's masks, which "
+              "policy_loss_function builds inside and loss_function cannot be handed")
+def loss_function_scale(total: torch.Tensor, masks: list[torch.Tensor], per_token: bool) -> torch.Tensor:
+    if per_token:
+        return total / sum(torch.clamp_min(m.sum(), 1) for m in masks)
+    return total / max(len(masks), 1)
 
 
 class GradAt(torch.autograd.Function):
@@ -99,10 +123,7 @@ class EntryLoss:
         total = fn(**kw)(x)
         if not isinstance(total, torch.Tensor):  # sum([]) of an empty batch
             total = torch.as_tensor(float(total), device=self.device)
-        if per_token:
-            num_tokens = sum(torch.clamp_min(m.sum(), 1) for m in masks)
-            return total / num_tokens
-        return total / max(len(masks), 1)
+        return loss_function_scale(total, masks, per_token)
 
     def _entry_loss(self, boundary: str, config: dict[str, Any], flat: torch.Tensor, lengths: list[int],
                     totals: list[int], old: list[torch.Tensor], adv: list[torch.Tensor], masks: list[torch.Tensor],
@@ -143,7 +164,7 @@ class EntryLoss:
         kw = bind(entry, boundary, required)
         self._ensure_process_group()  # before 2026-06-29 slime's entropy all-reduces unconditionally
         loss, normaliser = entry(**kw)[:2]
-        loss = loss / normaliser
+        loss = megatron_normalise(loss, normaliser)
         saturated = (flat.detach().exp() >= 1) & torch.isfinite(flat.detach())
         if flat.requires_grad and composed.requires_grad and bool(saturated.any()):
             (g,) = torch.autograd.grad(composed, flat, retain_graph=True, allow_unused=True)

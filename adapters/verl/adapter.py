@@ -16,6 +16,7 @@ import torch
 
 from sentinel.adapters.backport import backport_type_params
 from sentinel.adapters.binding import bind, parameters, signature_text
+from sentinel.adapters.composing import trainer_step
 from sentinel.adapters.contract import BoundaryResult, implements, refuse
 from sentinel.adapters.loading import (
     keep_host_logging,
@@ -49,10 +50,17 @@ from .conventions import (
     uid_array,
 )
 from .deviations import DEVIATIONS
-from .losses import PolicyLosses
+from .losses import PolicyLosses, global_batch_info
 from .surfaces import Surfaces
 
 _last_root: list[Path] = []  # where `verl` was imported from in this process
+
+
+@trainer_step("ray_trainer.apply_kl_penalty's reward shaping (scores - beta * KL at valid tokens), run only "
+              "where verl.trainer.ppo.ray_trainer does not import here (its Ray and dataset imports); the KL "
+              "itself is core_algos.kl_penalty's")
+def kl_in_reward(scores: torch.Tensor, kld: torch.Tensor, mask: torch.Tensor, kl_coef: float) -> torch.Tensor:
+    return scores - kl_coef * (kld * mask)
 
 
 @contextlib.contextmanager
@@ -178,7 +186,7 @@ class VerlAdapter(PolicyLosses, Surfaces, TrainerAdapter):
         return build(cls, boundary, values)
 
     # --- boundaries ---------------------------------------------------------------------
-    @implements("policy_loss", calls=(f"{CORE}:get_policy_loss_fn", f"{CORE}:compute_policy_loss_vanilla",
+    @implements("policy_loss", steps=(global_batch_info,), calls=(f"{CORE}:get_policy_loss_fn", f"{CORE}:compute_policy_loss_vanilla",
                                       f"{CORE}:compute_policy_loss_gspo", f"{CORE}:agg_loss",
                                       f"{ROLLOUT_CORR}:compute_rollout_correction_weights",
                                       f"{ROLLOUT_CORR}:compute_rollout_rejection_mask"))
@@ -195,7 +203,7 @@ class VerlAdapter(PolicyLosses, Surfaces, TrainerAdapter):
         low, high = float(config["eps_clip"]), float(config["eps_clip_high"])
         return self._policy_boundary("policy_loss", mode, inputs, config, low, high, config["eps_clip_c"])
 
-    @implements("cispo_loss", calls=(f"{CORE}:get_policy_loss_fn", f"{CORE}:compute_policy_loss_cispo",
+    @implements("cispo_loss", steps=(global_batch_info,), calls=(f"{CORE}:get_policy_loss_fn", f"{CORE}:compute_policy_loss_cispo",
                                      f"{CORE}:agg_loss",
                                      f"{ROLLOUT_CORR}:compute_rollout_correction_weights",
                                      f"{ROLLOUT_CORR}:compute_rollout_rejection_mask"))
@@ -208,7 +216,7 @@ class VerlAdapter(PolicyLosses, Surfaces, TrainerAdapter):
         low, high = float(config["eps_clip"]), float(config["eps_clip_high"])
         return self._policy_boundary("cispo_loss", "cispo", inputs, config, low, high, None)
 
-    @implements("loss_agg", calls=(f"{CORE}:agg_loss",))
+    @implements("loss_agg", steps=(global_batch_info,), calls=(f"{CORE}:agg_loss",))
     def b_loss_agg(self, inputs, config):
         """agg_loss(loss_mat, loss_mask, loss_agg_mode), with the actor's global_batch_info."""
         fn = self._fn("agg_loss", boundary="loss_agg")
@@ -216,8 +224,7 @@ class VerlAdapter(PolicyLosses, Surfaces, TrainerAdapter):
         mode = config["mode"]
         optional: dict[str, Any] = {}
         if self.batch_info == "engine":
-            optional = {"dp_size": 1, "batch_num_tokens": int(mask.sum().item()),
-                        "global_batch_size": int(mask.shape[0])}
+            optional = global_batch_info(mask)
         mask_t = mask.bool() if self.batch_info == "engine" else mask.to(torch.int64)
         kw = bind(fn, "loss_agg", {"loss_mat": inputs["values"], "loss_mask": mask_t, "loss_agg_mode": mode},
                      optional)
@@ -345,7 +352,7 @@ class VerlAdapter(PolicyLosses, Surfaces, TrainerAdapter):
             known = ", ".join(sorted(getattr(core, "ADV_ESTIMATOR_REGISTRY", {}) or []))
             raise Unsupported(f"verl has no advantage estimator {name!r} (registered: {known})") from e
 
-    @implements("advantages", calls=(f"{TRAINER}:apply_kl_penalty", f"{TRAINER}:compute_advantage",
+    @implements("advantages", steps=(kl_in_reward,), calls=(f"{TRAINER}:apply_kl_penalty", f"{TRAINER}:compute_advantage",
                                      f"{CORE}:get_adv_estimator_fn", f"{CORE}:kl_penalty"))
     def b_advantages(self, inputs, config):
         """KL in reward (apply_kl_penalty) and the estimator (compute_advantage), as verl's
@@ -417,7 +424,7 @@ class VerlAdapter(PolicyLosses, Surfaces, TrainerAdapter):
                     observed.update(extras({"kl_metrics": kl_metrics}))
                 else:  # the same composition from core_algos (apply_kl_penalty's four lines)
                     kld = core.kl_penalty(tensors["old_log_probs"], tensors["ref_log_prob"], kl_penalty=kl_name)
-                    data.batch["token_level_rewards"] = scores - kl_coef * (kld * mask)
+                    data.batch["token_level_rewards"] = kl_in_reward(scores, kld, mask, kl_coef)
             if kl_calls:
                 outputs["logged_kl"] = kl_calls[0][1]  # the KL tensor verl computed, as it is after the call
         else:
@@ -470,7 +477,7 @@ class VerlAdapter(PolicyLosses, Surfaces, TrainerAdapter):
             if plain:
                 mod.DataProto = carrier
 
-    @implements("is_correction", calls=(f"{ROLLOUT_CORR}:compute_rollout_correction_and_rejection_mask",
+    @implements("is_correction", steps=(global_batch_info,), calls=(f"{ROLLOUT_CORR}:compute_rollout_correction_and_rejection_mask",
                                         f"{ROLLOUT_CORR}:compute_rollout_correction_weights",
                                         f"{ROLLOUT_CORR}:compute_rollout_rejection_mask",  # trainer:rollout_rs
                                         f"{CORE}:compute_policy_loss_vanilla", f"{CORE}:compute_policy_loss_bypass_mode",

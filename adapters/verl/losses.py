@@ -15,6 +15,7 @@ from typing import Any, Callable
 import torch
 
 from sentinel.adapters.binding import bind, parameters, signature_text
+from sentinel.adapters.composing import trainer_step
 from sentinel.adapters.contract import BoundaryResult
 from sentinel.adapters.observables import Watch, extras
 from sentinel.adapters.options import recorded
@@ -22,6 +23,14 @@ from sentinel.adapters.spying import spy
 from sentinel.errors import Unsupported
 
 from .conventions import ROLLOUT_CORR, build
+
+
+@trainer_step("verl's engine (workers/engine/*/transformer_impl.py) sums the loss mask and all-reduces it over "
+              "the data-parallel group into global_batch_info before the loss runs: no verl function does it on "
+              "one process, so the adapter gives one rank's batch (dp_size 1)")
+def global_batch_info(mask: torch.Tensor) -> dict[str, int]:
+    """verl's global_batch_info for one micro-batch on one rank."""
+    return {"dp_size": 1, "batch_num_tokens": int(mask.sum().item()), "global_batch_size": int(mask.shape[0])}
 
 
 class PolicyLosses:
@@ -70,8 +79,7 @@ class PolicyLosses:
         if isinstance(info, dict):
             info.clear()
             if self.batch_info == "engine":  # workers/utils/losses.ppo_loss
-                info.update(dp_size=1, batch_num_tokens=int(mask.sum().item()), global_batch_size=int(mask.shape[0]),
-                            loss_scale_factor=getattr(cfg, "loss_scale_factor", None))
+                info.update(**global_batch_info(mask), loss_scale_factor=getattr(cfg, "loss_scale_factor", None))
         return recorded(cfg)  # the options the loss reads (config.*, config.policy_loss.*), recorded
 
     def _policy(self, boundary: str, loss_mode: str, lp: torch.Tensor, old: torch.Tensor, adv: torch.Tensor,

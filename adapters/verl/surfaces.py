@@ -41,6 +41,7 @@ from sentinel.adapters.loading import module_exists
 from sentinel.errors import Unsupported
 
 from .conventions import CORE
+from .losses import global_batch_info
 
 TF = "verl.utils.torch_functional"
 ENGINE = "verl.workers.engine.fsdp.transformer_impl"
@@ -98,7 +99,7 @@ class Surfaces:
                                                                     *((self._ref(scale),) if scale else ())))
 
     # --- metrics ------------------------------------------------------------------------------
-    @implements("metrics", calls=(f"{CORE}:get_policy_loss_fn", f"{CORE}:compute_policy_loss_vanilla",
+    @implements("metrics", steps=(global_batch_info,), calls=(f"{CORE}:get_policy_loss_fn", f"{CORE}:compute_policy_loss_vanilla",
                                   f"{CORE}:kl_penalty", f"{CORE}:agg_loss"))
     def b_metrics(self, inputs, config):
         if config["metric_agg"] != "token-mean":
@@ -140,7 +141,7 @@ class Surfaces:
                                                   "kl_penalty": self._kl_name(config["kl_type"], config["kl_type"])}))
             optional = {}
             if self.batch_info == "engine":
-                optional = {"dp_size": 1, "batch_num_tokens": int(mask.sum().item()), "global_batch_size": int(mask.shape[0])}
+                optional = global_batch_info(mask)
             outputs["kl_loss"] = agg(**bind(agg, "metrics", {"loss_mat": kld, "loss_mask": mask_t,
                                                             "loss_agg_mode": "token-mean"}, optional))
         return BoundaryResult(outputs, function=self._ref(fn))

@@ -115,6 +115,8 @@ class Implementation:
     boundary: str
     method: str
     calls: tuple[str, ...] = ()
+    # steps of the trainer's chain the adapter runs itself (`composing.trainer_step`: each with its reason)
+    steps: tuple[Callable, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -213,17 +215,24 @@ def _dotted(target: str | Callable) -> str:
     return f"{target.__module__}:{target.__qualname__}"
 
 
-def implements(boundary: str, *, calls: tuple[str | Callable, ...] | list[str | Callable] = ()) -> Callable:
+def implements(boundary: str, *, calls: tuple[str | Callable, ...] | list[str | Callable] = (),
+               steps: tuple[Callable, ...] = ()) -> Callable:
     """Mark an adapter method as the implementation of `boundary`, calling the target
     functions `calls` (``"module:qualname"`` strings, or the functions themselves):
 
         @implements("kl", calls=("verl.trainer.ppo.core_algos:kl_penalty",))
         def b_kl(self, inputs, config): ...
-    """
+
+    `steps`: the adapter's own functions that run a step of the trainer's chain the trainer's
+    code cannot run on one CPU process, each marked `composing.trainer_step(reason)`."""
     named = tuple(_dotted(c) for c in calls)
+    bad = [getattr(f, "__qualname__", repr(f)) for f in steps if not getattr(f, "__sentinel_step__", None)]
+    if bad:
+        raise TypeError(f"@implements({boundary!r}, steps=...): {', '.join(bad)} is not marked "
+                        f"@trainer_step(reason=...)")
 
     def mark(fn: Callable) -> Callable:
-        setattr(fn, _MARK, (boundary, named))
+        setattr(fn, _MARK, (boundary, named, tuple(steps)))
         return fn
     return mark
 
@@ -262,16 +271,16 @@ class Adapter:
                 continue
             mark = getattr(fn, _MARK, None)
             if mark is not None:
-                boundary, calls = mark
+                boundary, calls, steps = mark
                 boundaries.get(boundary)  # an unknown boundary name fails here, at class creation
             elif attr.startswith("b_"):
-                boundary, calls = attr[2:], ()
+                boundary, calls, steps = attr[2:], (), ()
             else:
                 continue
             if boundary in table and table[boundary].method != attr:
                 raise TypeError(f"{cls.__name__}: boundary {boundary!r} is implemented twice "
                                 f"({table[boundary].method}, {attr})")
-            table[boundary] = Implementation(boundary, attr, calls)
+            table[boundary] = Implementation(boundary, attr, calls, steps)
         for pname, pre in cls.preconditions.items():
             if not isinstance(pre, Precondition):
                 raise TypeError(f"{cls.__name__}.preconditions[{pname!r}] is not a Precondition")
@@ -332,13 +341,15 @@ class Adapter:
     def mapping(cls) -> dict[str, dict[str, Any]]:
         """Every canonical boundary (and any other this adapter implements) ->
         {"calls": target functions as "module:qualname", "declined": reason or None,
-        "method": the adapter method or None}. Needs no target import."""
+        "method": the adapter method or None, "steps": {adapter function: why the adapter runs
+        that step of the trainer's chain}}. Needs no target import."""
         names = [*boundaries.BOUNDARIES, *sorted(set(cls._implemented) - set(boundaries.BOUNDARIES))]
         out = {}
         for b in names:
             impl = cls._implemented.get(b)
             out[b] = {"calls": list(impl.calls) if impl else [], "declined": cls.declined(b),
-                      "method": impl.method if impl else None}
+                      "method": impl.method if impl else None,
+                      "steps": {f.__qualname__: f.__sentinel_step__ for f in impl.steps} if impl else {}}
         return out
 
     def deviations_here(self) -> dict[str, dict[str, Any]]:

@@ -233,6 +233,8 @@ def _mapping_table(t: Table, target: str) -> None:
         t.add_column("options pinned / hunt domains", no_wrap=True)  # a reason is read whole
     for b, m in adapter.mapping().items():
         calls = "\n".join(m["calls"]) if m["calls"] else f"declined: {m['declined']}"
+        # the steps of the trainer's chain the adapter runs itself, each with why (composing.trainer_step)
+        calls += "".join(f"\nadapter runs {f}: {why}" for f, why in m.get("steps", {}).items())
         spec = boundaries.get(b)
         t.add_row(b, _ports(spec.inputs), _ports(spec.outputs), markup(calls), m["method"] or "",
                   *([reach[b]] if any(reach.values()) else []))
