@@ -252,8 +252,9 @@ PLANTS: dict[str, Plant] = {
         hunt="actor_logprobs", code=actor_concat_in_batch_order),
     "actor-unpad-offset": Plant(
         "With padding removed, the packed results scattered back one token late (an off-by-one in the pad "
-        "step): each response token gets its predecessor's log-prob.",
-        trips=("batching_invariant", "close"), replaces="forward_micro_batch", hunt="actor_logprobs",
+        "step): each response token gets its predecessor's log-prob, and the first one the last prompt token's "
+        "(whose logits, junk included, then reach the response).",
+        trips=("batching_invariant", "close", "masked_invariance", "finite"), replaces="forward_micro_batch", hunt="actor_logprobs",
         code=actor_unpad_one_late),
     "ratio-in-low-precision": Plant(
         "The PPO log-ratio taken in the policy log-probs' dtype (`log_probs - old_log_probs.to(log_probs.dtype)`): "
