@@ -48,6 +48,7 @@ from .conventions import (
     rollout_rs,
     uid_array,
 )
+from .actor import ActorSurface
 from .deviations import DEVIATIONS
 from .losses import PolicyLosses
 from .surfaces import Surfaces
@@ -71,7 +72,7 @@ def _quiet_import():
             os.environ.pop(env_key, None)
 
 
-class VerlAdapter(PolicyLosses, Surfaces, TrainerAdapter):
+class VerlAdapter(ActorSurface, PolicyLosses, Surfaces, TrainerAdapter):
     """volcengine/verl from a checkout (``--repo``) or the installed package."""
 
     name = "verl"

@@ -25,6 +25,8 @@ from typing import Any, Mapping
 
 import torch
 
+from sentinel.adapters.contract import Precondition
+
 
 def real_positions(mask_row: torch.Tensor) -> torch.Tensor:
     """The positions of a row's real tokens, in order."""
@@ -63,6 +65,52 @@ def one_span_after_a_token(inputs: Mapping[str, Any], config: Mapping[str, Any])
         if pos.numel() and (int(pos[-1] - pos[0]) + 1 != pos.numel() or bool(loss[b, pos[0]])):
             return False
     return True
+
+
+def prompt_response(tokens: torch.Tensor, attn: torch.Tensor, loss: torch.Tensor):
+    """The layout TRL's and verl's actors take: prompts left-padded to the longest prompt, then
+    responses right-padded to the longest response. A canonical row's response starts at its
+    first trained token (every real token before it is prompt; a row with no trained token is all
+    prompt), so its holes and any real token after its last trained one are response tokens,
+    scored and not trained. Returns (input_ids [B, P + C], attention_mask, C, and per row the
+    canonical positions of its C response columns, -1 past its response)."""
+    rows = []
+    for b in range(tokens.shape[0]):
+        pos = real_positions(attn[b])
+        trained = loss[b, pos].bool()
+        start = int(trained.nonzero()[0]) if bool(trained.any()) else int(pos.numel())
+        rows.append((pos[:start], pos[start:]))
+    width_p = max(int(p.numel()) for p, _ in rows)
+    width_c = max(1, max(int(c.numel()) for _, c in rows))  # a generation returns at least one column
+    ids = tokens.new_zeros(len(rows), width_p + width_c)
+    mask = torch.zeros_like(ids)
+    where = torch.full((len(rows), width_c), -1, dtype=torch.long, device=tokens.device)
+    for b, (p, c) in enumerate(rows):
+        lo = width_p - int(p.numel())
+        ids[b, lo:width_p], mask[b, lo:width_p] = tokens[b, p], 1
+        ids[b, width_p:width_p + c.numel()], mask[b, width_p:width_p + c.numel()] = tokens[b, c], 1
+        where[b, :c.numel()] = c
+    return ids, mask, width_c, where
+
+
+def scatter_back(values: torch.Tensor, where: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+    """An actor's [B, C] response results at the canonical [B, T] positions they score (0 elsewhere)."""
+    b, j = (where >= 0).nonzero(as_tuple=True)
+    return values.new_zeros(shape).index_put((b, where[b, j]), values[b, j])
+
+
+def actor_preconditions(target: str, link: str) -> dict[str, Any]:
+    """The preconditions of an actor fed by the stand-in (`Adapter.preconditions` entries)."""
+    return {
+        "actor-one-span": Precondition(
+            one_span_after_a_token, boundaries=("actor_logprobs",), link=link,
+            reason=f"{target}'s batch is a left-padded prompt then a right-padded response: a row's real tokens are "
+                   "one span, and a response token always follows at least one prompt token that predicts it"),
+        "actor-same-ids-same-logits": Precondition(
+            same_ids_same_logits, boundaries=("actor_logprobs",), link=link,
+            reason="a model's logits are a function of the ids it reads: two rows with the same ids get the same "
+                   "logits, so the stand-in model cannot give them different ones"),
+    }
 
 
 class LogitsTable:
