@@ -35,8 +35,12 @@ class BatchingInvariant(Invariant):
     judges_other_calls = True  # its verdict is about calls at other options, not the drawn one
     hunt = (hunted("actor_logprobs",
                    doc="log-probs and entropy do not depend on micro-batch size, dynamic batching or packing: "
-                       "the drawn schedule agrees with the whole batch in one padded pass and with one row at a time",
-                   body={"against": [PLAIN, {"micro_batch_size": 1}]}, min_prompt=1),)
+                       "the drawn schedule agrees with the whole batch in one padded pass",
+                   body={"against": [PLAIN]}, min_prompt=1),
+            # apart, so that a target without fixed-size micro-batches still hunts the one above
+            hunted("actor_logprobs", name="batching_invariant.one_row",
+                   doc="the drawn schedule agrees with one row per micro-batch (packing as drawn)",
+                   body={"against": [{"micro_batch_size": 1, "use_dynamic_bsz": False}]}, min_prompt=1))
     against: list[dict[str, Any]] = Field(default_factory=lambda: [dict(PLAIN)])
     outputs: list[str] | None = None
     mask: str | None = "loss_mask"
