@@ -6,7 +6,9 @@ TRL's layout, translated here: the batch is ``prompt_completion_ids``, prompts l
 longest prompt, completions right-padded to the longest completion, and ``logits_to_keep`` the
 completion width (`standin.prompt_response`: a canonical row's completion starts at its first
 trained token); the method scores every completion column, and its [B, C] results go back to the
-canonical positions they score (`standin.scatter_back`). The method itself micro-batches (``batch_size``), calls the model, drops the last
+canonical positions they score (`standin.scatter_back`). Since TRL 1.11 the method asks the model
+for a fused LM head's log-probs instead (``fused_lm_head=True``): unsupported here, the stand-in
+returns logits, not hidden states and an lm_head. The method itself micro-batches (``batch_size``), calls the model, drops the last
 position, keeps ``logits_to_keep`` columns, divides by ``self.temperature`` and gathers: nothing of
 that is done here.
 """
@@ -44,6 +46,10 @@ class ActorSurface:
         fn = fn or getattr(cls, "_get_per_token_logps", None)
         if fn is None:
             raise Unsupported("TRL's GRPOTrainer has no _get_per_token_logps at this version")
+        if self.facts.get("fused_lm_head"):
+            raise Unsupported("TRL scores completions with a fused LM head at this version (add_fused_lm_head: "
+                              "log-probs from the hidden states and the lm_head weight, the temperature inside the "
+                              "kernel); the stand-in model returns logits, not hidden states")
         logits, tokens = inputs["logits"], inputs["tokens"]
         ids, mask, keep, where = prompt_response(tokens, inputs["attention_mask"], inputs["loss_mask"])
         model = StandInLM(LogitsTable(logits, tokens, inputs["attention_mask"]))
