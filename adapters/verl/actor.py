@@ -29,6 +29,7 @@ import types
 import torch
 
 from sentinel.adapters.contract import BoundaryResult, implements, refuse
+from sentinel.adapters.loading import module_exists
 from sentinel.adapters.standin import LogitsTable, StandInLM, actor_preconditions, prompt_response, scatter_back
 from sentinel.errors import Unsupported
 
@@ -73,6 +74,8 @@ class ActorSurface:
 
     @implements(ACTOR, calls=(f"{DP_ACTOR}:DataParallelPPOActor._forward_micro_batch",))
     def b_actor_logprobs(self, inputs, config):
+        if self.root is not None and not module_exists(self.root, DP_ACTOR):  # verl 0.9's wheel ships no workers/actor
+            raise Unsupported(f"verl has no {DP_ACTOR.replace('.', '/')}.py at this version")
         try:
             mod = self._import(DP_ACTOR)
         except Exception as e:  # noqa: BLE001 - an older verl without this module, or its imports
