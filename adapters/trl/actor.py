@@ -37,8 +37,8 @@ class ActorSurface:
                                  "has no token-budget batching and no padding-free forward"),)
     preconditions = actor_preconditions("TRL", _ONE_MODEL)
 
-    @implements(ACTOR, calls=(f"{GRPO}:GRPOTrainer._get_per_token_logps_and_entropies",
-                              f"{GRPO}:GRPOTrainer._get_per_token_logps"))
+    # declared as HEAD names it; older versions had _get_per_token_logps (log-probs only), called below
+    @implements(ACTOR, calls=(f"{GRPO}:GRPOTrainer._get_per_token_logps_and_entropies",))
     def b_actor_logprobs(self, inputs, config):
         cls = self.trainer_cls
         fn = getattr(cls, "_get_per_token_logps_and_entropies", None)
