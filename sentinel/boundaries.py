@@ -395,6 +395,36 @@ _register(Boundary(
 ))
 
 _register(Boundary(
+    "actor_logprobs",
+    "The actor's batch-to-log-probs method: a padded batch (tokens, attention_mask, the response as "
+    "loss_mask) goes through the model in micro-batches (fixed size, or a token budget with dynamic "
+    "batching), padded or packed (remove padding), and per-token log_probs and entropy of the response "
+    "come back in the batch's row order. `logits` is what the model returns, aligned as the logprobs "
+    "boundary's (logits[b, t] predicts token t); an adapter hands them to the trainer through a stand-in "
+    "model keyed by the ids it is given, so the trainer's own batching, packing and slicing run. The "
+    "result must be log_softmax(logits[b, t] / temperature)[tokens[b, t]] at every loss_mask token, "
+    "whatever the batching options.",
+    inputs=(Port("logits", "vocab", mask="loss_mask", doc="[B, T, V] the model's logits that predict token t"),
+            Port("tokens", "token", "int", mask="loss_mask", doc="the input ids, in [0, V)"),
+            _tok("attention_mask", "1 at real tokens (prompt and response); 0 at padding, left or right",
+                 dtype="mask"),
+            LOSS_MASK),
+    outputs=(_tok("log_probs"), _tok("entropy", required=False)),
+    options=(Option("temperature", 1.0, hunt=(1.0, 0.5, 2.0),
+                    doc="the sampling temperature: logits are divided by it exactly once before the softmax"),
+             Option("micro_batch_size", None, nullable=True, hunt=(None, 1, 2, 3),
+                    doc="rows per forward pass; null: the whole batch in one"),
+             Option("use_dynamic_bsz", False, "bool", hunt=(False, True),
+                    doc="micro-batches built to a token budget (max_token_len) instead of a row count"),
+             Option("max_token_len", None, nullable=True, hunt=(None, 8, 16),
+                    doc="the token budget per micro-batch with use_dynamic_bsz; null: the longest row's real "
+                        "length (the tightest budget, the most micro-batches)"),
+             Option("use_remove_padding", False, "bool", hunt=(False, True),
+                    doc="padding removed and the rows packed into one sequence before the forward pass")),
+    grad_inputs=("logits",),
+))
+
+_register(Boundary(
     "values",
     "The critic's value path: the value head's scalar output per position -> the per-token "
     "values GAE reads. value_head[b, t] is the head's output at the position that predicts "

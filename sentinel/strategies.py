@@ -473,8 +473,9 @@ def examples(boundary: str, *, config: dict[str, list[Any]] | None = None, min_b
                              np.int64 if port.dtype == "int" else F32)
                 for i, r in enumerate(rows):
                     cells = [t[k] for t in r["prompt"]] + [v[k] for _, v in r["response"]]
-                    if cells:
-                        a[i, :len(cells)] = cells
+                    if cells:  # a filler row's 0.0 stands for a whole vocab vector: broadcast cell by cell
+                        a[i, :len(cells)] = np.stack([np.broadcast_to(np.asarray(c, a.dtype), a.shape[2:])
+                                                      for c in cells])
                     a[i, len(cells):] = r["pad"][k]
                 inputs[name] = a
             inputs["loss_mask"] = loss

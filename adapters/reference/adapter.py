@@ -228,6 +228,16 @@ class ReferenceAdapter(Adapter):
                                                       config["temperature"])
         return self._result({"log_probs": log_probs, "entropy": entropy}, "token_log_probs")
 
+    @implements("actor_logprobs", calls=(R.actor_log_probs, R.micro_batches, R.forward_micro_batch, R.restore_order,
+                                         R.token_log_probs))
+    def b_actor_logprobs(self, inputs, config):
+        options = {k: config[k] for k in ("temperature", "micro_batch_size", "use_dynamic_bsz", "max_token_len",
+                                          "use_remove_padding")}
+        log_probs, entropy = self.ops.actor_log_probs(
+            inputs["logits"], inputs["tokens"], inputs["attention_mask"], inputs["loss_mask"], **options,
+            split=self.ops.micro_batches, forward=self.ops.forward_micro_batch, restore=self.ops.restore_order)
+        return self._result({"log_probs": log_probs, "entropy": entropy}, "actor_log_probs")
+
     @implements("values", calls=(R.critic_values,))
     def b_values(self, inputs, config):
         # the rollout temperature is the policy's; the value path takes none

@@ -282,6 +282,73 @@ def token_log_probs(logits, tokens, loss_mask, temperature=1.0):
     return keep(log_probs, loss_mask), keep(entropy, loss_mask)
 
 
+# --- the actor: a padded batch through the model in micro-batches ----------------------------
+
+def micro_batches(attention_mask, micro_batch_size=None, use_dynamic_bsz=False, max_token_len=None):
+    """The rows of each forward pass, as lists of batch indices. Fixed size: consecutive
+    chunks of micro_batch_size rows (None: the whole batch). Dynamic: first-fit decreasing bin
+    packing (Johnson 1973) of the rows' real-token counts into micro-batches of at most
+    max_token_len tokens (None: the longest row's count), as verl's `rearrange_micro_batches`
+    balances tokens (https://github.com/volcengine/verl/blob/main/verl/utils/seqlen_balancing.py):
+    rows leave in another order than the batch's, and `restore_order` puts them back."""
+    lengths = attention_mask.bool().sum(-1).tolist()
+    rows = list(range(len(lengths)))
+    if not use_dynamic_bsz:
+        size = int(micro_batch_size or len(rows) or 1)
+        return [rows[i:i + size] for i in range(0, len(rows), size)]
+    budget = max(int(max_token_len or 0), max(lengths, default=0), 1)
+    bins: list[list[int]] = []
+    room: list[int] = []
+    for r in sorted(rows, key=lambda r: -lengths[r]):  # longest first; a stable sort keeps ties in batch order
+        k = next((i for i, left in enumerate(room) if left >= lengths[r]), None)
+        if k is None:
+            bins.append([])
+            room.append(budget)
+            k = len(bins) - 1
+        bins[k].append(r)
+        room[k] -= lengths[r]
+    return bins
+
+
+def forward_micro_batch(logits, tokens, attention_mask, temperature=1.0, use_remove_padding=False):
+    """One micro-batch's per-token (log_probs, entropy), [B_m, T] each, 0 at padding. Padded:
+    `token_log_probs` over the [B_m, T, V] logits. Packed (remove padding): the real tokens of
+    every row concatenated into one sequence [1, nnz] (the layout flash-attention's varlen
+    kernels take, https://github.com/Dao-AILab/flash-attention `bert_padding.unpad_input`),
+    scored there, and scattered back to the (row, position) each came from."""
+    real = attention_mask.bool()
+    if not use_remove_padding:
+        return token_log_probs(logits, tokens, real, temperature)
+    packed_lp, packed_ent = token_log_probs(logits[real][None], tokens[real][None],
+                                            torch.ones(1, int(real.sum()), dtype=torch.bool, device=real.device),
+                                            temperature)
+    log_probs = packed_lp.new_zeros(real.shape).masked_scatter(real, packed_lp[0])
+    entropy = packed_ent.new_zeros(real.shape).masked_scatter(real, packed_ent[0])
+    return log_probs, entropy
+
+
+def restore_order(results, batches):
+    """The micro-batches' [B_m, T] results concatenated, and each row put back at its index in
+    the batch (the inverse of the order `micro_batches` took them in)."""
+    order = torch.tensor([r for b in batches for r in b], dtype=torch.long, device=results[0].device)
+    return torch.cat(results)[torch.argsort(order)]
+
+
+def actor_log_probs(logits, tokens, attention_mask, loss_mask, temperature=1.0, micro_batch_size=None,
+                    use_dynamic_bsz=False, max_token_len=None, use_remove_padding=False,
+                    split=micro_batches, forward=forward_micro_batch, restore=restore_order):
+    """An actor's log-probs of a padded batch: split into micro-batches, each scored by the
+    model (here: its given logits), results put back in the batch's order. Every option only
+    schedules the same per-token math, `token_log_probs` at temperature T (applied once), so
+    the result is that of the whole batch at once. Returns (log_probs, entropy), 0 off the
+    response (loss_mask)."""
+    batches = split(attention_mask, micro_batch_size, use_dynamic_bsz, max_token_len)
+    outs = [forward(logits[b], tokens[b], attention_mask[b], temperature, use_remove_padding) for b in batches]
+    log_probs = restore([o[0] for o in outs], batches)
+    entropy = restore([o[1] for o in outs], batches)
+    return keep(log_probs, loss_mask), keep(entropy, loss_mask)
+
+
 # --- the critic's value path -------------------------------------------------------------
 
 def critic_values(value_head, loss_mask):
@@ -386,5 +453,7 @@ REFERENCE_OPS = dict(
     reward_norm=reward_norm, task_rewards=task_rewards, shape_token_rewards=shape_token_rewards,
     whiten=whiten, vanilla_tis=vanilla_tis, icepop=icepop, off_policy_is=off_policy_is,
     aggregate=aggregate, token_log_probs=token_log_probs, critic_values=critic_values,
+    micro_batches=micro_batches, forward_micro_batch=forward_micro_batch, restore_order=restore_order,
+    actor_log_probs=actor_log_probs,
     policy_metrics=policy_metrics, metric_mean=metric_mean, masked_reduce=masked_reduce,
 )

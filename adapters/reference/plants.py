@@ -171,6 +171,26 @@ def ppo_ratio_in_low_precision(log_probs, old_log_probs, advantages, eps_clip=0.
     return loss, (clipped > unclipped).float()
 
 
+def actor_forward_temperature_twice(logits, tokens, attention_mask, temperature=1.0, use_remove_padding=False):
+    """The model's logits divided by T before the forward's own log-prob step divides again."""
+    return R.forward_micro_batch(logits / temperature, tokens, attention_mask, temperature, use_remove_padding)
+
+
+def actor_concat_in_batch_order(results, batches):
+    """Micro-batch results concatenated in the order the micro-batches ran, never put back."""
+    return torch.cat(results)
+
+
+def actor_unpad_one_late(logits, tokens, attention_mask, temperature=1.0, use_remove_padding=False):
+    """Packed results scattered back one token late: each real token gets its predecessor's value."""
+    log_probs, entropy = R.forward_micro_batch(logits, tokens, attention_mask, temperature, use_remove_padding)
+    if not use_remove_padding:
+        return log_probs, entropy
+    real = attention_mask.bool()
+    late = lambda x: x.new_zeros(real.shape).masked_scatter(real, torch.roll(x[real], 1))  # noqa: E731
+    return late(log_probs), late(entropy)
+
+
 PLANTS: dict[str, Plant] = {
     "opsm-token-level": Plant(
         "OPSM rejection decided per token from the token's advantage sign (slime PR 1917's bug): "
@@ -235,6 +255,21 @@ PLANTS: dict[str, Plant] = {
         "Masked reductions as (x * mask).sum() instead of selecting valid values: NaN or Inf at a masked "
         "position makes the mean, sum, variance and whitening NaN.",
         trips=("finite",), replaces="masked_reduce", hunt="masked_reduce", code=masked_reduce_by_product),
+    "actor-temperature-twice": Plant(
+        "The actor divides the model's logits by T and its log-prob step divides them again: log-probs and "
+        "entropy of softmax(logits / T^2).",
+        trips=("close",), replaces="forward_micro_batch", hunt="actor_logprobs", code=actor_forward_temperature_twice),
+    "actor-concat-reorders": Plant(
+        "Micro-batch results concatenated in the order the micro-batches ran: with dynamic batching (longest "
+        "rows first) the rows come back sorted by length, not in the batch's order.",
+        trips=("batching_invariant", "permutation_equivariant", "close"), replaces="restore_order",
+        hunt="actor_logprobs", code=actor_concat_in_batch_order),
+    "actor-unpad-offset": Plant(
+        "With padding removed, the packed results scattered back one token late (an off-by-one in the pad "
+        "step): each response token gets its predecessor's log-prob, and the first one the last prompt token's "
+        "(whose logits, junk included, then reach the response).",
+        trips=("batching_invariant", "close", "masked_invariance", "finite"), replaces="forward_micro_batch", hunt="actor_logprobs",
+        code=actor_unpad_one_late),
     "ratio-in-low-precision": Plant(
         "The PPO log-ratio taken in the policy log-probs' dtype (`log_probs - old_log_probs.to(log_probs.dtype)`): "
         "with bf16 log-probs the fp32 old log-probs are rounded to 8 bits of mantissa, and the ratio moves by "

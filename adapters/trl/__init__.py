@@ -20,6 +20,10 @@ opsm_mask       ``_compute_loss`` with ``off_policy_mask_threshold``: the mask o
                 ``get_off_policy_mask`` (its ``off_policy_mask`` local), the per-token loss
                 and the reduced loss
 kl              ``_compute_loss`` with beta 1: its ``per_token_kl`` (k3, unclamped)
+actor_logprobs  ``_get_per_token_logps_and_entropies`` on a bare trainer with a stand-in
+                model (``batch_size`` micro-batches, temperature, ``logits_to_keep``);
+                token-budget batching and packing: none in TRL; the fused LM head of
+                TRL >= 1.11 is not mapped (actor.py)
 ==============  ============================================================================
 
 Not offered (``TRLAdapter.declines``): advantages and reward_norm (computed during

@@ -21,6 +21,7 @@ from sentinel.adapters.shims import hidden
 from sentinel.adapters.trainer import TrainerAdapter
 from sentinel.errors import TargetLoadError, Unsupported
 
+from .actor import ActorSurface
 from .bare import PROMPT, CanonicalPolicy, bare_trainer, missing_attribute
 from .conventions import (
     CONFIG,
@@ -41,7 +42,7 @@ def _tool() -> None:
     """A tool, so that versions which apply tool_mask only for a trainer with tools apply it."""
 
 
-class TRLAdapter(TrainerAdapter):
+class TRLAdapter(ActorSurface, TrainerAdapter):
     """huggingface/trl from a checkout (``--repo``) or the installed package."""
 
     name = "trl"

@@ -34,6 +34,9 @@ is_correction   ``rollout_corr_helper.compute_rollout_correction_weights`` (toke
                 bypass mode's REINFORCE loss ``compute_policy_loss_reinforce``
 loss_agg        ``agg_loss``
 kl              ``kl_penalty``
+actor_logprobs  ``workers.actor.dp_actor.DataParallelPPOActor._forward_micro_batch`` on a
+                bare actor with a stand-in model, padded or packed (``use_remove_padding``);
+                micro-batching is ``compute_log_prob``'s over a DataProto: refused (actor.py)
 ==============  ============================================================================
 
 Not in verl (``VerlAdapter.declines``): ``opsm_mask``; ``gspo_kl`` (verl computes the GSPO

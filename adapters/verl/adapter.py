@@ -49,6 +49,7 @@ from .conventions import (
     rollout_rs,
     uid_array,
 )
+from .actor import ActorSurface
 from .deviations import DEVIATIONS
 from .losses import PolicyLosses, global_batch_info
 from .surfaces import Surfaces
@@ -79,7 +80,7 @@ def _quiet_import():
             os.environ.pop(env_key, None)
 
 
-class VerlAdapter(PolicyLosses, Surfaces, TrainerAdapter):
+class VerlAdapter(ActorSurface, PolicyLosses, Surfaces, TrainerAdapter):
     """volcengine/verl from a checkout (``--repo``) or the installed package."""
 
     name = "verl"

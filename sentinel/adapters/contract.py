@@ -264,6 +264,11 @@ class Adapter:
         super().__init_subclass__(**kwargs)
         # a mixin of boundary methods (adapters/<target>/surfaces.py) may decline boundaries too
         cls.declines = {k: v for klass in reversed(cls.__mro__) for k, v in vars(klass).get("declines", {}).items()}
+        # ... and refuse options or declare preconditions of its own boundaries: every class's tables count
+        refusals = [r for klass in reversed(cls.__mro__) for r in vars(klass).get("unsupported", ())]
+        cls.unsupported = tuple(r for i, r in enumerate(refusals) if all(r is not s for s in refusals[:i]))
+        cls.preconditions = {k: v for klass in reversed(cls.__mro__)
+                             for k, v in vars(klass).get("preconditions", {}).items()}
         table: dict[str, Implementation] = {}
         for attr in dir(cls):
             fn = getattr(cls, attr, None)

@@ -161,6 +161,9 @@ LOSS_MASKED = ("opsm_mask", "policy_loss", "cispo_loss", "gspo_kl", "kl", "gae",
 # the surfaces beside the loss (log-probs from logits, the critic's values, logged metrics, masked
 # reductions): the generic families hunt on each of them too
 SURFACES = ("logprobs", "values", "metrics", "masked_reduce")
+# the actor's batch-to-log-probs method: drawn with a prompt token in front of every response, since a
+# real actor scores token t from position t - 1 and a sequence's first token has none
+ACTOR = ("actor_logprobs",)
 
 
 @dataclass(frozen=True)

@@ -143,6 +143,13 @@ HUNTS = (
     hunted("logprobs", name="entropy", doc="entropy is that of softmax(logits / T), the sampled distribution",
            body=lambda ex: {"output": "entropy", "expected": entropy_formula(ex.config["temperature"]),
                             "where": "loss_mask", **REL}),
+    hunted("actor_logprobs", name="log_probs",
+           doc="the actor's log_probs = log_softmax(logits / T) at the token id, T applied exactly once, whatever "
+               "the batching", body=lambda ex: {"output": "log_probs", "expected": log_probs_formula(
+               ex.config["temperature"]), "where": "loss_mask", **REL}, min_prompt=1),
+    hunted("actor_logprobs", name="entropy", doc="the actor's entropy is that of softmax(logits / T)",
+           body=lambda ex: {"output": "entropy", "expected": entropy_formula(ex.config["temperature"]),
+                            "where": "loss_mask", **REL}, min_prompt=1),
     hunted("values", name="head", doc="values equal the value head's output at every response token (no shift, "
            "no temperature)", body={"output": "values", "expected": "value_head", "where": "loss_mask"}),
     hunted("metrics", name="clipfrac", doc="clipfrac is the share of valid tokens where PPO's clipped branch is taken",

@@ -8,7 +8,7 @@ from typing import Literal
 
 import numpy as np
 
-from .base import (LOSS_MASKED, REL, SURFACES, Invariant, Missing, Outcome, Tolerance, diff_runs, hunted, observables,
+from .base import (ACTOR, LOSS_MASKED, REL, SURFACES, Invariant, Missing, Outcome, Tolerance, diff_runs, hunted, observables,
                    resolve)
 
 At = Literal["head", "interior", "tail", "row"]
@@ -76,7 +76,9 @@ class MaskedInvariance(_MaskFamily):
             hunted("advantages", doc="log-probs and values at masked positions do not change valid advantages, "
                    "returns or KL", need_masked=True, min_prompt=1),
             hunted(*SURFACES, doc="logits, head outputs and values at masked positions do not change log-probs, "
-                   "values, metrics or reductions at valid positions", need_masked=True))
+                   "values, metrics or reductions at valid positions", need_masked=True),
+            hunted(*ACTOR, doc="logits at prompt and padding positions do not change the response's log-probs",
+                   need_masked=True, min_prompt=1))
     value: float = 7.5
     atol: Tolerance = 1e-6
     rtol: Tolerance = 1e-5
@@ -118,7 +120,8 @@ class Finite(_MaskFamily):
     hunt = (*_finite_hunts(LOSS_MASKED, "valid outputs"),
             *_finite_hunts(("advantages",), "valid advantages", min_prompt=1),
             *_finite_hunts(SURFACES, "valid log-probs, values, metrics and reductions, a fully masked row's included",
-                           masked_rows=True))
+                           masked_rows=True),
+            *_finite_hunts(ACTOR, "the response's log-probs and entropies", min_prompt=1))
     values: list[str | float] = ["nan", "inf", "-inf"]  # YAML reads 3e38 as a number
     masked_rows: bool = False  # row outputs of rows with no valid token must be finite too (a masked mean is 0)
 
@@ -168,7 +171,9 @@ class PaddingInvariant(_MaskFamily):
     hunt = (hunted(*(b for b in LOSS_MASKED if b != "is_correction"),
                    doc="extra masked columns leave every output unchanged", body=REL),
             hunted(*SURFACES, doc="extra masked columns leave log-probs, values, metrics and reductions unchanged",
-                   body=REL))
+                   body=REL),
+            hunted(*ACTOR, doc="extra padding columns leave the response's log-probs unchanged", body=REL,
+                   min_prompt=1))
     width: int = 2
     fill: float = 3.0
     atol: Tolerance = 1e-6

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import (LOSS_MASKED, REL, SURFACES, Invariant, Missing, Outcome, Tolerance, diff_runs, hunted, lists,
+from .base import (ACTOR, LOSS_MASKED, REL, SURFACES, Invariant, Missing, Outcome, Tolerance, diff_runs, hunted, lists,
                    observables, resolve)
 
 
@@ -89,7 +89,10 @@ class PermutationEquivariant(Invariant):
             hunted("reward_norm", doc="permuting rows (and their group ids) permutes the normalised rewards",
                    body=_perm_body, min_batch=2, perm=True),
             hunted(*SURFACES, doc="permuting rows permutes log-probs, values and row reductions; metrics and "
-                   "batch reductions do not change", body=_perm_body, min_batch=2, perm=True))
+                   "batch reductions do not change", body=_perm_body, min_batch=2, perm=True),
+            hunted(*ACTOR, doc="rows come back in their order: permuting the batch's rows permutes the log-probs "
+                   "and entropies the same way, whatever the batching", body=_perm_body, min_batch=2, perm=True,
+                   min_prompt=1))
     outputs: list[str] | None = None
     perm: list[int] | None = None
     atol: Tolerance = 1e-6

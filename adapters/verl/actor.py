@@ -1,0 +1,150 @@
+"""verl's actor method at the `actor_logprobs` boundary: ``DataParallelPPOActor._forward_micro_batch``
+(verl/workers/actor/dp_actor.py) on a bare actor whose ``actor_module`` is the stand-in model
+(sentinel/adapters/standin.py), one micro-batch of the whole canonical batch.
+
+verl's layout, translated here (`standin.prompt_response`): ``input_ids`` is the prompts
+left-padded then the ``responses`` right-padded, ``position_ids`` verl's own
+``compute_position_id_with_mask`` of the attention mask (what its rollout hands the actor). The
+method runs the model padded, or with ``use_remove_padding`` unpads the ids with verl's
+``unpad_input``, rolls the labels, calls the model on one packed sequence, and pads the results
+back with ``pad_input``; it divides the logits by the temperature in place, gathers the log-probs
+of the responses and their entropy, and slices the response columns. Nothing of that is done here;
+its [B, R] results go back to the canonical positions (`standin.scatter_back`). On CUDA those
+helpers are flash_attn's ``bert_padding``; flash_attn builds only with CUDA, so where it is
+absent the call uses verl's own pure-torch port of them (``verl.utils.npu_flash_attn_utils``,
+what verl runs on NPUs) under that name, for the call only.
+
+micro_batch_size and use_dynamic_bsz are ``compute_log_prob``'s: it splits a ``DataProto`` (a
+TensorDict) into micro-batches or token-budget batches and restores their order. Calling it needs
+the real tensordict package, which this adapter stubs: refused (``unsupported``) until then.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import sys
+import types
+
+import torch
+
+from sentinel.adapters.contract import BoundaryResult, implements, refuse
+from sentinel.adapters.loading import module_exists
+from sentinel.adapters.standin import LogitsTable, StandInLM, actor_preconditions, prompt_response, scatter_back
+from sentinel.errors import Unsupported
+
+ACTOR = "actor_logprobs"
+DP_ACTOR = "verl.workers.actor.dp_actor"
+_LINK = "https://github.com/volcengine/verl/blob/main/verl/workers/actor/dp_actor.py"
+
+# what _forward_micro_batch reads on self, set for one process, no sequence parallelism, no fused
+# kernels, no prefix grouper; param_dtype float32 (autocast on CPU takes bf16 / fp16 only)
+_ACTOR_ATTRIBUTES = {"use_fused_kernels": False, "use_ulysses_sp": False, "ulysses_sequence_parallel_size": 1,
+                     "use_prefix_grouper": False, "use_dynamic_bsz": False, "param_dtype": torch.float32}
+
+
+_PADDING = ("index_first_axis", "pad_input", "rearrange", "unpad_input")
+_CACHED = ("_index_first_axis", "_pad_input", "_rearrange", "_unpad_input")
+
+
+def module_exists_anywhere(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+class _Config(dict):
+    """The actor's config as _forward_micro_batch reads it: ``.get`` and attributes."""
+
+    def __getattr__(self, name):
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+class ActorSurface:
+    """The `actor_logprobs` boundary on verl (mixed into `VerlAdapter`)."""
+
+    unsupported = (refuse(ACTOR, "micro_batch_size", "use_dynamic_bsz",
+                          reason="verl's micro-batching and token-budget batching are compute_log_prob's, over a "
+                                 "DataProto (a TensorDict): this adapter calls _forward_micro_batch on the whole batch"),)
+    preconditions = actor_preconditions("verl", _LINK)
+
+    @implements(ACTOR, calls=(f"{DP_ACTOR}:DataParallelPPOActor._forward_micro_batch",))
+    def b_actor_logprobs(self, inputs, config):
+        if self.root is not None and not module_exists(self.root, DP_ACTOR):  # verl 0.9's wheel ships no workers/actor
+            raise Unsupported(f"verl has no {DP_ACTOR.replace('.', '/')}.py at this version")
+        try:
+            mod = self._import(DP_ACTOR)
+        except Exception as e:  # noqa: BLE001 - an older verl without this module, or its imports
+            raise Unsupported(f"verl's {DP_ACTOR} does not import at this version: {type(e).__name__}: {e}") from None
+        cls = getattr(mod, "DataParallelPPOActor", None)
+        fn = getattr(cls, "_forward_micro_batch", None)
+        if fn is None:
+            raise Unsupported("verl has no DataParallelPPOActor._forward_micro_batch at this version")
+        logits, tokens, attn = inputs["logits"], inputs["tokens"], inputs["attention_mask"]
+        ids, mask, width, where = prompt_response(tokens, attn, inputs["loss_mask"])
+        position_ids = self._position_ids(mask)
+        model = StandInLM(LogitsTable(logits, tokens, attn))
+        actor = object.__new__(cls)
+        F = self._verl_F()
+        for name, value in {**_ACTOR_ATTRIBUTES, "actor_module": model, "device_name": "cpu",
+                            "use_remove_padding": bool(config["use_remove_padding"]),
+                            "compute_entropy_from_logits": F.entropy_from_logits,
+                            "config": _Config(entropy_checkpointing=False, calculate_sum_pi_squared=False,
+                                              sum_pi_squared_checkpointing=False,
+                                              entropy_from_logits_with_chunking=False)}.items():
+            setattr(actor, name, value)
+        batch = {"input_ids": ids, "attention_mask": mask, "position_ids": position_ids,
+                 "responses": ids[:, -width:]}
+        with self._padding_helpers(bool(config["use_remove_padding"])):
+            out = actor._forward_micro_batch(batch, temperature=float(config["temperature"]), calculate_entropy=True)
+        shape = inputs["loss_mask"].shape
+        outputs = {"log_probs": scatter_back(out["log_probs"], where, shape)}
+        if out.get("entropys") is not None:
+            outputs["entropy"] = scatter_back(out["entropys"], where, shape)
+        return BoundaryResult(outputs, function=self._ref(fn))
+
+    @contextlib.contextmanager
+    def _padding_helpers(self, needed: bool):
+        """verl's remove-padding path takes unpad_input / pad_input / index_first_axis / rearrange from
+        flash_attn.bert_padding (on NPUs from its own port, verl.utils.npu_flash_attn_utils). flash_attn
+        builds only with CUDA: where it is absent, verl's own port serves under that name for the call."""
+        if not needed or module_exists_anywhere("flash_attn.bert_padding"):
+            yield
+            return
+        try:
+            port = self._import("verl.utils.npu_flash_attn_utils")
+        except Exception as e:  # noqa: BLE001 - an older verl without the port
+            raise Unsupported(f"use_remove_padding: flash_attn is not installed and verl has no pure-torch port of "
+                              f"its padding helpers at this version ({type(e).__name__})") from None
+        if not all(hasattr(port, n) for n in _PADDING):
+            raise Unsupported("use_remove_padding: flash_attn is not installed and verl's npu_flash_attn_utils lacks "
+                              + ", ".join(n for n in _PADDING if not hasattr(port, n)))
+        shim = types.ModuleType("flash_attn.bert_padding")
+        shim.__dict__.update({n: getattr(port, n) for n in _PADDING})
+        saved = {k: sys.modules.get(k) for k in ("flash_attn", "flash_attn.bert_padding")}
+        sys.modules["flash_attn"] = types.ModuleType("flash_attn")
+        sys.modules["flash_attn"].bert_padding = shim
+        sys.modules["flash_attn.bert_padding"] = shim
+        attention = self._import("verl.utils.attention_utils")
+        cached = tuple(getattr(attention, n, None) for n in _CACHED)
+        try:
+            yield
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    sys.modules.pop(k, None)
+                else:
+                    sys.modules[k] = v
+            for n, v in zip(_CACHED, cached):  # attention_utils caches what it imported: forget the port
+                setattr(attention, n, v)
+
+    def _position_ids(self, mask: torch.Tensor) -> torch.Tensor:
+        """verl's position ids of a padded batch, by its own function (what its rollout hands the actor)."""
+        fn = getattr(self._import("verl.utils.model"), "compute_position_id_with_mask", None)
+        if fn is None:
+            raise Unsupported("verl has no verl.utils.model.compute_position_id_with_mask at this version")
+        return fn(mask)
