@@ -101,7 +101,13 @@ def build(cls: type, boundary: str, values: dict[str, Any]) -> Any:
 # TIS: the IS level (token, the boundary's own, or sequence: one weight per response), batch
 # normalisation of the weights to mean 1, and rejection sampling (rollout_rs) with each kind of
 # divergence (k1 ratio bounds, k2, k3) at token and sequence level (sum / mean / max).
+# On the policy losses: the truncated IS verl's vanilla loss applied from 2025-08 to 10 (b8dc5377 to
+# 21271aab) when the actor handed it rollout_log_probs, capped at actor.tis_imp_ratio_cap (-1: off).
+TIS_OFF = -1.0
+_TIS = {"trainer:tis_imp_ratio_cap": (TIS_OFF, 2.0)}
 OPTION_DOMAINS = {
+    "policy_loss": _TIS,
+    "cispo_loss": _TIS,
     "is_correction": {
         "trainer:rollout_is": ("token", "sequence"),
         "trainer:rollout_is_batch_normalize": (False, True),
