@@ -100,8 +100,8 @@ def test_trl_opsm_without_the_sampling_log_probs_is_found_only_when_they_are_han
 @pytest.mark.skipif(not AREAL_REPO, reason="set SENTINEL_AREAL_REPO to an AReaL clone (its PPOActor at HEAD)")
 def test_areal_kl_from_the_rollout_log_probs_under_recompute_is_found_only_when_they_differ(tmp_path):
     pins = {"trainer:recompute_logprob": True, "kl_coef": 0.1, "estimator": "gae"}
-    assert _hunt(tmp_path, "Areal*", AREAL_REPO, "advantages", config=pins)
-    assert _hunt(tmp_path, "Areal*Bound", AREAL_REPO, "advantages", config=pins) == [], \
+    assert _hunt(tmp_path, "Areal*", AREAL_REPO, "advantages", config=pins, n=150)
+    assert _hunt(tmp_path, "Areal*Bound", AREAL_REPO, "advantages", config=pins, n=150) == [], \
         "with the rollout's log-probs equal to the recomputed ones the plant reads the same values"
 
 
@@ -118,8 +118,8 @@ VERL_TIS = "7f277899"  # 21271aab^ (2025-10): the vanilla loss's truncated IS on
 def test_verl_tis_on_rollout_log_probs_bound_by_its_own_name_is_found(tmp_path):
     if not _verl_has(VERL_TIS):
         pytest.skip(f"SENTINEL_VERL_REPO has no commit {VERL_TIS}")
-    pins = {"trainer:tis_imp_ratio_cap": 2.0, "importance_sampling_level": "token", "eps_clip_c": None}
-    assert _hunt(tmp_path, "Verl*", VERL_REPO, "policy_loss", commit=VERL_TIS, config=pins)
-    assert _hunt(tmp_path, "Verl*Bound", VERL_REPO, "policy_loss", commit=VERL_TIS, config=pins) == [], \
+    pins = {"trainer:tis_imp_ratio_cap": 2.0, "importance_sampling_level": "token"}
+    assert _hunt(tmp_path, "Verl*", VERL_REPO, "policy_loss", commit=VERL_TIS, config=pins, n=150)
+    assert _hunt(tmp_path, "Verl*Bound", VERL_REPO, "policy_loss", commit=VERL_TIS, config=pins, n=150) == [], \
         "without rollout_log_probs verl's truncated IS never runs"
 
