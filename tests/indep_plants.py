@@ -6,7 +6,7 @@ its module's namespace after the adapter loaded it (as `sentinel mutate` applies
 bug shows only where two inputs differ or an optional key is absent. The `...Bound` classes are
 the same adapters as they were before the inputs were drawn apart (`bound`): the input that is
 now drawn on its own is left out of the batch again, so the trainer sees the relation the
-adapter used to fix.
+adapter used to fix (or, for a key drawn present and absent, the axis that draws it is gone).
 """
 
 from __future__ import annotations
@@ -123,3 +123,52 @@ class VerlCleanBound(VerlClean):
 class VerlPlantedBound(VerlPlanted):
     def b_policy_loss(self, inputs, config):
         return super().b_policy_loss(bound(inputs), config)
+
+
+# --- TRL: OPSM's fallback where the batch has no sampling log-probs (the "absent" relation) ------
+
+_TRL_ABSENT = ("trl.trainer.grpo_trainer", "GRPOTrainer._compute_loss",
+               'sampling_per_token_logps = inputs.get("sampling_per_token_logps", old_per_token_logps)',
+               'sampling_per_token_logps = inputs.get("sampling_per_token_logps", per_token_logps.detach())')
+
+
+class TrlAbsentClean(TrlClean):
+    pass
+
+
+class TrlAbsentPlanted(TrlAdapter):
+    name = "trl-indep-absent-plant"
+
+    def load(self):
+        facts = super().load()
+        plant(*_TRL_ABSENT)
+        return facts
+
+
+# --- AReaL (2025-10/11): the loss's mask where the batch has no full_loss_mask --------------------
+
+_AREAL_MASK = ("areal.engine.ppo.actor", "grpo_loss_fn",
+               'loss_mask = input_data.get("full_loss_mask", input_data["loss_mask"]).bool()',
+               'loss_mask = input_data.get("full_loss_mask", torch.ones_like(input_data["loss_mask"])).bool()')
+_NO_PRESENCE_AXIS = {k: v for k, v in ArealAdapter.option_domains.items() if k != "metrics"}
+
+
+class ArealMaskClean(ArealClean):
+    pass
+
+
+class ArealMaskPlanted(ArealAdapter):
+    name = "areal-indep-mask-plant"
+
+    def load(self):
+        facts = super().load()
+        plant(*_AREAL_MASK)
+        return facts
+
+
+class ArealMaskCleanBound(ArealMaskClean):
+    option_domains = _NO_PRESENCE_AXIS  # the batch always holds full_loss_mask, as before
+
+
+class ArealMaskPlantedBound(ArealMaskPlanted):
+    option_domains = _NO_PRESENCE_AXIS

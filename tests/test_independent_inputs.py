@@ -105,8 +105,8 @@ def test_areal_kl_from_the_rollout_log_probs_under_recompute_is_found_only_when_
         "with the rollout's log-probs equal to the recomputed ones the plant reads the same values"
 
 
-def _verl_has(commit: str) -> bool:
-    return subprocess.run(["git", "-C", VERL_REPO, "cat-file", "-e", commit + "^{commit}"],
+def _has(repo: str, commit: str) -> bool:
+    return subprocess.run(["git", "-C", repo, "cat-file", "-e", commit + "^{commit}"],
                           capture_output=True).returncode == 0
 
 
@@ -116,10 +116,32 @@ VERL_TIS = "7f277899"  # 21271aab^ (2025-10): the vanilla loss's truncated IS on
 @pytest.mark.slow
 @pytest.mark.skipif(not VERL_REPO, reason="set SENTINEL_VERL_REPO to a verl clone (with its 2025-10 history)")
 def test_verl_tis_on_rollout_log_probs_bound_by_its_own_name_is_found(tmp_path):
-    if not _verl_has(VERL_TIS):
+    if not _has(VERL_REPO, VERL_TIS):
         pytest.skip(f"SENTINEL_VERL_REPO has no commit {VERL_TIS}")
     pins = {"trainer:tis_imp_ratio_cap": 2.0, "importance_sampling_level": "token"}
     assert _hunt(tmp_path, "Verl*", VERL_REPO, "policy_loss", commit=VERL_TIS, config=pins, n=150)
     assert _hunt(tmp_path, "Verl*Bound", VERL_REPO, "policy_loss", commit=VERL_TIS, config=pins, n=150) == [], \
         "without rollout_log_probs verl's truncated IS never runs"
 
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not TRL_REPO, reason="set SENTINEL_TRL_REPO to a TRL clone (its GRPOTrainer at HEAD)")
+def test_trl_opsm_fallback_for_a_batch_without_sampling_log_probs_is_found_only_through_absent(tmp_path, monkeypatch):
+    # the plant changes only what OPSM uses where the batch has no sampling log-probs
+    assert _hunt(tmp_path, "TrlAbsent*", TRL_REPO, "opsm_mask", n=400)
+    monkeypatch.setattr(S, "RELATIONS", tuple(r for r in S.RELATIONS if r != "absent"))
+    assert _hunt(tmp_path, "TrlAbsent*", TRL_REPO, "opsm_mask", n=400) == [], "never absent: the fallback never runs"
+
+
+AREAL_FULL_MASK = "801bf5c6"  # 79b742c1^ (2025-12): grpo_loss_fn gathers log-probs and reads full_loss_mask
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not AREAL_REPO, reason="set SENTINEL_AREAL_REPO to an AReaL clone (with its 2025-12 history)")
+def test_areal_loss_mask_fallback_without_full_loss_mask_is_found_only_with_the_presence_axis(tmp_path):
+    if not _has(AREAL_REPO, AREAL_FULL_MASK):
+        pytest.skip(f"SENTINEL_AREAL_REPO has no commit {AREAL_FULL_MASK}")
+    assert _hunt(tmp_path, "ArealMask*", AREAL_REPO, "metrics", commit=AREAL_FULL_MASK, n=150)
+    assert _hunt(tmp_path, "ArealMask*Bound", AREAL_REPO, "metrics", commit=AREAL_FULL_MASK, n=150) == [], \
+        "with full_loss_mask always in the batch the fallback never runs"
