@@ -41,6 +41,9 @@ class Port:
     # required only under these option values: ((option, (value, ...)), ...), all of them
     # (an output the config asks for; `required` is then False)
     required_when: tuple[tuple[str, tuple[Any, ...]], ...] = ()
+    # an optional input a trainer reads only when its batch holds it (a missing key takes
+    # another path): differential hunts also draw examples without it (strategies' "absent")
+    absent_drawn: bool = False
 
     @property
     def shape(self) -> str:
@@ -180,8 +183,9 @@ class Boundary:
         return [p.name for p in self.inputs if p.dtype == "mask" and p.kind == "token"]
 
 
-def _tok(name: str, doc: str = "", *, required: bool = True, dtype: DType = "float", mask: str | None = "loss_mask") -> Port:
-    return Port(name, "token", dtype, required, mask if dtype != "mask" else None, doc)
+def _tok(name: str, doc: str = "", *, required: bool = True, dtype: DType = "float", mask: str | None = "loss_mask",
+         absent_drawn: bool = False) -> Port:
+    return Port(name, "token", dtype, required, mask if dtype != "mask" else None, doc, absent_drawn=absent_drawn)
 
 
 LOSS_MASK = Port("loss_mask", "token", "mask", True, None, "1 where the token is trained")
@@ -218,10 +222,14 @@ def _register(b: Boundary) -> Boundary:
 
 _register(Boundary(
     "opsm_mask",
-    "Off-policy sequence masking: reject a whole sequence whose valid-token KL to the old "
-    "policy exceeds opsm_delta and whose mean advantage is negative; the PPO loss is then "
-    "multiplied by the mask and reduced over valid tokens.",
-    inputs=(_tok("log_probs"), _tok("old_log_probs"), _tok("advantages"), LOSS_MASK),
+    "Off-policy sequence masking: reject a whole sequence whose valid-token KL to the policy "
+    "that sampled it exceeds opsm_delta and whose mean advantage is negative; the PPO loss is then "
+    "multiplied by the mask and reduced over valid tokens. The sampling policy is the rollout "
+    "engine's (rollout_log_probs) where the batch holds its log-probs, else the old policy.",
+    inputs=(_tok("log_probs"), _tok("old_log_probs"), _tok("advantages"), LOSS_MASK,
+            _tok("rollout_log_probs", "the rollout (inference) engine's log-probs; where given, the sequence KL is "
+                 "measured from them (both kinds of off-policy drift: updates and the inference mismatch), "
+                 "the PPO ratio still from old_log_probs", required=False, absent_drawn=True)),
     outputs=(_tok("opsm_mask"), Port("opsm_clipfrac", "scalar", required=False), _tok("pg_loss", required=False),
              Port("reduced_policy_loss", "scalar", required=False)),
     options=(Option("opsm_delta", 0.1, hunt=(0.1, 0.0, 0.05, 0.5), doc="KL threshold above which a sequence is rejected"),
@@ -237,7 +245,8 @@ _DECOUPLED = (Option("use_decoupled_loss", False, "bool", requires=("rollout_log
               Option("rejection_sampling", None, "mapping", nullable=True,
                      doc="a target's own rejection-sampling options, passed through as given"))
 _POLICY_INPUTS = (_tok("log_probs"), _tok("old_log_probs"), _tok("advantages"), LOSS_MASK,
-                  _tok("rollout_log_probs", required=False))
+                  _tok("rollout_log_probs", "the rollout (inference) engine's log-probs, where the batch holds them",
+                       required=False, absent_drawn=True))
 _POLICY_OUTPUTS = (_tok("pg_loss"), _tok("clipfrac", required=False), Port("loss", "scalar"),
                    _tok("weights", required=False))
 
@@ -299,6 +308,10 @@ _register(Boundary(
     inputs=(Port("rewards", "row", doc="scalar reward per sequence"),
             _tok("log_probs", required=False), _tok("ref_log_probs", required=False),
             _tok("values", required=False), LOSS_MASK,
+            _tok("rollout_log_probs", "the rollout engine's log-probs where a trainer recomputes the policy's "
+                 "before the advantages (AReaL recompute_logprob: its batch's logprobs, with log_probs as the "
+                 "recomputed prox_logp); the KL in the reward still reads log_probs; absent: log_probs",
+                 required=False, absent_drawn=True),
             _tok("attention_mask", required=False, dtype="mask"),
             Port("group", "row", "int", False, None, "group id per sequence (GRPO)")),
     outputs=(_tok("advantages"), _tok("returns"), _tok("logged_kl", required=False),

@@ -311,10 +311,24 @@ def _edge_log_prob(old: np.ndarray, edge: float) -> np.ndarray:
     return lp.astype(F32)
 
 
-def _relate(name: str, inputs: dict[str, np.ndarray], cfg: dict[str, Any], signs: list[int], pick: int) -> None:
+def absent_inputs(boundary: str, cfg: dict[str, Any]) -> tuple[str, ...]:
+    """The optional inputs the "absent" relation leaves out of a `boundary` example drawn with
+    `cfg`: those a trainer reads only when its batch holds them (`Port.absent_drawn`), except
+    where a set option requires one (`use_decoupled_loss` needs the rollout log-probs)."""
+    spec = get_boundary(boundary)
+    needed = {n for o in spec.options if cfg.get(o.name) for n in o.requires}
+    return tuple(p.name for p in spec.inputs if p.absent_drawn and p.name not in needed)
+
+
+def _relate(name: str, inputs: dict[str, np.ndarray], cfg: dict[str, Any], signs: list[int], pick: int,
+            boundary: str = "") -> None:
     """Apply relation `name` in place (a relation whose tensors the boundary lacks changes nothing).
     signs: a +-1 per position (which clip edge, which direction of a far ratio); pick: a small
     int (which far log-ratio, which row to empty)."""
+    if name == "absent":  # the batch without its optional keys: the trainer's path for a missing one
+        for n in absent_inputs(boundary, cfg) if boundary else ():
+            inputs.pop(n, None)
+        return
     valid = inputs["loss_mask"].astype(bool) if "loss_mask" in inputs else None
     pair = _pair(inputs)
     if valid is None or pair is None and name != "empty_row":
@@ -345,7 +359,7 @@ def _relate(name: str, inputs: dict[str, np.ndarray], cfg: dict[str, Any], signs
             inputs["loss_mask"][row] = 0
 
 
-RELATIONS = ("independent", "on_policy", "behaviour_is_old", "clip_edge", "far", "empty_row")
+RELATIONS = ("independent", "on_policy", "behaviour_is_old", "clip_edge", "far", "empty_row", "absent")
 _SIGNS = st.lists(st.sampled_from([1, -1]), min_size=1, max_size=MAX_BATCH * MAX_LEN)
 
 
@@ -372,7 +386,8 @@ def examples(boundary: str, *, config: dict[str, list[Any]] | None = None, min_b
     row_mask: reward_norm: also draw which rows are dropped (mask 0), as masked_row_rewards does.
     min_valid: at least this many valid (trained) tokens in the batch.
     relations: drawn per example (RELATIONS; the first is what a shrunk example keeps): each
-      token tensor on its own ("independent"), or one relation or edge applied to the drawn tensors.
+      token tensor on its own ("independent"), or one relation or edge applied to the drawn tensors,
+      or "absent": the optional inputs a trainer reads only when present left out (`absent_inputs`).
 
     Sub-strategies are built here once, not per draw (Hypothesis validates each new one).
     """
@@ -498,7 +513,7 @@ def examples(boundary: str, *, config: dict[str, list[Any]] | None = None, min_b
                 rel = draw(relation_s)
                 if rel != "independent":
                     with np.errstate(all="ignore"):  # masked junk (NaN, 3e38) goes through unused
-                        _relate(rel, inputs, cfg, draw(_SIGNS), draw(extra_s))
+                        _relate(rel, inputs, cfg, draw(_SIGNS), draw(extra_s), boundary)
         if perm:
             params["perm"] = list(draw(_PERMS[len(rows)]))
         order = [p.name for p in spec.inputs]  # stable key order: the boundary's port order

@@ -332,15 +332,20 @@ class ArealAdapter(Surfaces, TrainerAdapter):
         # a prompt column in front of token-aligned inputs, predict-aligned ones as they are).
         idx = torch.tensor(perm, device=dev)
         lp = inputs.get("log_probs")
+        lp = lp.detach().float() if lp is not None else torch.zeros(B, T, device=dev)
+        # recompute_logprob (not decoupled): log_probs are the recomputed prox_logp the KL reads, and the
+        # batch's logprobs the rollout engine's, drawn on their own where given (AReaL overwrites them)
+        recomputed = bool(trainer.get("recompute_logprob")) and not trainer.get("use_decoupled_loss")
+        roll = inputs.get("rollout_log_probs") if recomputed else None
         batch: dict[str, torch.Tensor] = {
             "input_ids": torch.zeros(B, T + 1, dtype=torch.int32, device=dev),
             "attention_mask": _prepend(attn.bool(), True)[idx],
             "loss_mask": _prepend(loss_mask.to(torch.int32), 0)[idx],
-            "logprobs": _prepend(lp.detach().float() if lp is not None else torch.zeros(B, T, device=dev), 0.0)[idx],
+            "logprobs": _prepend(lp if roll is None else roll.detach().float(), 0.0)[idx],
             "rewards": inputs["rewards"].detach().float().reshape(B)[idx],
         }
         if trainer.get("recompute_logprob") or trainer.get("use_decoupled_loss"):  # what compute_logp returns
-            batch["prox_logp"] = _append(batch["logprobs"][:, 1:], 0.0)  # (options.py), predict-aligned
+            batch["prox_logp"] = _append(lp, 0.0)[idx]  # (options.py), predict-aligned
         if inputs.get("ref_log_probs") is not None:
             batch["ref_logp"] = _append(inputs["ref_log_probs"].detach().float(), 0.0)[idx]
         if inputs.get("values") is not None:
@@ -379,8 +384,10 @@ class ArealAdapter(Surfaces, TrainerAdapter):
         }
         if inputs.get("attention_mask") is not None:
             inputs_after["attention_mask"] = after["attention_mask"][:, 1:].to(inputs["attention_mask"].dtype)
-        if lp is not None:
-            inputs_after["log_probs"] = after["logprobs"][:, 1:].to(lp.dtype)
+        if inputs.get("log_probs") is not None and roll is None:
+            inputs_after["log_probs"] = after["logprobs"][:, 1:].to(inputs["log_probs"].dtype)
+        if roll is not None:
+            inputs_after["rollout_log_probs"] = after["logprobs"][:, 1:].to(roll.dtype)
         for canon, mine in (("ref_log_probs", "ref_logp"), ("values", "values")):
             if mine in after:
                 inputs_after[canon] = after[mine][:, :T].to(inputs[canon].dtype)

@@ -37,6 +37,9 @@ _RS = ({"level": "token", "action": "mask", "metric": "ratio", "upper": 2.0},
        {"level": "sequence", "action": "mask", "metric": "kl_k1", "upper": 0.5, "lower": -0.5, "agg": "sum"})
 _LOSS = {"use_decoupled_loss": (True,), "rejection_sampling": _RS}
 OPTION_DOMAINS = {
+    # the batch with and without its engine's `full_loss_mask` (grpo_loss_fn of 2025-10/11 reads
+    # `input_data.get("full_loss_mask", loss_mask)`; one process: equal to loss_mask where present)
+    "metrics": {"trainer:full_loss_mask": (True, False)},
     "policy_loss": _LOSS,
     "cispo_loss": _LOSS,
     "reward_norm": {"mean_leave1out": (True,), "std_unbiased": (False,)},

@@ -101,9 +101,13 @@ class Surfaces:
             # [tokens, vocab] logits (legacy.py); every label (rolled input_ids) is token 0
             data = {k: v.reshape(-1) for k, v in data.items()}
             data["input_ids"] = torch.zeros_like(data["loss_mask"], dtype=torch.long)
-            data["full_loss_mask"] = data["loss_mask"]  # what its engine's Ulysses split kept (2025-10/11)
+            if config.get("trainer:full_loss_mask", True):  # what its engine's Ulysses split kept (2025-10/11);
+                data["full_loss_mask"] = data["loss_mask"]  # its loss reads it only when the batch has it
             taken = {"logits": logits_for(lp.reshape(-1)), "temperature": 1.0}
         else:
+            if not config.get("trainer:full_loss_mask", True):
+                raise Unsupported("option missing: AReaL's grpo_loss_fn reads no full_loss_mask at this version "
+                                  "(it gathers no log-probs itself)")
             taken = {"logprobs": lp, "entropy": torch.zeros_like(lp)}
         eps = float(config["eps_clip"])
         kw = bind(fn, "metrics", {**taken, "input_data": data, "eps_clip": eps,

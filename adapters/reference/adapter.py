@@ -119,7 +119,9 @@ class ReferenceAdapter(Adapter):
     def b_opsm_mask(self, inputs, config):
         m = inputs["loss_mask"]
         lp, old, adv = inputs["log_probs"], inputs["old_log_probs"], inputs["advantages"]
-        mask, clipfrac = self.ops.opsm_mask(lp, old, adv, m, config.get("opsm_delta", 0.1))
+        # the KL to the policy that sampled the sequence: the rollout engine's where given
+        sampled = inputs.get("rollout_log_probs", old)
+        mask, clipfrac = self.ops.opsm_mask(lp, sampled, adv, m, config.get("opsm_delta", 0.1))
         clip = (config.get("eps_clip", 0.2), config.get("eps_clip_high"), config.get("eps_clip_c"))
         token_loss, _ = self.ops.ppo_policy_loss(keep(lp, m), keep(old, m), keep(adv, m), *clip)
         pg_loss = keep(token_loss, m) * mask

@@ -71,6 +71,9 @@ def cispo_loss(log_probs, old_log_probs, advantages, eps_clip=1.0, eps_clip_high
 def opsm_mask(log_probs, old_log_probs, advantages, loss_mask, opsm_delta=0.1):
     """Off-policy sequence masking (DeepSeek-V3.2; slime PR https://github.com/THUDM/slime/pull/1917):
     reject a whole sequence when its valid-token KL > delta and its mean advantage < 0.
+    `old_log_probs` is the policy that sampled the sequence (the inference engine's log-probs
+    where they are kept: the adapter passes rollout_log_probs then, as TRL's OPSM reads its
+    `sampling_per_token_logps`).
     Returns (mask [B, T], clipfrac = sum over rows of rejected valid / valid tokens)."""
     seq_kl = seq_mean(old_log_probs - log_probs, loss_mask)
     seq_adv = seq_mean(advantages, loss_mask)

@@ -20,6 +20,7 @@ from sentinel.adapters.contract import BoundaryResult, implements, refuse
 from sentinel.adapters.layout import group_ids, group_layout, rows, unrows
 from sentinel.adapters.loading import bare_package, module_exists, version_facts
 from sentinel.adapters.observables import Watch, returned
+from sentinel.adapters.options import trainer_options
 from sentinel.adapters.spying import spy
 from sentinel.adapters.trainer import TrainerAdapter, straight_through
 from sentinel.errors import Unsupported
@@ -169,7 +170,11 @@ class SlimeAdapter(EntryLoss, Surfaces, TrainerAdapter):
         (pg_loss * opsm_mask, reduced over valid tokens); mirrors the PR #1917 seed script."""
         mask = inputs["loss_mask"].to(self.device)
         fn = self._fn("compute_opsm_mask", PPO_UTILS, boundary="opsm_mask")
-        lp, old, adv = (self._tok(inputs, k, mask) for k in ("log_probs", "old_log_probs", "advantages"))
+        lp, given_old, adv = (self._tok(inputs, k, mask) for k in ("log_probs", "old_log_probs", "advantages"))
+        roll = self._rollout(inputs, mask)
+        # with use_rollout_logprobs slime's old policy is the rollout's, for the ratio and the OPSM KL
+        # alike (policy_loss_function); else it keeps the rollout log-probs unread beside the old ones
+        old = roll["rollout_log_probs"] if roll and trainer_options(config).get("use_rollout_logprobs") else given_old
         masks = self._masks(mask)
         lengths, totals = self._lengths(mask, lp)
         flat = torch.cat(lp)
@@ -180,11 +185,11 @@ class SlimeAdapter(EntryLoss, Surfaces, TrainerAdapter):
                                     "advantages": adv, "loss_masks": masks})
         opsm_mask, opsm_clipfrac = fn(**kw)
         masked = pg_loss * opsm_mask
-        reduced, entry = self._entry_loss("opsm_mask", config, flat, lengths, totals, old, adv, masks, masked,
-                                          use_opsm=True, opsm_delta=args.opsm_delta, **clip)
+        reduced, entry = self._entry_loss("opsm_mask", config, flat, lengths, totals, given_old, adv, masks, masked,
+                                          batch_extra=roll, use_opsm=True, opsm_delta=args.opsm_delta, **clip)
         return self._loss_result(fn, entry, inputs, mask, lengths, {"opsm_mask": opsm_mask, "pg_loss": masked},
                                  {"opsm_clipfrac": opsm_clipfrac, "reduced_policy_loss": reduced},
-                                 {"log_probs": lp, "old_log_probs": old, "advantages": adv})
+                                 {"log_probs": lp, "old_log_probs": given_old, "advantages": adv, **roll})
 
     @implements("policy_loss", calls=(f"{PPO_UTILS}:compute_policy_loss", f"{PPO_UTILS}:compute_gspo_kl",
                                       *ENTRY_CALLS), steps=ENTRY_STEPS)

@@ -161,6 +161,8 @@ class TRLAdapter(ActorSurface, TrainerAdapter):
             "num_items_in_batch": mask.sum().float(),
             **more,
         }
+        if inputs.get("rollout_log_probs") is not None:  # vLLM's own log-probs, kept by generation beside
+            batch["sampling_per_token_logps"] = inputs["rollout_log_probs"]  # the old ones (OPSM reads them)
         values: dict[str, Any] = dict(extra or {})
         if tool is not None:
             batch["tool_mask"] = tool

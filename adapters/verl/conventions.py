@@ -105,8 +105,14 @@ def build(cls: type, boundary: str, values: dict[str, Any]) -> Any:
 # called: off_policy_is (the bypass mode's compute_policy_loss_reinforce) needs eps_clip >= 1,
 # since its IS weight min(pi_theta / pi_rollout, threshold) has no lower clip; reward_norm's
 # leave-one-out mean is compute_rloo_outcome_advantage.
+# On the policy losses: the truncated IS verl's vanilla loss applied from 2025-08 to 10 (b8dc5377 to
+# 21271aab) when the actor handed it rollout_log_probs, capped at actor.tis_imp_ratio_cap (-1: off).
+TIS_OFF = -1.0
+_TIS = {"trainer:tis_imp_ratio_cap": (TIS_OFF, 2.0)}
 OPTION_DOMAINS = {
     "reward_norm": {"mean_leave1out": (True,)},
+    "policy_loss": _TIS,
+    "cispo_loss": _TIS,
     "is_correction": {
         "eps_clip": (1.0,),
         "trainer:rollout_is": ("token", "sequence"),

@@ -18,11 +18,11 @@ from sentinel.adapters.binding import bind, parameters, signature_text
 from sentinel.adapters.composing import trainer_step
 from sentinel.adapters.contract import BoundaryResult
 from sentinel.adapters.observables import Watch, extras
-from sentinel.adapters.options import recorded
+from sentinel.adapters.options import recorded, trainer_options
 from sentinel.adapters.spying import spy
 from sentinel.errors import Unsupported
 
-from .conventions import ROLLOUT_CORR, build
+from .conventions import ROLLOUT_CORR, TIS_OFF, build
 
 
 @trainer_step("verl's engine (workers/engine/*/transformer_impl.py) sums the loss mask and all-reduces it over "
@@ -37,13 +37,21 @@ class PolicyLosses:
     """verl's policy-loss path, for the loss boundaries of `VerlAdapter`."""
 
     def _actor_config(self, boundary: str, *, clip_low: float, clip_high: float, clip_c: float, loss_agg: str,
-                      loss_mode: str, mask: torch.Tensor, rollout_correction: dict[str, Any] | None = None):
+                      loss_mode: str, mask: torch.Tensor, rollout_correction: dict[str, Any] | None = None,
+                      tis_cap: float | None = None):
         """verl's ActorConfig (with its PolicyLossConfig, and that one's RolloutCorrectionConfig
         where given) for one micro-batch on one rank."""
         cls = self._config_class("ActorConfig", "verl.workers.config", "verl.workers.config.actor")
         if cls is None:
             raise Unsupported(f"verl has no ActorConfig at this version (boundary {boundary!r})")
-        values: dict[str, Any] = dict(
+        extra: dict[str, Any] = {}
+        if tis_cap is not None:
+            if "tis_imp_ratio_cap" not in {f.name for f in dataclasses.fields(cls)}:
+                raise Unsupported(f"option missing: verl's ActorConfig has no tis_imp_ratio_cap at this version (its "
+                                  f"truncated IS of 2025-08 to 10), so trainer:tis_imp_ratio_cap={tis_cap} cannot be "
+                                  f"applied (boundary {boundary!r})")
+            extra["tis_imp_ratio_cap"] = float(tis_cap)
+        values: dict[str, Any] = dict(**extra,
             strategy="fsdp", rollout_n=1, ppo_mini_batch_size=int(mask.shape[0]), ppo_micro_batch_size_per_gpu=int(mask.shape[0]),
             use_dynamic_bsz=False, clip_ratio=clip_low, clip_ratio_low=clip_low, clip_ratio_high=clip_high,
             clip_ratio_c=clip_c, loss_agg_mode=loss_agg, use_torch_compile=False,
@@ -85,10 +93,13 @@ class PolicyLosses:
     def _policy(self, boundary: str, loss_mode: str, lp: torch.Tensor, old: torch.Tensor, adv: torch.Tensor,
                 mask: torch.Tensor, *, clip_low: float, clip_high: float, clip_c: float | None, loss_agg: str,
                 rollout_is_weights: torch.Tensor | None = None, fn: Callable | None = None,
-                extra: dict[str, Any] | None = None, rollout_correction: dict[str, Any] | None = None):
+                extra: dict[str, Any] | None = None, rollout_correction: dict[str, Any] | None = None,
+                rollout: torch.Tensor | None = None, tis_cap: float | None = None):
         """One registered policy loss on one micro-batch; returns (token loss, scalar loss, fn,
         extras: what it returned beside the loss (clip fractions, ppo_kl, a metrics dict) and what it
-        changed in its ActorConfig)."""
+        changed in its ActorConfig). `rollout`: the rollout engine's log-probs, handed to a loss
+        whose signature names them itself (`rollout_log_probs`, verl's TIS of 2025-08 to 10);
+        `tis_cap`: that TIS's ``tis_imp_ratio_cap`` (None: verl's default, off)."""
         core = self.core
         c = math.inf if clip_c is None else float(clip_c)
         registry = getattr(core, "get_policy_loss_fn", None)
@@ -105,12 +116,15 @@ class PolicyLosses:
         cfg = None
         if fn is not None:
             cfg = self._actor_config(boundary, clip_low=clip_low, clip_high=clip_high, clip_c=c, loss_agg=loss_agg,
-                                     loss_mode=loss_mode, mask=mask, rollout_correction=rollout_correction)
+                                     loss_mode=loss_mode, mask=mask, rollout_correction=rollout_correction,
+                                     tis_cap=tis_cap)
             kw = bind(fn, boundary, {"old_log_prob": old, "log_prob": lp, "advantages": adv,
                                         "response_mask": mask_t},
                          {"loss_agg_mode": loss_agg, "config": cfg, "rollout_is_weights": rollout_is_weights,
                           **(extra or {})},
                          aliases={"old_log_prob": ("rollout_log_prob",), "response_mask": ("eos_mask",)})
+            if rollout is not None and "rollout_log_probs" in parameters(fn):  # by the signature's own name,
+                kw["rollout_log_probs"] = rollout  # as the actor passed it (absent: the loss's default path)
         else:  # before the policy-loss registry (verl < 0.4): compute_policy_loss(cliprange=...)
             if loss_mode != "vanilla":
                 raise Unsupported(f"verl {self.facts.get('version')} has no policy-loss registry (only vanilla PPO)")
@@ -188,10 +202,12 @@ class PolicyLosses:
     def _policy_boundary(self, boundary: str, mode: str, inputs, config, low: float, high: float,
                          clip_c: float | None) -> BoundaryResult:
         weights, mask = self._decoupled(boundary, inputs, config)
+        cap = trainer_options(config).get("tis_imp_ratio_cap")
         token, loss, fn, observed = self._policy(
             boundary, mode, inputs["log_probs"], inputs["old_log_probs"], inputs["advantages"], mask,
             clip_low=low, clip_high=high, clip_c=clip_c, loss_agg=config["loss_agg"],
-            rollout_is_weights=weights)
+            rollout_is_weights=weights, rollout=inputs.get("rollout_log_probs"),
+            tis_cap=None if cap is None or cap == TIS_OFF else cap)
         outputs: dict[str, Any] = {"loss": loss}
         if token is not None:
             outputs["pg_loss"] = token
