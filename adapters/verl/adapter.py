@@ -42,6 +42,7 @@ from .conventions import (
     PIP_HINT,
     ROLLOUT_CORR,
     TRAINER,
+    UNREACHABLE,
     VECTORIZED,
     build,
     data_proto,
@@ -89,6 +90,7 @@ class VerlAdapter(ActorSurface, PolicyLosses, Surfaces, TrainerAdapter):
     kl_names = KL_NAMES
     description = ("volcengine/verl: trainer.ppo.core_algos (estimators, policy losses, agg_loss, kl_penalty), "
                    "ray_trainer.apply_kl_penalty / compute_advantage and rollout_corr_helper, on one process.")
+    unreachable = UNREACHABLE
     loss_path_files = ("verl/trainer/ppo/core_algos.py", "verl/trainer/ppo/ray_trainer.py",
                        "verl/trainer/ppo/rollout_corr_helper.py", "verl/utils/torch_functional.py",
                        "verl/trainer/config/algorithm.py", "verl/workers/config/actor.py")

@@ -21,6 +21,30 @@ from sentinel.errors import Unsupported
 CORE = "verl.trainer.ppo.core_algos"
 TRAINER = "verl.trainer.ppo.ray_trainer"
 ROLLOUT_CORR = "verl.trainer.ppo.rollout_corr_helper"
+
+# Branches of mapped functions that no call from one CPU process can take (sentinel hunt
+# --coverage lists them apart): a guard that raises on a value the boundary's contract never
+# passes (an unknown estimator / loss / IS level name, mismatched shapes: the adapter builds
+# them from one drawn batch), the all-reduce over data-parallel ranks, flash-attn's and
+# Ascend's kernels.
+_GUARD = "raises on a value the boundary's contract never passes (the adapter builds it from a valid config and one batch)"
+_RANKS = "the mean is all-reduced over data-parallel ranks only when torch.distributed is initialised: several processes"
+UNREACHABLE = {
+    f"{CORE}:get_adv_estimator_fn": {"if name not in ADV_ESTIMATOR_REGISTRY": _GUARD},
+    f"{CORE}:get_policy_loss_fn": {"if loss_name not in POLICY_LOSS_REGISTRY": _GUARD},
+    f"{ROLLOUT_CORR}:compute_rollout_correction_weights": {
+        "if rollout_is not in valid_is_levels": _GUARD, "if rollout_is_threshold <= 0": _GUARD,
+        "if torch.distributed.is_available() and torch.distributed.is_initialized()": _RANKS},
+    f"{ROLLOUT_CORR}:compute_rollout_rejection_mask": {
+        "if rollout_rs is None or not isinstance(rollout_rs, str)": _GUARD,
+        "if rollout_rs_threshold is None": _GUARD, "if not option_modes": _GUARD,
+        "if opt not in SUPPORTED_ROLLOUT_RS_OPTIONS": _GUARD},
+    f"{ROLLOUT_CORR}:compute_rollout_correction_and_rejection_mask": {
+        "if old_log_prob.shape != rollout_log_prob.shape": _GUARD, "if old_log_prob.shape != response_mask.shape": _GUARD},
+    "verl.utils.torch_functional:logprobs_from_logits": {
+        "if FLAH_ATTN_CROSS_ENTROPY_LOSS_AVAILABLE": "flash-attn's cross-entropy kernel: a CUDA build of flash-attn",
+        "elif NPU_CROSS_ENTROPY_LOSS_AVAILABLE": "torch_npu's kernel: an Ascend NPU"},
+}
 ACTOR_LOSSES_FILE = ("verl", "workers", "utils", "losses.py")
 
 PIP_HINT = pip_hint("verl", "pip install --no-deps verl==0.9.1")
