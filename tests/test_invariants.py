@@ -35,7 +35,8 @@ def obs(sc_or_inputs, **outputs) -> RunObservation:
 def test_registry_names_every_family_by_its_yaml_key():
     assert set(REGISTRY) == {"equals", "close", "masked_invariance", "finite", "padding_invariant",
                              "sequence_uniform", "permutation_equivariant", "group_isolation", "unmutated",
-                             "gradient", "detached", "agree", "unchanged_under", "precision"}
+                             "gradient", "detached", "agree", "unchanged_under", "precision",
+                             "straight_through", "batching_invariant"}
     for key, cls in REGISTRY.items():
         assert cls.family == key and cls.__doc__
 

@@ -37,6 +37,7 @@ import torch
 
 from sentinel.adapters.binding import bind, parameters
 from sentinel.adapters.contract import BoundaryResult, implements
+from sentinel.adapters.observables import extras
 from sentinel.adapters.options import recorded
 from sentinel.errors import Unsupported
 
@@ -116,10 +117,13 @@ class Surfaces:
                   absent={"eps_clip_higher": eps, "behav_imp_weight_cap": None, "behave_imp_weight_cap": None})
         tracker = stats_tracker.DEFAULT_TRACKER
         tracker.export(reset=True)  # nothing logged before this call counts
-        fn(**kw)
+        loss = fn(**kw)
         logged = tracker.export(reset=True)
         outputs = {ours: torch.as_tensor(float(logged[k])) for k, ours in _LOGGED.items() if k in logged}
-        return BoundaryResult(outputs, function=self._ref(fn).with_also(self._ref(self._functional.ppo_actor_loss_fn)))
+        # the loss grpo_loss_fn returns and every stat it logged, beside the canonical metrics: a
+        # differential hunt compares them (`returned:0`, `returned:1.<stat>`)
+        return BoundaryResult(outputs, function=self._ref(fn).with_also(self._ref(self._functional.ppo_actor_loss_fn)),
+                              extras=extras((loss, dict(logged))))
 
     @implements("masked_reduce", calls=("areal.utils.data:Normalization.__call__",))
     def b_masked_reduce(self, inputs, config):
