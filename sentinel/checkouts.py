@@ -55,6 +55,13 @@ def cache_dir() -> Path:
     return Path(base) / "rl-sentinel" / "checkouts"
 
 
+def owned(path: str | Path) -> bool:
+    """A tree this tool made (a temporary worktree, a cached checkout), where writing bytecode
+    beside the sources is harmless; anything else is a user's own tree."""
+    p = Path(path).resolve()
+    return any(d.name.startswith(cleanup.WORKTREE_PREFIX) for d in p.parents) or cache_dir().resolve() in p.parents
+
+
 def max_bytes() -> int:
     try:
         return int(float(os.environ.get("SENTINEL_CACHE_MAX_MB", DEFAULT_MAX_MB)) * 2**20)

@@ -58,6 +58,23 @@ def spans(adapter: Any, boundary: str) -> list[dict[str, Any]]:
     return out
 
 
+def _declared(declared: dict[str, str], file: str, text: str, dests: list[int]) -> dict[str, list[int]]:
+    """The missing arcs of one branching line by the reason declared for them ("" where none):
+    a key "CONDITION -> DESTINATION" names one arc (text in the branching line, text in the line
+    it jumps to); a key without " -> " names every arc of the line."""
+    out: dict[str, list[int]] = {}
+    for d in dests:
+        target = linecache.getline(file, d).strip() if d > 0 else ""
+        why = ""
+        for key, reason in declared.items():
+            cond, _, dest = key.partition(" -> ")
+            if cond in text and (not dest or dest in target):
+                why = reason
+                break
+        out.setdefault(why, []).append(d)
+    return out
+
+
 def analyse(folder: str, functions: list[dict[str, Any]], unreachable: dict[str, dict[str, str]]) -> list[FunctionCoverage]:
     """The combined data of `folder`, per function span; `unreachable`: function -> {text in
     the branching line -> the adapter's reason}."""
@@ -83,8 +100,8 @@ def analyse(folder: str, functions: list[dict[str, Any]], unreachable: dict[str,
         unreach, uncovered = [], []
         for ln, dests in sorted(missing.items()):
             text = linecache.getline(f["file"], ln).strip()
-            why = next((r for cond, r in declared.items() if cond in text), "")
-            (unreach if why else uncovered).append(Branch(line=ln, condition=text, missing=dests, reason=why))
+            for why, arcs in _declared(declared, f["file"], text, dests).items():
+                (unreach if why else uncovered).append(Branch(line=ln, condition=text, missing=arcs, reason=why))
         total = sum(exits.values())
         out.append(FunctionCoverage(
             function=f["function"], file=f["file"], lines=[first, last], branches_total=total,

@@ -110,6 +110,9 @@ class Worker:
         self.phase(f"while importing the adapter of {h['target']}")
         adapter_cls = targets.adapter_class(h["target"])
         root = Path(h["root"]) if h.get("root") else None
+        from .checkouts import owned
+        if root is not None and not owned(root):  # the user's own tree (--head WORKTREE): no __pycache__ there
+            sys.dont_write_bytecode = True
         self.adapter = adapter_cls(root, self.device, h.get("options") or {})
         t0 = time.perf_counter()
         self.phase(f"in {adapter_cls.__name__}.load()")

@@ -307,3 +307,31 @@ def test_an_optional_nested_config_read_set_and_unset_is_varied(tmp_path):
     with recording("kl", [str(trainer)]):  # read only as a config: its fields are the options
         code.read(recorded(_Holder(_Cfg())), "norm")
     assert options.drain() == {"kl": {}}
+
+
+def test_an_unreachable_arc_is_named_by_where_it_jumps(tmp_path):
+    """A declared "CONDITION -> DESTINATION" covers that arc only: the real branch of the same
+    line stays uncovered (reachable), the guard's raise is unreachable with its reason."""
+    from sentinel.coverage import _declared
+    src = tmp_path / "m.py"
+    src.write_text("def f(op):\n    if op == 'var':\n        return 1\n    raise ValueError(op)\n")
+    line = "if op == 'var':"
+    arcs = {"if op == 'var' -> raise ValueError": "a guard"}
+    assert _declared(arcs, str(src), line, [3, 4]) == {"": [3], "a guard": [4]}
+    assert _declared({"if op == 'var'": "every arc"}, str(src), line, [3, 4]) == {"every arc": [3, 4]}
+
+
+def test_an_extra_is_refused_where_no_family_reads_it():
+    from sentinel.spec import load_text
+    from sentinel.yamlfile import SpecError
+    text = """id: x
+title: x
+boundary: kl
+inputs: {log_probs: [[-0.5, 0.0]], ref_log_probs: [[-0.6, 0.0]], loss_mask: [[1, 0]]}
+invariants:
+  - masked_invariance: {outputs: [kl, "returned:metrics.raw_sum"]}
+"""
+    with pytest.raises(SpecError, match="read by equals and close only"):
+        load_text(text)
+    load_text(text.replace('masked_invariance: {outputs: [kl, "returned:metrics.raw_sum"]}',
+                           'close: {output: "returned:metrics.raw_sum", expected: 0.0}'))

@@ -55,10 +55,11 @@ class ReferenceAdapter(Adapter):
     # each raises on a choice outside its boundary's declared option values, which a scenario
     # file or a hunt draw can never pass (spec.py refuses it when the file loads)
     _GUARD = "raises on an option value outside the boundary's declared choices, which no scenario can pass"
-    unreachable = {f"{R.__name__}:aggregate": {'elif mode != "seq-mean-token-sum"': _GUARD},
-                   f"{R.__name__}:metric_mean": {"if agg not in": _GUARD},
-                   f"{R.__name__}:kl_estimator": {'elif kl_type in ("k3", "low_var_kl")': _GUARD},
-                   f"{R.__name__}:masked_reduce": {"if dim not in": _GUARD, 'elif op == "var"': _GUARD}}
+    unreachable = {f"{R.__name__}:aggregate": {'elif mode != "seq-mean-token-sum" -> raise ValueError': _GUARD},
+                   f"{R.__name__}:metric_mean": {"if agg not in -> raise ValueError": _GUARD},
+                   f"{R.__name__}:kl_estimator": {'elif kl_type in ("k3", "low_var_kl") -> raise ValueError': _GUARD},
+                   f"{R.__name__}:masked_reduce": {"if dim not in -> raise ValueError": _GUARD,
+                                                   'elif op == "var" -> raise ValueError': _GUARD}}
 
     def __init__(self, root=None, device=torch.device("cpu"), options=None):
         super().__init__(root, device, options)

@@ -29,21 +29,25 @@ ROLLOUT_CORR = "verl.trainer.ppo.rollout_corr_helper"
 # Ascend's kernels.
 _GUARD = "raises on a value the boundary's contract never passes (the adapter builds it from a valid config and one batch)"
 _RANKS = "the mean is all-reduced over data-parallel ranks only when torch.distributed is initialised: several processes"
+# Each key names one arc ("branching line text -> text of the line it jumps to", coverage.py).
+_RAISE = " -> raise ValueError"
 UNREACHABLE = {
-    f"{CORE}:get_adv_estimator_fn": {"if name not in ADV_ESTIMATOR_REGISTRY": _GUARD},
-    f"{CORE}:get_policy_loss_fn": {"if loss_name not in POLICY_LOSS_REGISTRY": _GUARD},
+    f"{CORE}:get_adv_estimator_fn": {"if name not in ADV_ESTIMATOR_REGISTRY" + _RAISE: _GUARD},
+    f"{CORE}:get_policy_loss_fn": {"if loss_name not in POLICY_LOSS_REGISTRY" + _RAISE: _GUARD},
     f"{ROLLOUT_CORR}:compute_rollout_correction_weights": {
-        "if rollout_is not in valid_is_levels": _GUARD, "if rollout_is_threshold <= 0": _GUARD,
-        "if torch.distributed.is_available() and torch.distributed.is_initialized()": _RANKS},
+        "if rollout_is not in valid_is_levels" + _RAISE: _GUARD, "if rollout_is_threshold <= 0" + _RAISE: _GUARD,
+        "torch.distributed.is_initialized() -> weights_mean = verl_F.distributed_masked_mean": _RANKS},
     f"{ROLLOUT_CORR}:compute_rollout_rejection_mask": {
-        "if rollout_rs is None or not isinstance(rollout_rs, str)": _GUARD,
-        "if rollout_rs_threshold is None": _GUARD, "if not option_modes": _GUARD,
-        "if opt not in SUPPORTED_ROLLOUT_RS_OPTIONS": _GUARD},
+        "if rollout_rs is None or not isinstance(rollout_rs, str)" + _RAISE: _GUARD,
+        "if rollout_rs_threshold is None" + _RAISE: _GUARD, "if not option_modes" + _RAISE: _GUARD,
+        "if opt not in SUPPORTED_ROLLOUT_RS_OPTIONS" + _RAISE: _GUARD},
     f"{ROLLOUT_CORR}:compute_rollout_correction_and_rejection_mask": {
-        "if old_log_prob.shape != rollout_log_prob.shape": _GUARD, "if old_log_prob.shape != response_mask.shape": _GUARD},
+        "if old_log_prob.shape != rollout_log_prob.shape" + _RAISE: _GUARD,
+        "if old_log_prob.shape != response_mask.shape" + _RAISE: _GUARD},
     "verl.utils.torch_functional:logprobs_from_logits": {
-        "if FLAH_ATTN_CROSS_ENTROPY_LOSS_AVAILABLE": "flash-attn's cross-entropy kernel: a CUDA build of flash-attn",
-        "elif NPU_CROSS_ENTROPY_LOSS_AVAILABLE": "torch_npu's kernel: an Ascend NPU"},
+        "if FLAH_ATTN_CROSS_ENTROPY_LOSS_AVAILABLE -> batch_dim = logits.shape[:-1]":
+            "flash-attn's cross-entropy kernel: a CUDA build of flash-attn",
+        "elif NPU_CROSS_ENTROPY_LOSS_AVAILABLE -> output = logprobs_from_logits_torch_npu": "torch_npu's kernel: an Ascend NPU"},
 }
 ACTOR_LOSSES_FILE = ("verl", "workers", "utils", "losses.py")
 

@@ -255,8 +255,9 @@ class Adapter:
     # boundary -> canonical option -> the values the hunt draws on this target beyond the
     # boundary's own `hunt` values (an option the trainer reads that nothing varied)
     option_domains: ClassVar[Mapping[str, Mapping[str, tuple[Any, ...]]]] = {}
-    # "module:qualname" of a mapped function -> {text of a branching line -> why no call from
-    # one CPU process can take its missing branch}: `sentinel hunt --coverage` lists those apart
+    # "module:qualname" of a mapped function -> {"text of a branching line -> text of the line
+    # it jumps to" (one arc; without " -> ": every arc of the line) -> why no call from one CPU
+    # process can take it}: `sentinel hunt --coverage` lists those apart
     unreachable: ClassVar[Mapping[str, Mapping[str, str]]] = {}
     _implemented: ClassVar[dict[str, Implementation]] = {}
 

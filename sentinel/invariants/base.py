@@ -227,7 +227,10 @@ class Invariant(BaseModel):
 
     # helpers for subclasses -----------------------------------------------------------
     @staticmethod
-    def _known_outputs(sc: "Scenario", names: list[str] | None, fld: str = "outputs") -> list[tuple[str, str]]:
+    def _known_outputs(sc: "Scenario", names: list[str] | None, fld: str = "outputs",
+                       extras: bool = False) -> list[tuple[str, str]]:
+        """Problems with the observables `names`; `extras`: the family reads a target's extras
+        (it lists them in `extras()`, so the worker sends them back); elsewhere one is refused."""
         out = []
         for n in names or []:
             if m := GRAD_RE.match(n):  # grad:OUT/INP: a gradient the worker can take, else never observed
@@ -238,7 +241,9 @@ class Invariant(BaseModel):
                 if sc.spec.input(m[1]) is None:
                     out.append((fld, f"{n!r}: boundary {sc.boundary!r} has no input {m[1]!r}"))
             elif is_extra(n):  # a target's own value: known only at run time (skipped where absent)
-                if n.endswith(":"):
+                if not extras:
+                    out.append((fld, f"{n!r}: a target's extra is read by equals and close only"))
+                elif n.endswith(":"):
                     out.append((fld, f"{n!r}: name the value after the colon (e.g. returned:metrics.clipfrac)"))
             elif sc.spec.output(n) is None:
                 out.append((fld, f"boundary {sc.boundary!r} has no output {n!r} (outputs: {', '.join(p.name for p in sc.spec.outputs)})"))

@@ -32,7 +32,7 @@ class Close(Invariant):
     where: str | None = None
 
     def check(self, sc):
-        return self._known_outputs(sc, [self.output], "output") + self._known_input(sc, self.where, "where") + \
+        return self._known_outputs(sc, [self.output], "output", extras=True) + self._known_input(sc, self.where, "where") + \
             self._known_expression(sc, self.expected, self.output, self.run) + (
             [("run", f"no variant named {self.run!r}")] if self.run != "base" and self.run not in sc.variants else [])
 

@@ -104,7 +104,7 @@ class Hunter(Hunt):
         """--coverage: the catalog's scenarios of the hunted boundaries first, on the first
         worker, each child measured (the header names the coverage folder), so the report
         counts the branches the catalog and the hunt executed. Their verdicts are `sentinel
-        gate`'s business, not this report's: only how many ran is kept."""
+        gate`'s business, not this report's: only how many ran to a verdict is kept."""
         from ...catalog import catalog_path, display_path, local_catalog
         from ...spec import load_paths
         from ...yamlfile import SpecError
@@ -117,7 +117,7 @@ class Hunter(Hunt):
         lane = next((i for i, w in enumerate(self.workers) if w is not None), 0)
         for i, sc in enumerate(scenarios):  # a worker the scenario killed is started again
             self.workers[lane], verdict = self._verify(self.workers[lane], sc)
-            self.catalog_run += verdict is not None and not verdict.startswith("error: ")
+            self.catalog_run += verdict in ("holds", "violated")  # the trainer's code ran to a verdict
             self.emit({"event": "catalog", "done": i + 1, "total": len(scenarios), "scenario": sc.id})
 
     def rounds(self) -> None:
