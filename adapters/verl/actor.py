@@ -78,8 +78,10 @@ class ActorSurface:
             raise Unsupported(f"verl has no {DP_ACTOR.replace('.', '/')}.py at this version")
         try:
             mod = self._import(DP_ACTOR)
-        except Exception as e:  # noqa: BLE001 - an older verl without this module, or its imports
-            raise Unsupported(f"verl's {DP_ACTOR} does not import at this version: {type(e).__name__}: {e}") from None
+        except ModuleNotFoundError as e:  # the module itself absent (an installed verl): not at this version;
+            if self.root is None and e.name and DP_ACTOR.startswith(e.name):  # any other failure is an error
+                raise Unsupported(f"verl has no {DP_ACTOR} at this version") from None
+            raise
         cls = getattr(mod, "DataParallelPPOActor", None)
         fn = getattr(cls, "_forward_micro_batch", None)
         if fn is None:
