@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import untimed
+from inprocess import restored_imports
 from sentinel import hunt as H
 from sentinel.adapters import standin
 from sentinel.catalog import catalog_path
@@ -37,11 +38,14 @@ BATCH = {"logits": LOGITS, "tokens": torch.tensor([[1, 0, 2, 1, 0], [2, 1, 0, 2,
 
 @pytest.fixture(scope="module")
 def trl():
+    """The checkout's TRL loaded in this process, for this module only: its modules and path
+    entries are taken out again afterwards, so later tests import the installed TRL as before."""
     from sentinel_adapters.trl import TRLAdapter
 
-    adapter = TRLAdapter(Path(REPO), torch.device("cpu"))
-    adapter.facts = adapter.load()
-    return adapter
+    with restored_imports("trl"):
+        adapter = TRLAdapter(Path(REPO), torch.device("cpu"))
+        adapter.facts = adapter.load()
+        yield adapter
 
 
 def _reference(config):
