@@ -100,6 +100,8 @@ def compiled(fn: types.FunctionType, source: str, line: int) -> types.CodeType:
     if len(parts) > 1 and parts[-2] != "<locals>":  # a method: in a class of its name (super(), name mangling)
         inner = ast.ClassDef(parts[-2], [], [], [fdef], [])
         fetch = f"vars({parts[-2]})[{fdef.name!r}]"
+    elif fdef.name not in free:  # a module's function: named apart in the factory, so a recursive call
+        fdef.name = fetch = "__sentinel_function__"  # stays a global (the module's, mutant in place)
     else:
         fetch = fdef.name
     factory = ast.FunctionDef("__sentinel_mutant__", ast.arguments([], [], None, [], [], None, []),
@@ -113,7 +115,7 @@ def compiled(fn: types.FunctionType, source: str, line: int) -> types.CodeType:
     new = scope["__sentinel_mutant__"]()
     if isinstance(new, (staticmethod, classmethod)):
         new = new.__func__
-    return new.__code__
+    return new.__code__.replace(co_name=fn.__code__.co_name, co_qualname=fn.__code__.co_qualname)
 
 
 def swapped(name: str) -> Callable:
