@@ -17,9 +17,10 @@ import importlib
 import inspect
 import linecache
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
-from .reach import Branch, FunctionCoverage
+if TYPE_CHECKING:  # the report's models (pydantic): the CLI's side only, never a scenario's child
+    from .reach import FunctionCoverage
 
 
 @contextlib.contextmanager
@@ -79,6 +80,8 @@ def analyse(folder: str, functions: list[dict[str, Any]], unreachable: dict[str,
     """The combined data of `folder`, per function span; `unreachable`: function -> {text in
     the branching line -> the adapter's reason}."""
     import coverage
+
+    from .reach import Branch, FunctionCoverage
     cov = coverage.Coverage(data_file=str(Path(folder) / ".coverage"), branch=True)
     cov.combine([folder], keep=True)
     cov.load()

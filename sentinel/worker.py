@@ -46,6 +46,8 @@ from typing import Any, Callable
 os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
 
 from . import channel, reaper, targets  # noqa: E402
+# imported here, not in each scenario's child, where an import is paid again per scenario
+from .coverage import measuring  # noqa: E402
 from .adapters.defects import as_error  # noqa: E402
 from .observe import observe  # noqa: E402
 from .tensors import decode, encode  # noqa: E402
@@ -99,6 +101,8 @@ class Worker:
             os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")  # slime's torch.compile costs ~20 s/function on CPU
         import torch
         torch.set_num_threads(1)  # tiny tensors; and no OpenMP team exists before fork()
+        if h.get("coverage"):
+            import coverage  # noqa: F401 - once here, not in each measured child
 
         from sentinel.errors import TargetLoadError
         dev = h.get("device", "cpu")
@@ -188,7 +192,6 @@ class Worker:
     def _measured(self, job: dict[str, Any]) -> dict[str, Any]:
         """execute(job), under branch coverage of the trainer's files where the header names a
         coverage folder (`sentinel hunt --coverage` runs the catalog this way first)."""
-        from .coverage import measuring
         roots = self.adapter.trainer_roots() if hasattr(self.adapter, "trainer_roots") else []
         with measuring(self.header.get("coverage"), roots):
             return self.execute(job)
@@ -217,9 +220,9 @@ class Worker:
         child only, so the warm worker serves the next mutant unchanged."""
         if not job.get("mutant"):
             return fn
+        from .mutate.apply import apply  # in the worker, once: not in every mutant's child
 
         def mutated(emit: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
-            from .mutate.apply import apply
             apply(job["mutant"])
             return fn(emit)
         return mutated
