@@ -20,7 +20,6 @@ import json
 import os
 import queue
 import subprocess
-import sys
 import threading
 import time
 from typing import Any, Callable
@@ -38,13 +37,13 @@ _stopping = threading.Event()  # interrupted: start no new worker, end the runni
 
 
 def spawn_worker() -> subprocess.Popen:
-    """A `python -m sentinel.worker` child speaking JSON lines on stdin/stdout, in a session of
+    """A `sentinel.worker` child (zygote.module_command) speaking JSON lines on stdin/stdout, in a session of
     its own: target code that signals its process group (os.killpg(0, ...)) reaches the worker,
     never the CLI. The CLI forwards an interrupt itself (`stop_all`)."""
     if _stopping.is_set():
         raise WorkerDied("interrupted: no new worker is started")
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen([sys.executable, "-m", "sentinel.worker"], stdin=subprocess.PIPE,
+    proc = subprocess.Popen(zygote.module_command("sentinel.worker"), stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, start_new_session=True)
     with _lock:
         _live.add(proc)
@@ -114,7 +113,7 @@ class _LoadTimeout(WorkerDied):
 
 
 class WorkerHandle:
-    """A `python -m sentinel.worker` child speaking signed JSON lines (sentinel/channel.py)."""
+    """A `sentinel.worker` child (zygote.module_command) speaking signed JSON lines (sentinel/channel.py)."""
 
     def __init__(self, header: dict[str, Any]):
         self.header = header

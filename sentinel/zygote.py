@@ -35,6 +35,19 @@ import threading
 MSG_BYTES = 1 << 18  # one message on the control socket, at most
 
 
+def module_command(module: str, *args: str) -> list[str]:
+    """`python -m module args`, with `sentinel` imported from where this CLI's own is: `-m` puts
+    the current folder first on sys.path, so a CLI run in a folder holding another `sentinel`
+    (a clone of this repository beside an installed release) had workers running that one's
+    code. Only the `sentinel` package is pinned; everything else resolves as for the CLI."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    boot = ("import runpy, sys\n"
+            "if sys.path[:1] == ['']: del sys.path[0]\n"  # -c's current folder (absent under -P)
+            f"sys.path.insert(0, {root!r}); import sentinel; sys.path.remove({root!r})\n"
+            f"runpy.run_module({module!r}, run_name='__main__', alter_sys=True)")
+    return [sys.executable, "-c", boot, *args]
+
+
 def enabled() -> bool:
     return hasattr(os, "fork") and hasattr(socket, "send_fds") and \
         os.environ.get("SENTINEL_ZYGOTE", "on").lower() not in ("off", "0", "no", "false")
@@ -84,7 +97,7 @@ class Client:
         if self.sock is None:
             ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             self.sock = ours
-            self.proc = subprocess.Popen([sys.executable, "-m", "sentinel.zygote_server", str(theirs.fileno())],
+            self.proc = subprocess.Popen(module_command("sentinel.zygote_server", str(theirs.fileno())),
                                          pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
                                          stdout=subprocess.DEVNULL, start_new_session=True)
             theirs.close()

@@ -1,4 +1,9 @@
-"""A scenario's child imports nothing: the worker imports its job path once, before it forks.
+"""What a worker imports: the CLI's own `sentinel`, and nothing more once a scenario runs.
+
+A worker (and the zygote it is forked from) imports `sentinel` from where the CLI's is, not
+from a `sentinel` folder in the current directory (`python -m` puts it first on sys.path).
+
+A scenario's child imports nothing: the worker imports its job path once, before it forks.
 
 Each scenario runs in a child forked from the warm worker (sentinel/worker.py), and whatever
 the child imports is imported again by the next child. One lazy import of the report's models
@@ -10,8 +15,12 @@ The check runs in a fresh interpreter, since this test process has imported ever
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 from sentinel import runner
 from sentinel.catalog import catalog_path
@@ -39,3 +48,20 @@ def test_a_scenario_child_imports_no_module():
     seen = json.loads(out.stdout.strip().splitlines()[-1])
     assert set(seen["verdicts"]) == {"ok"}, seen["verdicts"]  # the jobs really ran
     assert seen["new"] == [], f"imported in every scenario's child: {seen['new']}"
+
+
+SCRIPT = Path(sys.executable).with_name("sentinel")
+
+
+@pytest.mark.skipif(not SCRIPT.exists(), reason="no console script: `python -m sentinel` imports the folder's own")
+@pytest.mark.parametrize("zygote", ["on", "off"])
+def test_a_worker_runs_the_clis_sentinel_not_the_folders(tmp_path, zygote):
+    (tmp_path / "sentinel").mkdir()
+    (tmp_path / "sentinel" / "__init__.py").write_text("raise SystemExit('the folder sentinel was imported')\n")
+    env = {k: v for k, v in os.environ.items() if k != "SENTINEL_ZYGOTE_SOCKET"}  # this CLI's own zygote
+    env["SENTINEL_ZYGOTE"] = zygote
+    p = subprocess.run([str(SCRIPT), "gate", "-k", "opsm-mixed-advantage", "-o", "report.json"], cwd=tmp_path,
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert [r["verdict"] for r in report["results"]] == ["holds"]
