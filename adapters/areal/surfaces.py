@@ -151,10 +151,10 @@ class Surfaces:
         loss = fn(**kw)
         logged = tracker.export(reset=True)
         outputs = {ours: torch.as_tensor(float(logged[k])) for k, ours in _LOGGED.items() if k in logged}
-        grad = {}
-        if isinstance(loss, torch.Tensor) and loss.requires_grad:
+        g = None  # a loss with no path to the log-probs has gradient 0 there (observed as such: an
+        if isinstance(loss, torch.Tensor) and loss.requires_grad:  # observable one side lacks is no difference)
             (g,) = torch.autograd.grad(loss, lp, retain_graph=True, allow_unused=True)
-            grad = {"loss_grad:log_probs": torch.zeros_like(lp) if g is None else g}
+        grad = {"loss_grad:log_probs": torch.zeros_like(lp) if g is None else g}
         # the loss grpo_loss_fn returns, its gradient and every stat it logged, beside the canonical
         # metrics: a differential hunt compares them (`returned:0`, `returned:1.<stat>`, `loss_grad:log_probs`)
         return BoundaryResult(outputs, function=self._ref(fn).with_also(self._ref(self._functional.ppo_actor_loss_fn)),
