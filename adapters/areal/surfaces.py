@@ -60,8 +60,9 @@ _LOGGED = {"clip_ratio/avg": "clipfrac", "dual_clip_ratio/avg": "clipfrac_lower"
 
 def _finite_policies(inputs, config) -> bool:
     """The proximal log-probs (old_log_probs) finite at every position, and the policy's too where
-    the loglinear approximation mixes them into the proximal."""
-    names = ("old_log_probs", "log_probs") if config.get("trainer:prox_logp_method") == "loglinear" else ("old_log_probs",)
+    they are the proximal (reuse_train_logp) or mixed into it (loglinear)."""
+    mixed = config.get("trainer:prox_logp_method") in ("loglinear", "reuse_train_logp")
+    names = ("old_log_probs", "log_probs") if mixed else ("old_log_probs",)
     return all(bool(torch.isfinite(inputs[n]).all()) for n in names if inputs.get(n) is not None)
 
 
@@ -71,9 +72,9 @@ class Surfaces:
     preconditions = {
         "areal-finite-proximal": Precondition(
             _finite_policies, boundaries=("metrics",), link=f"{ACTOR}:_resolve_proximal_logp",
-            reason="AReaL's proximal log-probs come from a forward pass (compute_logp) or its loglinear mix of the "
-                   "rollout's and the policy's, finite at every position, padding included: grpo_loss_fn raises on "
-                   "a NaN or Inf anywhere in them"),
+            reason="AReaL's proximal log-probs come from a forward pass (compute_logp, or the training forward's "
+                   "own under reuse_train_logp) or its loglinear mix of the rollout's and the policy's, finite at every "
+                   "position, padding included: grpo_loss_fn raises on a NaN or Inf anywhere in them"),
     }
 
     declines = {
