@@ -460,7 +460,9 @@ _register(Boundary(
     "of KL(pi_old || pi) = old_log_probs - log_probs; ratio_mean / ratio_max / ratio_min of "
     "pi / pi_old; kl_loss, the KL estimator of kl_type against ref_log_probs.",
     inputs=(_tok("log_probs"), _tok("old_log_probs"), _tok("advantages"), LOSS_MASK,
-            _tok("ref_log_probs", required=False)),
+            _tok("ref_log_probs", required=False),
+            _tok("rollout_log_probs", "the rollout engine's log-probs where a trainer's decoupled loss reads them "
+                 "as the behaviour policy (old_log_probs then the proximal one)", required=False, absent_drawn=True)),
     outputs=(Port("clipfrac", "scalar", doc="every trainer logs it"),
              Port("clipfrac_lower", "scalar", required=False, doc="the dual-clip fraction, where logged"),
              Port("approx_kl", "scalar", required=False, doc="the policy-vs-old KL metric, where logged"),

@@ -107,3 +107,22 @@ def test_a_loss_gradient_into_a_masked_token_counts_where_the_other_side_has_non
     d, = D.differences("policy_loss", ex, _answer(grads={"loss/log_probs": leak}),
                        _answer(grads={"loss/log_probs": clean}))
     assert d.observable == "grad:loss/log_probs" and d.positions == [[0, 1]]
+
+
+def test_locals_are_read_at_the_return_of_a_function_called_inside_the_traced_one():
+    """TRL's OPSM decides on avg_seq_kl inside get_off_policy_mask, which _compute_loss calls:
+    one hook reads both functions' locals (a nested hook would replace the outer one)."""
+    from sentinel.adapters.frames import locals_on_return
+
+    def inner(x):
+        kl = x * 2
+        return kl > 1
+
+    def outer(x):
+        mask = inner(x)
+        return mask.sum()
+
+    with locals_on_return(outer, ("mask", "kl"), inner) as frames:
+        outer(np.arange(3))
+    assert [sorted(f) for f in frames] == [["kl"], ["mask"]]
+    assert list(frames[0]["kl"]) == [0, 2, 4]

@@ -167,6 +167,65 @@ def test_areal_mutant_that_drops_returns_is_not_read_as_an_older_areal(tmp_path,
     assert m.verdict == "error" and "KeyError: 'returns'" in m.reason, m
 
 
+@pytest.mark.slow  # one AReaL prepare and two mutants: a few minutes on a loaded machine
+@pytest.mark.skipif(not AREAL_REPO, reason="needs an AReaL checkout in SENTINEL_AREAL_REPO")
+@pytest.mark.parametrize("operator, added", [
+    # pure distillation (rl_loss_weight 0): the importance weight's sign, seen in the loss and its rkl_loss stat
+    ("sign", "+            importance_weight = torch.exp(logprobs + old_logp)"),
+    # the reverse-KL reward's detach removed: the same values, another gradient (seen by loss_grad:log_probs only)
+    ("detach", "+            rkl_reward = teacher_logp - logprobs\n"),
+])
+def test_areal_grpo_loss_fn_options_reach_its_branches(operator, added, tmp_path, monkeypatch):
+    """AReaL's grpo_loss_fn scored 0 / 66 on the metrics boundary: its distillation, proximal-policy and
+    CISPO branches are keyword options and batch keys the boundary never set, and its loss's gradient
+    was not observed. The AReaL adapter draws them now (options.actor_loss_options) with the teacher's
+    and the behaviour policy's log-probs drawn apart, and observes `loss_grad:log_probs`."""
+    import ast
+    from sentinel.catalog import catalog_path
+    from sentinel.mutate.mutants import Function, mutants
+    monkeypatch.setenv("HYPOTHESIS_STORAGE_DIRECTORY", str(tmp_path / "hypothesis"))
+    path = Path(AREAL_REPO) / "areal" / "trainer" / "ppo" / "actor.py"
+    text = path.read_text()
+    node = next(n for n in ast.parse(text).body if isinstance(n, ast.FunctionDef) and n.name == "grpo_loss_fn")
+    name = "areal.trainer.ppo.actor:grpo_loss_fn"
+    lines = text.splitlines(keepends=True)[node.lineno - 1:node.end_lineno]
+    ids = [m.id for m in mutants(Function(name, "".join(lines), node.lineno), [operator]) if added in m.diff + "\n"]
+    assert len(ids) == 1, f"{operator} mutants adding {added!r}: {ids}"
+    rep = mutate(load_paths([catalog_path()]), Options("areal", repo=AREAL_REPO, boundaries=["metrics"],
+                                                        operators=[operator], only=ids, budget=30, cache=None))
+    m, = rep.mutate.mutants
+    assert m.verdict == "killed", m
+
+
+TRL_REPO = os.environ.get("SENTINEL_TRL_REPO")
+
+
+@pytest.mark.slow  # one TRL prepare and one mutant: a few minutes on a loaded machine
+@pytest.mark.skipif(not TRL_REPO, reason="needs a TRL checkout in SENTINEL_TRL_REPO")
+def test_trl_opsm_sequence_kl_is_observed(tmp_path, monkeypatch):
+    """TRL's get_off_policy_mask with the sign of its KL flipped survived 10 opsm_mask examples: only the
+    keep / drop decision was observed, and it flips only for a negative-advantage row near the threshold.
+    The adapter now reads avg_seq_kl at the function's return (opsm:avg_seq_kl)."""
+    import ast
+    from sentinel.catalog import catalog_path
+    from sentinel.mutate.mutants import Function, mutants
+    monkeypatch.setenv("HYPOTHESIS_STORAGE_DIRECTORY", str(tmp_path / "hypothesis"))
+    path = Path(TRL_REPO) / "trl" / "trainer" / "grpo_trainer.py"
+    text = path.read_text()
+    cls = next(n for n in ast.parse(text).body if isinstance(n, ast.ClassDef) and n.name == "GRPOTrainer")
+    node = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "get_off_policy_mask")
+    first = node.decorator_list[0].lineno if node.decorator_list else node.lineno
+    name = "trl.trainer.grpo_trainer:GRPOTrainer.get_off_policy_mask"
+    lines = text.splitlines(keepends=True)[first - 1:node.end_lineno]
+    ids = [m.id for m in mutants(Function(name, "".join(lines), first), ["sign"])
+           if "+    kl_div = sampling_per_token_logps + per_token_logps.detach()" in m.diff]
+    assert len(ids) == 1, ids
+    rep = mutate(load_paths([catalog_path()]), Options("trl", repo=TRL_REPO, boundaries=["opsm_mask"],
+                                                        operators=["sign"], only=ids, budget=10, cache=None))
+    m, = rep.mutate.mutants
+    assert m.verdict == "killed", m
+
+
 def test_claim_on_a_mutant_left_out_by_m_is_not_stale():
     """A `-m` subset judges some mutants: a claim on another existing mutant is neither honoured
     nor called stale ("no such mutant"); a claim on a mutant no operator makes still is."""

@@ -15,13 +15,23 @@ canonical config key holds:
   ``use_decoupled_loss`` the rollout's again and ``prox_logp`` left as given. The adapter hands
   ``prox_logp`` (the drawn log-probs, predict-aligned, as `compute_logp` would return them)
   whenever either is on.
+
+metrics: ``grpo_loss_fn``'s keyword options and the batch keys it reads when present
+(`actor_loss_options`): the surrogate (``use_cispo_loss`` / ``use_sapo_loss``), the ratio level,
+``prox_logp_method`` (recompute, loglinear, metrics, reuse_train_logp), ``m2_threshold``, rejection
+sampling, ``current_version`` with per-token ``versions``, and the joint distillation loss
+(``teacher_logp`` = the drawn ref_log_probs, ``rl_loss_weight``, ``distill_loss_weight``).
 """
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
+import torch
+
 from sentinel.adapters.options import pin
+from sentinel.errors import Unsupported
 
 # canonical options AReaL reads that the boundaries' own hunt values leave at one value: the
 # NormConfig fields beside the levels, the reward affine map, the decoupled loss and AReaL's
@@ -36,10 +46,28 @@ _RS = ({"level": "token", "action": "mask", "metric": "ratio", "upper": 2.0},
        {"level": "sequence", "action": "mask", "metric": "kl_k2", "upper": 0.5, "agg": "max"},
        {"level": "sequence", "action": "mask", "metric": "kl_k1", "upper": 0.5, "lower": -0.5, "agg": "sum"})
 _LOSS = {"use_decoupled_loss": (True,), "rejection_sampling": _RS}
+_RS_NAMED = {"token-mask": _RS[0], "sequence-clamp": _RS[1]}  # a trainer option's values are plain
+# grpo_loss_fn's own keyword options and batch keys (the actor's loss step, metrics boundary;
+# surfaces.actor_loss_options): the surrogate (PPO, CISPO, SAPO), the ratio level, where the
+# proximal policy comes from, M2PO's mask, rejection sampling, the policy versions, and the joint
+# distillation KL against a teacher (the drawn ref_log_probs, AReaL's batch `teacher_logp`)
+_ACTOR_LOSS = {
+    "trainer:use_decoupled_loss": (False, True),  # batch logprobs = the drawn rollout_log_probs
+    "trainer:prox_logp_method": ("recompute", "loglinear", "metrics", "reuse_train_logp"),
+    "trainer:current_version": (None, 3),  # with it the batch holds per-token `versions`
+    "trainer:m2_threshold": (None, 0.04),
+    "trainer:importance_sampling_level": ("token", "sequence"),
+    "trainer:use_cispo_loss": (False, True),
+    "trainer:use_sapo_loss": (False, True),
+    "trainer:rejection_sampling": (None, "token-mask", "sequence-clamp"),  # _RS_NAMED
+    "trainer:teacher_logp": (False, True),
+    "trainer:rl_loss_weight": (1.0, 0.0, 0.5),
+    "trainer:distill_loss_weight": (0.005, 0.5),
+}
 OPTION_DOMAINS = {
     # the batch with and without its engine's `full_loss_mask` (grpo_loss_fn of 2025-10/11 reads
     # `input_data.get("full_loss_mask", loss_mask)`; one process: equal to loss_mask where present)
-    "metrics": {"trainer:full_loss_mask": (True, False)},
+    "metrics": {"trainer:full_loss_mask": (True, False), **_ACTOR_LOSS},
     "policy_loss": _LOSS,
     "cispo_loss": _LOSS,
     "reward_norm": {"mean_leave1out": (True,), "std_unbiased": (False,)},
@@ -92,3 +120,50 @@ def actor_options(config: dict[str, Any]) -> dict[str, Any]:
         if config[f"trainer:{key}"]:
             out[key] = True
     return out
+
+
+# how a grpo_loss_fn without one of its later keyword options behaves (bind's `absent`)
+ACTOR_LOSS_ABSENT = {"use_decoupled_loss": False, "prox_logp_method": "recompute", "current_version": None,
+                     "m2_threshold": None, "importance_sampling_level": "token", "use_cispo_loss": False,
+                     "use_sapo_loss": False, "rejection_sampling": None}
+_BATCH_KEYS = {"teacher_logp": "joint distillation", "versions": "per-token policy versions"}
+
+
+def actor_loss_options(fn: Any, inputs: dict[str, Any], config: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The batch keys and keyword options the drawn `_ACTOR_LOSS` trainer options give AReaL's
+    grpo_loss_fn (keywords only off their default; `rejection_sampling` as its dict of fields).
+    Combinations AReaL has no surrogate for are refused as it refuses them."""
+    t = {k[len("trainer:"):]: config[k] for k in _ACTOR_LOSS}
+    kw = {k: t[k] for k in ACTOR_LOSS_ABSENT if t[k] != ACTOR_LOSS_ABSENT[k]}
+    if "rejection_sampling" in kw:
+        kw["rejection_sampling"] = dict(_RS_NAMED[kw["rejection_sampling"]])
+    if t["use_cispo_loss"] and (t["use_sapo_loss"] or t["importance_sampling_level"] != "token"):
+        raise Unsupported("AReaL has no CISPO beside SAPO or at sequence level (grpo_loss_fn raises ValueError)")
+    if t["use_sapo_loss"] and t["use_decoupled_loss"]:
+        raise Unsupported("AReaL has no decoupled SAPO loss (grpo_loss_fn raises ValueError)")
+    batch: dict[str, Any] = {}
+    if t["use_decoupled_loss"] and inputs.get("rollout_log_probs") is not None:
+        batch["logprobs"] = inputs["rollout_log_probs"]  # behaviour; prox_logp stays the proximal (old)
+    if t["prox_logp_method"] in ("loglinear", "reuse_train_logp"):  # compute_logp skipped: no prox_logp
+        if t["prox_logp_method"] == "loglinear" and t["current_version"] is None:
+            raise Unsupported("AReaL's loglinear proximal policy needs the rollout's versions (current_version)")
+        batch["prox_logp"] = None
+    if t["current_version"] is not None:  # layout: row b generated at version current - 1 - b % 3
+        mask = inputs["loss_mask"]
+        rows = torch.arange(mask.shape[0], device=mask.device) % 3
+        batch["versions"] = (int(t["current_version"]) - 1 - rows)[:, None].expand(mask.shape).contiguous()
+    if t["teacher_logp"]:
+        if inputs.get("ref_log_probs") is None:
+            raise ValueError("trainer:teacher_logp needs input ref_log_probs (the teacher's log-probs)")
+        batch.update(teacher_logp=inputs["ref_log_probs"], rl_loss_weight=float(t["rl_loss_weight"]),
+                     distill_loss_weight=float(t["distill_loss_weight"]))
+    try:
+        src = inspect.getsource(inspect.unwrap(fn))
+    except (OSError, TypeError):
+        src = ""
+    if t["prox_logp_method"] == "reuse_train_logp" and "REUSE_TRAIN_LOGP" not in src:
+        raise Unsupported("option missing: AReaL's grpo_loss_fn has no prox_logp_method 'reuse_train_logp' here")
+    for key, what in _BATCH_KEYS.items():
+        if key in batch and f'"{key}"' not in src:
+            raise Unsupported(f"option missing: AReaL's grpo_loss_fn reads no batch {key!r} ({what}) at this version")
+    return batch, kw

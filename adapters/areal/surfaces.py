@@ -13,7 +13,13 @@ metrics        ``trainer.ppo.actor.grpo_loss_fn`` (-> ``ppo_actor_loss_fn``) wit
                ``stats_tracker``, exported as ``PPOActor.ppo_update`` reports it:
                ``clip_ratio/avg`` -> clipfrac, ``dual_clip_ratio/avg`` -> clipfrac_lower,
                ``approx_kl/avg`` -> approx_kl, ``importance_weight/avg|max|min`` -> ratio_*.
-               On-policy PPO: the proximal policy is the old one (``prox_logp`` = old).
+               The proximal policy is ``old_log_probs`` (``prox_logp``); the batch's behaviour
+               log-probs are the old ones, or ``rollout_log_probs`` under the drawn
+               ``trainer:use_decoupled_loss``. grpo_loss_fn's own options (surrogate, ratio level,
+               proximal method, M2PO, rejection sampling, versions, joint distillation against
+               ``ref_log_probs`` as the teacher) are drawn (options.actor_loss_options), and the
+               gradient of its returned loss w.r.t. the log-probs is observed (extra
+               ``loss_grad:log_probs``).
                AReaL reduces every metric over ``n_valid_tokens``: metric_agg
                seq-mean-token-mean does not exist there; with no valid token its tracker
                reports nothing.
@@ -36,12 +42,13 @@ import importlib
 import torch
 
 from sentinel.adapters.binding import bind, parameters
-from sentinel.adapters.contract import BoundaryResult, implements
+from sentinel.adapters.contract import BoundaryResult, Precondition, implements
 from sentinel.adapters.observables import extras
 from sentinel.adapters.options import recorded
 from sentinel.errors import Unsupported
 
 from .legacy import logits_for
+from .options import ACTOR_LOSS_ABSENT, actor_loss_options
 
 FUNCTIONAL = "areal.utils.functional"
 ACTOR = "areal.trainer.ppo.actor"
@@ -51,8 +58,24 @@ _LOGGED = {"clip_ratio/avg": "clipfrac", "dual_clip_ratio/avg": "clipfrac_lower"
            "importance_weight/min": "ratio_min"}
 
 
+def _finite_policies(inputs, config) -> bool:
+    """The proximal log-probs (old_log_probs) finite at every position, and the policy's too where
+    they are the proximal (reuse_train_logp) or mixed into it (loglinear)."""
+    mixed = config.get("trainer:prox_logp_method") in ("loglinear", "reuse_train_logp")
+    names = ("old_log_probs", "log_probs") if mixed else ("old_log_probs",)
+    return all(bool(torch.isfinite(inputs[n]).all()) for n in names if inputs.get(n) is not None)
+
+
 class Surfaces:
     """AReaL's log-prob, metric and normalisation helpers, for `ArealAdapter`."""
+
+    preconditions = {
+        "areal-finite-proximal": Precondition(
+            _finite_policies, boundaries=("metrics",), link=f"{ACTOR}:_resolve_proximal_logp",
+            reason="AReaL's proximal log-probs come from a forward pass (compute_logp, or the training forward's "
+                   "own under reuse_train_logp) or its loglinear mix of the rollout's and the policy's, finite at every "
+                   "position, padding included: grpo_loss_fn raises on a NaN or Inf anywhere in them"),
+    }
 
     declines = {
         "values": "AReaL's values are its train engine's forward output, squeezed and concatenated by "
@@ -95,12 +118,20 @@ class Surfaces:
         stats_tracker = getattr(self._actor_mod, "stats_tracker", None) or importlib.import_module(
             "areal.utils.stats_tracker")
 
-        mask, lp, old = inputs["loss_mask"], inputs["log_probs"], inputs["old_log_probs"]
+        mask, old = inputs["loss_mask"], inputs["old_log_probs"]
+        # the policy's log-probs as the trainer hands them: in the graph (a leaf here when the call
+        # did not attach them), so the gradient of the returned loss is observed (`loss_grad:log_probs`)
+        lp = inputs["log_probs"] if inputs["log_probs"].requires_grad else \
+            inputs["log_probs"].detach().clone().requires_grad_(True)
+        batch, options = actor_loss_options(fn, inputs, config)
+        if "rejection_sampling" in options:  # AReaL's own config class, its reads recorded
+            options["rejection_sampling"] = self._rejection_sampling("metrics", options["rejection_sampling"])
         data = {"logprobs": old, "prox_logp": old, "advantages": inputs["advantages"], "loss_mask": mask.bool(),
-                "attention_mask": torch.ones_like(mask, dtype=torch.bool)}
+                "attention_mask": torch.ones_like(mask, dtype=torch.bool), **batch}
+        data = {k: v for k, v in data.items() if v is not None}  # loglinear: no recomputed prox_logp
         if "logits" in parameters(fn):  # older entry: it gathers the log-probs itself from packed
             # [tokens, vocab] logits (legacy.py); every label (rolled input_ids) is token 0
-            data = {k: v.reshape(-1) for k, v in data.items()}
+            data = {k: v.reshape(-1) if isinstance(v, torch.Tensor) else v for k, v in data.items()}
             data["input_ids"] = torch.zeros_like(data["loss_mask"], dtype=torch.long)
             if config.get("trainer:full_loss_mask", True):  # what its engine's Ulysses split kept (2025-10/11);
                 data["full_loss_mask"] = data["loss_mask"]  # its loss reads it only when the batch has it
@@ -114,16 +145,21 @@ class Surfaces:
         kw = bind(fn, "metrics", {**taken, "input_data": data, "eps_clip": eps,
                                   "eps_clip_higher": float(config["eps_clip_high"]),
                                   "c_clip": None if config["eps_clip_c"] is None else float(config["eps_clip_c"])},
-                  absent={"eps_clip_higher": eps, "behav_imp_weight_cap": None, "behave_imp_weight_cap": None})
+                  options, absent={"eps_clip_higher": eps, "behav_imp_weight_cap": None, "behave_imp_weight_cap": None,
+                                   **ACTOR_LOSS_ABSENT})
         tracker = stats_tracker.DEFAULT_TRACKER
         tracker.export(reset=True)  # nothing logged before this call counts
         loss = fn(**kw)
         logged = tracker.export(reset=True)
         outputs = {ours: torch.as_tensor(float(logged[k])) for k, ours in _LOGGED.items() if k in logged}
-        # the loss grpo_loss_fn returns and every stat it logged, beside the canonical metrics: a
-        # differential hunt compares them (`returned:0`, `returned:1.<stat>`)
+        g = None  # a loss with no path to the log-probs has gradient 0 there (observed as such: an
+        if isinstance(loss, torch.Tensor) and loss.requires_grad:  # observable one side lacks is no difference)
+            (g,) = torch.autograd.grad(loss, lp, retain_graph=True, allow_unused=True)
+        grad = {"loss_grad:log_probs": torch.zeros_like(lp) if g is None else g}
+        # the loss grpo_loss_fn returns, its gradient and every stat it logged, beside the canonical
+        # metrics: a differential hunt compares them (`returned:0`, `returned:1.<stat>`, `loss_grad:log_probs`)
         return BoundaryResult(outputs, function=self._ref(fn).with_also(self._ref(self._functional.ppo_actor_loss_fn)),
-                              extras=extras((loss, dict(logged))))
+                              extras={**extras((loss, dict(logged))), **grad})
 
     @implements("masked_reduce", calls=("areal.utils.data:Normalization.__call__",))
     def b_masked_reduce(self, inputs, config):

@@ -180,7 +180,9 @@ class TRLAdapter(ActorSurface, TrainerAdapter):
         fn = self.trainer_cls._compute_loss
         watch = Watch(getattr(trainer, "args", None) or {}, "config")
         try:
-            with locals_on_return(fn, OUTPUTS) as frames:
+            # OPSM's sequence KL too, as get_off_policy_mask (called inside) has it at its return
+            opsm = getattr(self.trainer_cls, "get_off_policy_mask", None)
+            with locals_on_return(fn, OUTPUTS + ("avg_seq_kl",), *([opsm] if callable(opsm) else [])) as frames:
                 loss = trainer._compute_loss(model, batch)
         except AttributeError as e:
             why = missing_attribute(e, self.facts.get("version", "?"))
@@ -191,6 +193,9 @@ class TRLAdapter(ActorSurface, TrainerAdapter):
         full = lambda t: t.expand(B, T) if t is not None and t.dim() == 2 else t  # noqa: E731 - (B, 1) -> [B, T]
         # the loss, the metrics the call logged (trainer._metrics) and what it changed in args
         observed = extras({"value": loss, "logged": getattr(trainer, "_metrics", None)}, watch)
+        kl = next((f["avg_seq_kl"] for f in frames if isinstance(f.get("avg_seq_kl"), torch.Tensor)), None)
+        if kl is not None:  # [B, 1]: the KL each sequence's keep / drop decision compared with the threshold
+            observed["opsm:avg_seq_kl"] = kl.detach()
         return {"loss": loss, **{k: full(seen.get(k)) for k in OUTPUTS}, "extras": observed}
 
     def _trainer_options(self, config: dict[str, Any], inputs: dict[str, torch.Tensor], loss_type: str, beta: float,

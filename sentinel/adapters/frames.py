@@ -24,12 +24,13 @@ from typing import Any, Callable, Iterator
 
 
 @contextlib.contextmanager
-def locals_on_return(fn: Callable, names: tuple[str, ...]) -> Iterator[list[dict[str, Any]]]:
-    """Yield a list that gets, for each call of `fn` that returns (or raises) while the block
-    runs, a dict of those of `names` that were bound at that moment."""
-    code = getattr(inspect.unwrap(fn), "__code__", None)
+def locals_on_return(fn: Callable, names: tuple[str, ...], *also: Callable) -> Iterator[list[dict[str, Any]]]:
+    """Yield a list that gets, for each call of `fn` (or of a function in `also`, called inside
+    it: one hook traces them all) that returns (or raises) while the block runs, a dict of those
+    of `names` that were bound at that moment."""
+    codes = {c for f in (fn, *also) if (c := getattr(inspect.unwrap(f), "__code__", None)) is not None}
     seen: list[dict[str, Any]] = []
-    if code is None:
+    if not codes:
         yield seen
         return
 
@@ -40,7 +41,7 @@ def locals_on_return(fn: Callable, names: tuple[str, ...]) -> Iterator[list[dict
         return local
 
     def tracer(frame, event, arg):
-        return local if frame.f_code is code else None
+        return local if frame.f_code in codes else None
 
     before = sys.gettrace()
     sys.settrace(tracer)
