@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import untimed
+from inprocess import restored_imports
 from sentinel import hunt as H
 from sentinel.adapters import standin
 from sentinel.catalog import catalog_path
@@ -37,11 +38,17 @@ M = BATCH["loss_mask"].bool()
 
 @pytest.fixture(scope="module")
 def verl():
-    from sentinel_adapters.verl import VerlAdapter
+    """The checkout's verl, imported in this process for this module only: its `verl` entries and
+    the adapter's record of where verl came from are taken out again afterwards (test_adapter_verl
+    after it found the checkout's verl already imported, took it for the installed one, and its
+    declared calls no longer resolved)."""
+    from sentinel_adapters.verl import VerlAdapter, adapter as verl_adapter
 
-    adapter = VerlAdapter(Path(REPO), torch.device("cpu"))
-    adapter.facts = adapter.load()
-    return adapter
+    with restored_imports("verl"), pytest.MonkeyPatch.context() as mp:
+        mp.setattr(verl_adapter, "_last_root", [])  # the one-root-per-process guard: this module's root only
+        adapter = VerlAdapter(Path(REPO), torch.device("cpu"))
+        adapter.facts = adapter.load()
+        yield adapter
 
 
 def _reference(config):
