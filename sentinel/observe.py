@@ -7,13 +7,13 @@ anything is compared: a wrong-shaped or missing output is a ContractError, never
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterable
 
 import numpy as np
 import torch
 
 from . import boundaries, contracts
-from .adapters import options
+from .adapters import observables, options
 from .errors import ContractError
 
 # The dtypes a precision run may hand the trainer (sentinel/invariants/precision.py).
@@ -22,7 +22,8 @@ CAST_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": 
 
 
 def observe(adapter, device, boundary: str, inputs: dict[str, np.ndarray], config: dict[str, Any],
-            grads, casts: dict[str, list[str]] | None = None) -> tuple[dict[str, dict[str, Any]], dict | None]:
+            grads, casts: dict[str, list[str]] | None = None,
+            extras: Iterable[str] = ()) -> tuple[dict[str, dict[str, Any]], dict | None]:
     """One boundary call, observed: the torch side of both `sentinel run` (Worker._run, which
     encodes the result for the protocol) and `sentinel hunt` (hunt.worker.check, in-process).
 
@@ -31,7 +32,8 @@ def observe(adapter, device, boundary: str, inputs: dict[str, np.ndarray], confi
     "inputs_after", "extras"} as numpy (float64 stays float64, other floats become float32); a grad is
     None where the output has no gradient path to the input), the function ref as a dict or None).
     `casts` (input -> dtypes, applied in order) is the precision axis: `["bfloat16"]` hands the
-    trainer a bf16 tensor, `["bfloat16", "float64"]` the same rounded values in float64."""
+    trainer a bf16 tensor, `["bfloat16", "float64"]` the same rounded values in float64. `extras`: those
+    a scenario names, observed even where the call left them as they were (`observables.asking`)."""
     tensors = {n: torch.tensor(a, dtype=torch.int64 if a.dtype.kind in "iu" else None, device=device)
                for n, a in inputs.items()}
     for n, chain in (casts or {}).items():
@@ -41,7 +43,7 @@ def observe(adapter, device, boundary: str, inputs: dict[str, np.ndarray], confi
         if w in tensors:
             tensors[w].requires_grad_(True)
     roots = adapter.trainer_roots() if hasattr(adapter, "trainer_roots") else []
-    with options.recording(boundary, roots):  # the options the trainer reads (adapters.options)
+    with options.recording(boundary, roots), observables.asking(extras):  # the options the trainer reads
         res = adapter.call(boundary, tensors, config)
     returned = {n: _returned(v) for n, v in res.outputs.items()}
     bad = contracts.problems(boundary, returned, contracts.batch_shape(boundary, {n: a.shape for n, a in inputs.items()}),

@@ -175,7 +175,7 @@ class Worker:
     def _run(self, boundary: str, run: dict[str, Any]) -> tuple[dict[str, Any], dict | None]:
         inputs = {n: decode(enc) for n, enc in run["inputs"].items()}
         obs, function = observe(self.adapter, self.device, boundary, inputs, run["config"], run["grads"],
-                                  run.get("casts"))
+                                  run.get("casts"), run.get("extras", ()))
         return {"outputs": {n: encode(a) for n, a in obs["outputs"].items()},
                 "requires_grad": obs["requires_grad"],
                 "grads": {k: None if g is None else encode(g) for k, g in obs["grads"].items()},

@@ -1,9 +1,11 @@
 """Run every catalog scenario of one target through its adapter under `composing.Audit`.
 
 `audit(adapter, target)` -> {"findings": [...], "declared": [...], "calls": n, "trainer_ops": n,
-"by_boundary": {...}, "errors": {...}}: each finding an op the adapter's own code applied to a
-value the trainer returned (a reduction, normalisation or scaling) outside a step the boundary
-declares; `declared`, the steps that did run inside one. Run as a script
+"by_boundary": {...}, "errors": {...}, "blind": {...}}: each finding an op the adapter's own code
+applied to a value the trainer returned (a reduction, normalisation or scaling) outside a step the
+boundary declares; `declared`, the steps that did run inside one; `blind`, each boundary whose every
+call crashed (not unsupported, not excluded by a precondition) with its first error: the spy saw
+nothing there, so no finding is no evidence. Run as a script
 (``python tests/compose_audit.py TARGET [ROOT]``) it prints that as JSON: a slime checkout
 needs an interpreter of its own.
 """
@@ -21,6 +23,7 @@ import torch
 from sentinel import spec, targets
 from sentinel.adapters.composing import Audit, adapter_roots
 from sentinel.catalog import catalog_path
+from sentinel.errors import PreconditionUnmet, Unsupported
 from sentinel.observe import observe
 from sentinel.runner import plan
 
@@ -30,7 +33,7 @@ def audit(adapter: Any, target: str, scenarios: list | None = None) -> dict[str,
         s for s in spec.load_paths([catalog_path()]) if s.applies_to(target)]
     table = type(adapter)._implemented
     mode = Audit(adapter.trainer_roots(), adapter_roots(adapter))
-    calls, by_boundary, errors = 0, {}, {}
+    calls, by_boundary, errors, crashed = 0, {}, {}, {}
     for sc in scenarios:
         impl = table.get(sc.boundary)
         if impl is None:
@@ -45,6 +48,8 @@ def audit(adapter: Any, target: str, scenarios: list | None = None) -> dict[str,
                     observe(adapter, torch.device("cpu"), sc.boundary, run.inputs, run.config, run.grads)
             except Exception as e:  # noqa: BLE001 - unsupported / excluded calls: what ran is still audited
                 errors.setdefault(sc.boundary, f"{type(e).__name__}: {e}"[:200])
+                if not isinstance(e, (Unsupported, PreconditionUnmet)):
+                    crashed.setdefault(sc.boundary, errors[sc.boundary])
                 continue
             calls += 1
             seen = by_boundary.setdefault(sc.boundary, {"calls": 0, "trainer_ops": 0})
@@ -52,8 +57,9 @@ def audit(adapter: Any, target: str, scenarios: list | None = None) -> dict[str,
             seen["trainer_ops"] += mode.trainer_ops - before
     findings = sorted({str(f) for f in mode.findings})
     declared = sorted({f"{f.boundary}: {f.function} ({f.op})" for f in mode.declared})
+    blind = {b: e for b, e in crashed.items() if b not in by_boundary}
     return {"findings": findings, "declared": declared, "calls": calls, "trainer_ops": mode.trainer_ops, "by_boundary": by_boundary,
-            "errors": errors}
+            "errors": errors, "blind": blind}
 
 
 def load(target: str, root: str | None) -> Any:

@@ -35,6 +35,31 @@ def bound(inputs: dict) -> dict:
     return {k: v for k, v in inputs.items() if k != "rollout_log_probs"}
 
 
+def planted(cls_name: str, base: type, name: str, where: tuple[str, str, str, str]) -> type:
+    """`base` whose load plants `where` (module, function, old line, new line) once the trainer is in."""
+    def load(self):
+        facts = base.load(self)
+        plant(*where)
+        return facts
+    return type(cls_name, (base,), {"name": name, "load": load, "__module__": __name__})
+
+
+def bound_to(base: type, boundary: str) -> type:
+    """`base` (`<base>Bound`) whose `boundary` gets the inputs `bound` leaves."""
+    method = f"b_{boundary}"
+
+    def call(self, inputs, config):
+        return getattr(base, method)(self, bound(inputs), config)
+    return type(f"{base.__name__}Bound", (base,), {method: call, "__module__": __name__})
+
+
+def twins(prefix: str, base: type, name: str, where: tuple[str, str, str, str], boundary: str) -> tuple[type, ...]:
+    """`<prefix>Clean` (target `name`), `<prefix>Planted` (`name-plant`) and the `...Bound` of each."""
+    clean = type(f"{prefix}Clean", (base,), {"name": name, "__module__": __name__})
+    plant_ = planted(f"{prefix}Planted", base, f"{name}-plant", where)
+    return clean, plant_, bound_to(clean, boundary), bound_to(plant_, boundary)
+
+
 # --- TRL: OPSM reads vLLM's sampling log-probs where the batch has them ---------------------------
 
 _TRL = ("trl.trainer.grpo_trainer", "GRPOTrainer._compute_loss",
@@ -42,27 +67,8 @@ _TRL = ("trl.trainer.grpo_trainer", "GRPOTrainer._compute_loss",
         "sampling_per_token_logps = old_per_token_logps")  # the inference mismatch left out of OPSM
 
 
-class TrlClean(TrlAdapter):
-    name = "trl-indep"
-
-
-class TrlPlanted(TrlAdapter):
-    name = "trl-indep-plant"
-
-    def load(self):
-        facts = super().load()
-        plant(*_TRL)
-        return facts
-
-
-class TrlCleanBound(TrlClean):
-    def b_opsm_mask(self, inputs, config):
-        return super().b_opsm_mask(bound(inputs), config)
-
-
-class TrlPlantedBound(TrlPlanted):
-    def b_opsm_mask(self, inputs, config):
-        return super().b_opsm_mask(bound(inputs), config)
+TrlClean, TrlPlanted, TrlCleanBound, TrlPlantedBound = twins(
+    "Trl", TrlAdapter, "trl-indep", _TRL, "opsm_mask")
 
 
 # --- AReaL: with recompute_logprob the KL reads the recomputed log-probs, not the rollout's -------
@@ -72,27 +78,8 @@ _AREAL = ("areal.trainer.ppo.actor", "PPOActor._compute_advantages",
           'old_logp = data["logprobs"] = torch.roll(data["logprobs"], shifts=-1, dims=-1)')
 
 
-class ArealClean(ArealAdapter):
-    name = "areal-indep"
-
-
-class ArealPlanted(ArealAdapter):
-    name = "areal-indep-plant"
-
-    def load(self):
-        facts = super().load()
-        plant(*_AREAL)
-        return facts
-
-
-class ArealCleanBound(ArealClean):
-    def b_advantages(self, inputs, config):
-        return super().b_advantages(bound(inputs), config)
-
-
-class ArealPlantedBound(ArealPlanted):
-    def b_advantages(self, inputs, config):
-        return super().b_advantages(bound(inputs), config)
+ArealClean, ArealPlanted, ArealCleanBound, ArealPlantedBound = twins(
+    "Areal", ArealAdapter, "areal-indep", _AREAL, "advantages")
 
 
 # --- verl (2025-08 to 10): the vanilla loss's truncated IS on rollout_log_probs, by its own name ---
@@ -102,27 +89,8 @@ _VERL = ("verl.trainer.ppo.core_algos", "compute_policy_loss_vanilla",
          "tis_imp_ratio = torch.exp(log_prob.detach() - rollout_log_probs)")  # the current policy's ratio
 
 
-class VerlClean(VerlAdapter):
-    name = "verl-indep"
-
-
-class VerlPlanted(VerlAdapter):
-    name = "verl-indep-plant"
-
-    def load(self):
-        facts = super().load()
-        plant(*_VERL)
-        return facts
-
-
-class VerlCleanBound(VerlClean):
-    def b_policy_loss(self, inputs, config):
-        return super().b_policy_loss(bound(inputs), config)
-
-
-class VerlPlantedBound(VerlPlanted):
-    def b_policy_loss(self, inputs, config):
-        return super().b_policy_loss(bound(inputs), config)
+VerlClean, VerlPlanted, VerlCleanBound, VerlPlantedBound = twins(
+    "Verl", VerlAdapter, "verl-indep", _VERL, "policy_loss")
 
 
 # --- TRL: OPSM's fallback where the batch has no sampling log-probs (the "absent" relation) ------
@@ -136,13 +104,7 @@ class TrlAbsentClean(TrlClean):
     pass
 
 
-class TrlAbsentPlanted(TrlAdapter):
-    name = "trl-indep-absent-plant"
-
-    def load(self):
-        facts = super().load()
-        plant(*_TRL_ABSENT)
-        return facts
+TrlAbsentPlanted = planted("TrlAbsentPlanted", TrlAdapter, "trl-indep-absent-plant", _TRL_ABSENT)
 
 
 # --- AReaL (2025-10/11): the loss's mask where the batch has no full_loss_mask --------------------
@@ -157,13 +119,7 @@ class ArealMaskClean(ArealClean):
     pass
 
 
-class ArealMaskPlanted(ArealAdapter):
-    name = "areal-indep-mask-plant"
-
-    def load(self):
-        facts = super().load()
-        plant(*_AREAL_MASK)
-        return facts
+ArealMaskPlanted = planted("ArealMaskPlanted", ArealAdapter, "areal-indep-mask-plant", _AREAL_MASK)
 
 
 class ArealMaskCleanBound(ArealMaskClean):

@@ -1,11 +1,14 @@
-"""verl's actor method (`DataParallelPPOActor._forward_micro_batch`) at the `actor_logprobs` boundary,
-from the checkout SENTINEL_VERL_REPO names: the packed catalog scenario holds (the micro-batched
-ones are refused, with the reason), the method really packs the rows into one sequence for the
-stand-in model, a pad step one token off inside verl's own path is seen, and a short seeded hunt
-finds nothing."""
+"""verl's actor methods (`DataParallelPPOActor._forward_micro_batch`, and `compute_log_prob` where a
+scenario sets micro_batch_size or use_dynamic_bsz) at the `actor_logprobs` boundary, from the checkout
+SENTINEL_VERL_REPO names: the catalog scenarios hold (the batched ones need the real tensordict
+package, the `verl` extra: without it they are an error naming it, never unsupported), the method
+really packs the rows into one sequence for the stand-in model, a pad step one token off inside
+verl's own path is seen, so are micro-batches put back out of order and a token-budget batch not
+restored, and a short seeded hunt finds nothing."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -14,9 +17,11 @@ import pytest
 import torch
 
 import untimed
+from inprocess import restored_imports
 from sentinel import hunt as H
 from sentinel.adapters import standin
 from sentinel.catalog import catalog_path
+from sentinel.errors import PreconditionUnmet
 from sentinel.runner import TargetSpec, run
 from sentinel.spec import load_paths
 from sentinel_adapters.reference.adapter import ReferenceAdapter
@@ -37,22 +42,39 @@ M = BATCH["loss_mask"].bool()
 
 @pytest.fixture(scope="module")
 def verl():
-    from sentinel_adapters.verl import VerlAdapter
+    """The checkout's verl, imported in this process for this module only: its `verl` entries and
+    the adapter's record of where verl came from are taken out again afterwards (test_adapter_verl
+    after it found the checkout's verl already imported, took it for the installed one, and its
+    declared calls no longer resolved)."""
+    from sentinel_adapters.verl import VerlAdapter, adapter as verl_adapter
 
-    adapter = VerlAdapter(Path(REPO), torch.device("cpu"))
-    adapter.facts = adapter.load()
-    return adapter
+    with restored_imports("verl"), pytest.MonkeyPatch.context() as mp:
+        mp.setattr(verl_adapter, "_last_root", [])  # the one-root-per-process guard: this module's root only
+        adapter = VerlAdapter(Path(REPO), torch.device("cpu"))
+        adapter.facts = adapter.load()
+        yield adapter
 
 
 def _reference(config):
     return ReferenceAdapter().call("actor_logprobs", dict(BATCH), config).outputs
 
 
-def test_the_packed_scenario_holds_on_verl_and_micro_batching_is_refused():
+TENSORDICT = importlib.util.find_spec("tensordict") is not None
+needs_tensordict = pytest.mark.skipif(not TENSORDICT, reason="tensordict is not installed (pip install '.[verl]')")
+
+
+def test_the_catalog_holds_on_verl_and_batching_is_never_unsupported():
     rep = run(load_paths([catalog_path() / "actor_logprobs"]), [TargetSpec("verl", REPO)])
-    verdicts = {r.id: r.verdict for r in rep.results}
-    assert verdicts == {"actor-logprobs-micro-batched": "unsupported", "actor-logprobs-dynamic-packed": "unsupported",
-                        "actor-logprobs-packed": "holds"}, verdicts
+    got = {r.id: (r.verdict, r.reason) for r in rep.results}
+    assert got.pop("actor-logprobs-packed")[0] == "holds"
+    for sid, (verdict, reason) in got.items():  # micro_batch_size / use_dynamic_bsz: compute_log_prob
+        if TENSORDICT:
+            assert verdict == "holds", (sid, reason)
+        else:  # verl has the options; this environment lacks the package their input needs
+            assert verdict == "error" and "tensordict" in reason, (sid, verdict, reason)
+    if TENSORDICT:
+        assert {r.function.qualname for r in rep.results if r.id != "actor-logprobs-packed"} == \
+            {"DataParallelPPOActor.compute_log_prob"}
 
 
 @pytest.mark.parametrize("packed", [False, True])
@@ -90,3 +112,42 @@ def test_a_short_seeded_hunt_on_verl_finds_nothing(tmp_path):
     assert not rep.hunt.findings, [(f.property, f.message) for f in rep.hunt.findings]
     ran = {p.property: p.examples for p in rep.hunt.properties}
     assert ran["actor_logprobs.batching_invariant"] >= 8 and ran["actor_logprobs.log_probs"] >= 8, ran
+
+
+@needs_tensordict
+def test_micro_batches_put_back_out_of_order_in_verls_path_are_seen(verl, monkeypatch):
+    """DataProto.split handing compute_log_prob its micro-batches last first: the rows' results come
+    back in another order, which the reference gather (and one pass over the whole batch) tells."""
+    config = {"temperature": 0.5, "micro_batch_size": 2}
+    whole = verl.call("actor_logprobs", dict(BATCH), {"temperature": 0.5}).outputs["log_probs"]
+    out = verl.call("actor_logprobs", dict(BATCH), config).outputs["log_probs"]
+    assert torch.allclose(out[M], _reference(config)["log_probs"][M], atol=1e-5) and torch.allclose(out, whole)
+    proto = sys.modules["verl.protocol"].DataProto
+    split = proto.split
+    monkeypatch.setattr(proto, "split", lambda self, size: split(self, size)[::-1])
+    out = verl.call("actor_logprobs", dict(BATCH), config).outputs["log_probs"]
+    assert not torch.allclose(out[M], _reference(config)["log_probs"][M], atol=1e-3)
+
+
+@needs_tensordict
+def test_a_token_budget_batch_left_unrestored_in_verls_path_is_seen(verl, monkeypatch):
+    """restore_dynamic_batch skipped: with the longest row (5 real tokens) last, the token budget (the
+    padded length: one row per micro-batch) runs it first, so without the restore the rows keep the
+    budget's order."""
+    batch = {k: v[[0, 2, 1]] for k, v in BATCH.items()}
+    m = batch["loss_mask"].bool()
+    config = {"temperature": 2.0, "use_dynamic_bsz": True, "use_remove_padding": True}
+    want = ReferenceAdapter().call("actor_logprobs", dict(batch), config).outputs["log_probs"]
+    out = verl.call("actor_logprobs", dict(batch), config).outputs["log_probs"]
+    assert torch.allclose(out[m], want[m], atol=1e-5)
+    actor = sys.modules["verl.workers.actor.dp_actor"]
+    monkeypatch.setattr(actor, "restore_dynamic_batch", lambda data, batch_idx_list: data)
+    out = verl.call("actor_logprobs", dict(batch), config).outputs["log_probs"]
+    assert not torch.allclose(out[m], want[m], atol=1e-3)
+
+
+def test_a_token_budget_below_the_padded_length_is_excluded_not_an_error(verl):
+    """verl asserts max_token_len >= the padded sequence length (6 here): a declared precondition,
+    so the call is never made."""
+    with pytest.raises(PreconditionUnmet, match="verl-token-budget"):
+        verl.call("actor_logprobs", dict(BATCH), {"use_dynamic_bsz": True, "max_token_len": 5})

@@ -73,6 +73,14 @@ class Masking(ReferenceAdapter):
         return BoundaryResult({"kl": res.outputs["kl"] * inputs["loss_mask"]}, function=res.function)
 
 
+class Crashing(ReferenceAdapter):
+    """kl crashes on every call: the spy sees nothing of it."""
+
+    @implements("kl", calls=("sentinel_adapters.reference.ops:kl_estimator",))
+    def b_kl(self, inputs, config):
+        raise RuntimeError("planted: the adapter's glue fails before the trainer runs")
+
+
 def _scenarios(boundary: str) -> list:
     return [s for s in spec.load_paths([catalog_path()]) if s.boundary == boundary and s.applies_to("reference")][:3]
 
@@ -102,6 +110,12 @@ def test_masking_a_trainer_value_is_not_scaling_it():
     assert got["calls"] > 0 and got["findings"] == []
 
 
+def test_a_boundary_whose_every_call_crashed_is_blind_not_clean():
+    got = _run(Crashing, "kl")
+    assert got["findings"] == [] and got["calls"] == 0
+    assert list(got["blind"]) == ["kl"] and "planted" in got["blind"]["kl"], got
+
+
 def test_the_audit_sees_only_descendants_of_trainer_values():
     """The adapter's own arithmetic on the drawn inputs (a mask sum, a batch size) is layout."""
     mode = Audit([], adapter_roots(ReferenceAdapter(None, torch.device("cpu"))))
@@ -120,7 +134,7 @@ def test_the_reference_adapter_composes_nothing():
     adapter = ReferenceAdapter(None, torch.device("cpu"))
     adapter.load()
     got = audit(adapter, "reference")
-    assert got["calls"] > 50 and got["trainer_ops"] > 0
+    assert got["calls"] > 50 and got["trainer_ops"] > 0 and got["blind"] == {}
     assert got["findings"] == [], got["findings"]
 
 
@@ -141,4 +155,5 @@ def test_no_real_adapter_recomputes_what_its_trainer_does(target):
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     assert got["calls"] > 0 and got["trainer_ops"] > 0, got
+    assert got["blind"] == {}, got["blind"]  # a boundary the spy never saw run proves nothing
     assert got["findings"] == [], got["findings"]

@@ -19,6 +19,7 @@ import pytest
 from sentinel import targets
 from sentinel.adapters import options
 from sentinel.adapters.options import pin, recorded, recording
+from toy_package import install
 
 TRAINER = '''
 def normalise(rewards, args):
@@ -72,20 +73,9 @@ class ToyOptsAdapter(TrainerAdapter):
 
 
 def _install(tmp_path: Path, monkeypatch, domains: str) -> Path:
-    for pkg, files in {"toyopts": {"norm.py": TRAINER},
-                       "toyopts_sentinel": {"adapter.py": ADAPTER.format(DOMAINS=domains)}}.items():
-        (tmp_path / pkg).mkdir()
-        (tmp_path / pkg / "__init__.py").write_text("")
-        for name, text in files.items():
-            (tmp_path / pkg / name).write_text(text)
-    dist = tmp_path / "toyopts_sentinel-0.1.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: toyopts-sentinel\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text("[rl_sentinel.targets]\ntoyopts = toyopts_sentinel.adapter:ToyOptsAdapter\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])))
-    targets.registry.cache_clear()
-    return tmp_path
+    return install(tmp_path, monkeypatch, {"toyopts": {"norm.py": TRAINER},
+                                           "toyopts_sentinel": {"adapter.py": ADAPTER.format(DOMAINS=domains)}},
+                   "toyopts_sentinel-0.1", "toyopts = toyopts_sentinel.adapter:ToyOptsAdapter")
 
 
 @pytest.fixture

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
 
+from drawn import drawn
 from sentinel import hunt as H
 from sentinel import strategies as S
 from sentinel.runner import TargetSpec
@@ -21,19 +21,8 @@ from untimed import DIFFERENTIAL, DIFFERENTIAL_SECONDS
 HERE = Path(__file__).parent
 
 
-def _drawn(boundary: str, n: int = 300, **kw) -> list[S.Example]:
-    out: list[S.Example] = []
-
-    @given(S.examples(boundary, relations=S.RELATIONS, **kw))
-    @settings(max_examples=n, database=None, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
-    def collect(ex):
-        out.append(ex)
-    collect()
-    return out
-
-
 def test_relations_reach_clip_edges_far_ratios_equal_log_probs_and_empty_rows():
-    exs = _drawn("is_correction", config={"eps_clip": [0.2], "eps_clip_high": [0.28], "method": ["off_policy_is"]})
+    exs = drawn("is_correction", config={"eps_clip": [0.2], "eps_clip_high": [0.28], "method": ["off_policy_is"]})
     seen = {"edge": 0, "far": 0, "on_policy": 0, "behaviour_is_old": 0, "empty_row": 0, "independent": 0}
     for ex in exs:
         lp, old, roll = (ex.inputs[k] for k in ("log_probs", "old_log_probs", "rollout_log_probs"))

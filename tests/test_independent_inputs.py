@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
 
+from drawn import drawn
 from sentinel import hunt as H
 from sentinel import strategies as S
 from sentinel.runner import TargetSpec
@@ -30,20 +30,9 @@ AREAL_REPO = os.environ.get("SENTINEL_AREAL_REPO")
 VERL_REPO = os.environ.get("SENTINEL_VERL_REPO")
 
 
-def _drawn(boundary: str, n: int = 300, **kw) -> list[S.Example]:
-    out: list[S.Example] = []
-
-    @given(S.examples(boundary, relations=S.RELATIONS, **kw))
-    @settings(max_examples=n, database=None, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
-    def collect(ex):
-        out.append(ex)
-    collect()
-    return out
-
-
 def test_rollout_log_probs_are_drawn_apart_alike_and_absent():
     seen = {"apart": 0, "alike": 0, "absent": 0}
-    for ex in _drawn("opsm_mask"):
+    for ex in drawn("opsm_mask"):
         m = ex.inputs["loss_mask"].astype(bool)
         if "rollout_log_probs" not in ex.inputs:
             seen["absent"] += 1
@@ -59,7 +48,7 @@ def test_absent_leaves_out_only_what_no_set_option_requires():
     assert S.absent_inputs("policy_loss", {"use_decoupled_loss": False}) == ("rollout_log_probs",)
     assert S.absent_inputs("policy_loss", {"use_decoupled_loss": True}) == ()  # it requires them
     assert S.absent_inputs("is_correction", {}) == ()  # a required input is never left out
-    exs = _drawn("policy_loss", config={"use_decoupled_loss": [True]}, n=100)
+    exs = drawn("policy_loss", config={"use_decoupled_loss": [True]}, n=100)
     assert all("rollout_log_probs" in ex.inputs for ex in exs)
 
 

@@ -14,7 +14,7 @@ import torch
 
 from sentinel.adapters.trainer import TrainerAdapter, straight_through
 from sentinel.catalog import catalog_path
-from sentinel.errors import Unsupported
+from sentinel.errors import TargetError, Unsupported
 from sentinel.hunt import hunt
 from sentinel.invariants.base import RunObservation
 from sentinel.invariants.gradient import StraightThrough
@@ -80,6 +80,20 @@ def test_a_target_has_straight_through_where_its_code_tests_a_plus_suffix():
     assert adapter._kl_name("k3+", "k3+", _kl_penalty_without_plus) is None
     assert adapter._kl_name("k1+") is None  # no function to read: no straight-through
     assert adapter._kl_name("k3") == "low_var_kl"
+
+
+def test_code_whose_source_cannot_be_read_is_an_error_that_says_why_not_a_no():
+    """A function compiled from a string (as a stub or a mutant is) has no file to read: neither
+    'takes +' nor 'does not' (which would read `unsupported`), but an error naming the function."""
+    scope: dict = {}
+    exec(compile("def kl_penalty(logprob, ref_logprob, kl_penalty):\n    return logprob - ref_logprob\n",
+                 "<generated>", "exec"), scope)
+    with pytest.raises(TargetError, match=r"cannot read the source of 'kl_penalty' \(<generated>: OSError"):
+        straight_through(scope["kl_penalty"])
+    adapter = TrainerAdapter.__new__(TrainerAdapter)
+    adapter.kl_names = {"k3": "low_var_kl"}
+    with pytest.raises(TargetError, match="straight-through"):
+        adapter._kl_name("k3+", "k3+", scope["kl_penalty"])
 
 
 @pytest.mark.skipif(importlib.util.find_spec("verl") is None, reason="verl is not installed")

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from sentinel import targets
+from toy_package import install
 
 CATALOG = Path(__file__).resolve().parents[1] / "scenarios"
 
@@ -51,19 +52,8 @@ class ToyAdapter(TrainerAdapter):
 def toy(tmp_path, monkeypatch):
     """The trainer `toytrainer`, its adapter package `toy_sentinel` and a distribution's metadata
     registering it, on the path of this process and of the CLI's."""
-    for pkg, files in {"toytrainer": {"losses.py": TRAINER}, "toy_sentinel": {"adapter.py": ADAPTER}}.items():
-        (tmp_path / pkg).mkdir()
-        (tmp_path / pkg / "__init__.py").write_text("")
-        for name, text in files.items():
-            (tmp_path / pkg / name).write_text(text)
-    dist = tmp_path / "toy_sentinel-0.1.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: toy-sentinel\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text("[rl_sentinel.targets]\ntoy = toy_sentinel.adapter:ToyAdapter\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])))
-    targets.registry.cache_clear()
-    yield tmp_path
+    yield install(tmp_path, monkeypatch, {"toytrainer": {"losses.py": TRAINER}, "toy_sentinel": {"adapter.py": ADAPTER}},
+                  "toy_sentinel-0.1", "toy = toy_sentinel.adapter:ToyAdapter")
     targets.registry.cache_clear()
 
 

@@ -36,7 +36,8 @@ loss_agg        ``agg_loss``
 kl              ``kl_penalty``
 actor_logprobs  ``workers.actor.dp_actor.DataParallelPPOActor._forward_micro_batch`` on a
                 bare actor with a stand-in model, padded or packed (``use_remove_padding``);
-                micro-batching is ``compute_log_prob``'s over a DataProto: refused (actor.py)
+                with micro_batch_size / use_dynamic_bsz, ``compute_log_prob`` on a real
+                DataProto (tensordict, the ``verl`` extra; without it an error naming it)
 ==============  ============================================================================
 
 Not in verl (``VerlAdapter.declines``): ``opsm_mask``; ``gspo_kl`` (verl computes the GSPO

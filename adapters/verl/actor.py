@@ -14,28 +14,34 @@ helpers are flash_attn's ``bert_padding``; flash_attn builds only with CUDA, so 
 absent the call uses verl's own pure-torch port of them (``verl.utils.npu_flash_attn_utils``,
 what verl runs on NPUs) under that name, for the call only.
 
-micro_batch_size and use_dynamic_bsz are ``compute_log_prob``'s: it splits a ``DataProto`` (a
-TensorDict) into micro-batches or token-budget batches and restores their order. Calling it needs
-the real tensordict package, which this adapter stubs: refused (``unsupported``) until then.
+micro_batch_size and use_dynamic_bsz are ``compute_log_prob``'s: it splits a real ``DataProto`` (a
+TensorDict) into micro-batches (``DataProto.split``) or token-budget batches (``prepare_dynamic_batch``),
+calls ``_forward_micro_batch`` on each and restores the batch's order (``restore_dynamic_batch``). A call
+that sets either goes through ``compute_log_prob`` with the real tensordict package (the ``verl`` extra);
+where tensordict is absent (stubbed) that is an error naming the extra, never ``unsupported``: verl
+has the options, this environment cannot build their input.
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib.util
+import inspect
 import sys
 import types
 
 import torch
 
-from sentinel.adapters.contract import BoundaryResult, implements, refuse
+from sentinel.adapters.contract import BoundaryResult, Precondition, implements
 from sentinel.adapters.loading import module_exists
+from sentinel.adapters.shims import is_stub
 from sentinel.adapters.standin import LogitsTable, StandInLM, actor_preconditions, prompt_response, scatter_back
-from sentinel.errors import Unsupported
+from sentinel.errors import TargetLoadError, Unsupported
 
 ACTOR = "actor_logprobs"
 DP_ACTOR = "verl.workers.actor.dp_actor"
 _LINK = "https://github.com/volcengine/verl/blob/main/verl/workers/actor/dp_actor.py"
+_BALANCING = "https://github.com/volcengine/verl/blob/main/verl/utils/seqlen_balancing.py"
 
 # what _forward_micro_batch reads on self, set for one process, no sequence parallelism, no fused
 # kernels, no prefix grouper; param_dtype float32 (autocast on CPU takes bf16 / fp16 only)
@@ -54,6 +60,27 @@ def module_exists_anywhere(name: str) -> bool:
         return False
 
 
+def _undecorated(fn, name: str):
+    """`fn` without its decorators: verl's GPUMemoryLogger wraps compute_log_prob in a closure that
+    keeps no ``__wrapped__``, so the report would name the profiler's wrapper."""
+    fn = inspect.unwrap(fn) if fn is not None else None
+    for cell in getattr(fn, "__closure__", None) or ():
+        inner = cell.cell_contents
+        if callable(inner) and getattr(inner, "__name__", None) == name:
+            return _undecorated(inner, name)
+    return fn
+
+
+def _width(inputs) -> int:
+    """The padded sequence length of the batch in verl's layout (`prompt_response`)."""
+    return int(prompt_response(inputs["tokens"], inputs["attention_mask"], inputs["loss_mask"])[0].shape[1])
+
+
+def _budget_fits(inputs, config) -> bool:
+    return not config.get("use_dynamic_bsz") or config.get("max_token_len") is None or \
+        int(config["max_token_len"]) >= _width(inputs)
+
+
 class _Config(dict):
     """The actor's config as _forward_micro_batch reads it: ``.get`` and attributes."""
 
@@ -67,12 +94,14 @@ class _Config(dict):
 class ActorSurface:
     """The `actor_logprobs` boundary on verl (mixed into `VerlAdapter`)."""
 
-    unsupported = (refuse(ACTOR, "micro_batch_size", "use_dynamic_bsz",
-                          reason="verl's micro-batching and token-budget batching are compute_log_prob's, over a "
-                                 "DataProto (a TensorDict): this adapter calls _forward_micro_batch on the whole batch"),)
-    preconditions = actor_preconditions("verl", _LINK)
+    preconditions = {**actor_preconditions("verl", _LINK), "verl-token-budget": Precondition(
+        _budget_fits, boundaries=(ACTOR,), link=_BALANCING,
+        reason="verl's rearrange_micro_batches asserts max_token_len >= the padded sequence length (its trainer "
+               "sizes ppo_max_token_len_per_gpu for the longest prompt plus response): a smaller budget never "
+               "reaches it")}
 
-    @implements(ACTOR, calls=(f"{DP_ACTOR}:DataParallelPPOActor._forward_micro_batch",))
+    @implements(ACTOR, calls=(f"{DP_ACTOR}:DataParallelPPOActor._forward_micro_batch",
+                              f"{DP_ACTOR}:DataParallelPPOActor.compute_log_prob"))
     def b_actor_logprobs(self, inputs, config):
         if self.root is not None and not module_exists(self.root, DP_ACTOR):  # verl 0.9's wheel ships no workers/actor
             raise Unsupported(f"verl has no {DP_ACTOR.replace('.', '/')}.py at this version")
@@ -101,13 +130,42 @@ class ActorSurface:
             setattr(actor, name, value)
         batch = {"input_ids": ids, "attention_mask": mask, "position_ids": position_ids,
                  "responses": ids[:, -width:]}
+        batching = config["micro_batch_size"] is not None or bool(config["use_dynamic_bsz"])
         with self._padding_helpers(bool(config["use_remove_padding"])):
-            out = actor._forward_micro_batch(batch, temperature=float(config["temperature"]), calculate_entropy=True)
+            if batching:
+                fn = _undecorated(getattr(cls, "compute_log_prob", None), "compute_log_prob")
+                if fn is None:
+                    raise Unsupported("verl has no DataParallelPPOActor.compute_log_prob at this version")
+                out = self._compute_log_prob(actor, batch, mask, config)
+            else:
+                out = actor._forward_micro_batch(batch, temperature=float(config["temperature"]), calculate_entropy=True)
         shape = inputs["loss_mask"].shape
         outputs = {"log_probs": scatter_back(out["log_probs"], where, shape)}
         if out.get("entropys") is not None:
             outputs["entropy"] = scatter_back(out["entropys"], where, shape)
         return BoundaryResult(outputs, function=self._ref(fn))
+
+    def _compute_log_prob(self, actor, batch: dict, mask: torch.Tensor, config) -> dict:
+        """``actor.compute_log_prob`` on a real DataProto of `batch`, the batching options in its
+        meta_info as verl's workers put them there; a null token budget is the tightest verl accepts,
+        the padded sequence length (`_budget_fits`). Its result as ``_forward_micro_batch``'s:
+        {"log_probs", "entropys"}."""
+        proto = self._import("verl.protocol").DataProto
+        if is_stub(sys.modules.get("tensordict")):  # verl.protocol imported it, or its stub
+            raise TargetLoadError("micro_batch_size / use_dynamic_bsz: verl batches in compute_log_prob over a "
+                                  "DataProto, a TensorDict: the tensordict package is not installed (pip install "
+                                  "'rl-sentinel[verl]')")
+        n = int(mask.shape[0])
+        budget = config["max_token_len"] or int(mask.shape[1])
+        data = proto.from_dict(tensors=batch, meta_info={
+            "micro_batch_size": int(config["micro_batch_size"] or n), "temperature": float(config["temperature"]),
+            "use_dynamic_bsz": bool(config["use_dynamic_bsz"]), "max_token_len": int(budget)})
+        out = actor.compute_log_prob(data=data, calculate_entropy=True)
+        if isinstance(out, torch.Tensor):  # older verls: the log-probs alone, or (log_probs, entropys)
+            return {"log_probs": out, "entropys": None}
+        if isinstance(out, tuple):
+            return {"log_probs": out[0], "entropys": out[1] if len(out) > 1 else None}
+        return out
 
     @contextlib.contextmanager
     def _padding_helpers(self, needed: bool):

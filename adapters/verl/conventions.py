@@ -54,9 +54,10 @@ ACTOR_LOSSES_FILE = ("verl", "workers", "utils", "losses.py")
 PIP_HINT = pip_hint("verl", "pip install --no-deps verl==0.9.1")
 
 # The light third-party modules verl's import path needs for real: the `verl` extra
-# (pyproject.toml). Any other missing third-party module (ray, tensordict, transformers,
-# torchdata, datasets, pandas, peft, fastapi, vllm, sglang, tracking clients, ...) is a
-# heavy dependency no boundary calls: stubbed (the report lists each).
+# (pyproject.toml). Any other missing third-party module (ray, transformers, torchdata,
+# datasets, pandas, peft, fastapi, vllm, sglang, tracking clients, ...) is a heavy dependency
+# no boundary calls: stubbed (the report lists each). tensordict (also in the extra) is stubbed
+# where absent too: only actor_logprobs' batching options need it, and they say so (actor.py).
 LIGHT = frozenset({"omegaconf", "packaging"})
 
 # Canonical KL estimator -> verl kl_penalty name (verl 0.9 also accepts k1/k2/k3; "kl", "mse"

@@ -7,17 +7,37 @@ attributes of the args/config object it was given. `returned` flattens a return 
 args/config object before the call and names what the call changed in it
 (`config:<attribute>`). An adapter puts both in `BoundaryResult.extras`; the differential hunt
 compares them as it compares outputs (an observable only one side has is not a difference).
+
+An attribute the call left as it was is no change, so a hunt sees nothing of it; a scenario that
+names one (`asking`, set by `observe` for a run's named extras) gets it observed all the same:
+`config:<attr>` 0.0 and `config:<attr>.value` the value it kept. Only an attribute the watched
+object does not have (or a boundary that watches none) stays absent: nothing to observe there.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import copy
 import dataclasses
-from typing import Any
+from typing import Any, Iterable, Iterator
 
 import torch
 
 MAX_DEPTH = 4
+VALUE = ".value"
+_ASKED: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar("sentinel_asked_extras", default=frozenset())
+
+
+@contextlib.contextmanager
+def asking(names: Iterable[str]) -> Iterator[None]:
+    """The extras a scenario names, for the calls inside (`Watch.changes` observes those even
+    where the call changed nothing)."""
+    token = _ASKED.set(frozenset(names))
+    try:
+        yield
+    finally:
+        _ASKED.reset(token)
 
 
 def _numeric(v: Any) -> torch.Tensor | None:
@@ -105,7 +125,14 @@ class Watch:
             out[f"{self.name}:{k}"] = torch.tensor(1.0)
             v = _numeric(after.get(k))
             if v is not None:
-                out[f"{self.name}:{k}.value"] = v.detach().clone()
+                out[f"{self.name}:{k}{VALUE}"] = v.detach().clone()
+        prefix = f"{self.name}:"
+        for name in sorted(n for n in _ASKED.get() if n.startswith(prefix) and n not in out):
+            k = name[len(prefix):]
+            if k in after:  # unchanged: not set by the call
+                out[name] = torch.tensor(0.0)
+            elif k.endswith(VALUE) and (v := _numeric(after.get(k[:-len(VALUE)]))) is not None:
+                out[name] = v.detach().clone()  # the value it kept
         return out
 
 

@@ -26,6 +26,8 @@ from typing import Any, Callable, ClassVar, Mapping
 
 import torch
 
+from sentinel.errors import TargetError
+
 from .binding import lookup
 from .contract import Adapter
 from .loading import first_on_path, keep_host_logging, locate, module_exists, module_files, pip_hint, version_facts
@@ -168,9 +170,15 @@ _PLUS_SUFFIX = re.compile(r"""\.endswith\(\s*(["'])\+\1\s*\)""")
 
 def straight_through(fn: Callable) -> bool:
     """Whether `fn`'s own code takes straight-through KL names (it tests for a `+` suffix, as
-    verl's kl_penalty does since PR 2953): read from the code, so an old commit says no."""
+    verl's kl_penalty does since PR 2953): read from the code, so an old commit says no. Code
+    whose source cannot be read answers neither: a `TargetError` that says why (an error, not
+    `unsupported`: the option may well exist there)."""
+    fn = inspect.unwrap(fn)
     try:
-        src = inspect.getsource(inspect.unwrap(fn))
-    except (OSError, TypeError):
-        return False
+        src = inspect.getsource(fn)
+    except (OSError, TypeError) as e:
+        where = getattr(getattr(fn, "__code__", None), "co_filename", None) or getattr(fn, "__module__", "?")
+        raise TargetError(f"cannot read the source of {getattr(fn, '__qualname__', fn)!r} ({where}: "
+                          f"{type(e).__name__}: {e}), so whether it takes straight-through KL names "
+                          f"('+' suffix) is unknown") from None
     return bool(_PLUS_SUFFIX.search(src))

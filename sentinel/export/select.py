@@ -90,7 +90,7 @@ def record(req: dict[str, Any]) -> dict[str, Any]:
             # mpu` inside the function body) reach the stubs and shims validate.py needs too
             with imports, Calls(is_trainer, is_adapter, writer) as rec:
                 obs, fn = observe(adapter, torch.device("cpu"), sc.boundary, r.inputs, r.config, r.grads,
-                                  r.casts)
+                                  r.casts, r.extras)
             calls[r.name], live[r.name], observed[r.name], composed[r.name] = rec.calls, rec.live, obs, rec.composed
             ran |= rec.used
             fresh[r.name] = rec.fresh

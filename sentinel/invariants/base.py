@@ -48,7 +48,9 @@ INPUT_RE = re.compile(r"^input:(\w+)$")
 # A value beside the boundary's canonical outputs, named by sentinel/adapters/observables.py:
 # what the trainer's function returned (`returned` for a lone tensor, `returned:metrics.clipfrac`)
 # or changed on its args/config object (`config:kl_coef`). Target-specific: a scenario may pin one, and where a
-# target (or a version) has no such value the check is skipped, never held.
+# target (or a version) has no such value the check is skipped, never held. A config attribute the call
+# left as it was is observed, not missing (`config:X` 0.0, `config:X.value` the value it kept:
+# observables.Watch): only an attribute the watched object lacks, or no watched object, is absent.
 EXTRA_PREFIXES = ("returned:", "config:")
 
 

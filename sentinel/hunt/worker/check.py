@@ -60,7 +60,7 @@ def check(prop: Property, ex: S.Example, adapter, device, overrides: dict[str, A
     sc = scenario_for(prop, ex, overrides)
     obs, function = {}, None
     for run in plan(sc):
-        o, fn = observe(adapter, device, sc.boundary, run.inputs, run.config, run.grads, run.casts)
+        o, fn = observe(adapter, device, sc.boundary, run.inputs, run.config, run.grads, run.casts, run.extras)
         # inputs come back in their own dtypes, as runner.evaluate decodes them
         o["inputs_after"] = {n: a.astype(run.inputs[n].dtype) for n, a in o["inputs_after"].items()}
         obs[run.name] = RunObservation(inputs=run.inputs, **o)
