@@ -11,8 +11,10 @@ nothing recomputed here.
         loss = trainer._compute_loss(model, inputs)
     per_token_loss = seen[-1]["per_token_loss"]
 
-It installs a `sys.settrace` hook for the duration (the previous hook is put back), which
-traces only frames of that function's code object.
+It installs a `sys.setprofile` hook for the duration (the previous one is put back and called
+too), which reads the frames of that function's code object as they return. A profile hook,
+not a trace hook: `sys.settrace` would replace coverage.py's tracer, and `hunt --coverage` then
+saw none of the function's lines (OpenRLHF's PolicyLoss.forward measured 0 of 14 branches).
 """
 
 from __future__ import annotations
@@ -33,18 +35,17 @@ def locals_on_return(fn: Callable, names: tuple[str, ...]) -> Iterator[list[dict
         yield seen
         return
 
-    def local(frame, event, arg):
-        if event == "return":
+    before = sys.getprofile()
+
+    def profiler(frame, event, arg):
+        if before is not None:
+            before(frame, event, arg)
+        if event == "return" and frame.f_code is code:
             values = frame.f_locals
             seen.append({n: values[n] for n in names if n in values})
-        return local
 
-    def tracer(frame, event, arg):
-        return local if frame.f_code is code else None
-
-    before = sys.gettrace()
-    sys.settrace(tracer)
+    sys.setprofile(profiler)
     try:
         yield seen
     finally:
-        sys.settrace(before)
+        sys.setprofile(before)
