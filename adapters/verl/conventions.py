@@ -135,12 +135,24 @@ def build(cls: type, boundary: str, values: dict[str, Any]) -> Any:
 # leave-one-out mean is compute_rloo_outcome_advantage.
 # On the policy losses: the truncated IS verl's vanilla loss applied from 2025-08 to 10 (b8dc5377 to
 # 21271aab) when the actor handed it rollout_log_probs, capped at actor.tis_imp_ratio_cap (-1: off).
+# On every loss that reaches agg_loss: which actor hands it the ActorConfig (trainer.use_legacy_worker_impl:
+# None = as this checkout's layout says; "enable": the legacy dp_actor, global_batch_info empty, so
+# agg_loss counts tokens and sequences itself; "disable": the engine's ppo_loss fills it). On
+# policy_loss, bypass mode (algorithm.rollout_correction.bypass_mode: the rollout's log-probs are the
+# old ones, loss_type ppo_clip: compute_policy_loss_bypass_mode, then the vanilla loss). On loss_agg,
+# verl's fourth mode (Dr. GRPO's seq-mean-token-sum-norm, no canonical mode) and the actor's
+# loss_scale_factor it divides by (None: the response length). On reward_norm, the estimator
+# (algorithm.adv_estimator): rloo replaces GRPO's normalisation with its leave-one-out mean (no std).
 TIS_OFF = -1.0
-_TIS = {"trainer:tis_imp_ratio_cap": (TIS_OFF, 2.0)}
+_WORKER = {"trainer:use_legacy_worker_impl": (None, "enable", "disable")}
+_TIS = {"trainer:tis_imp_ratio_cap": (TIS_OFF, 2.0), **_WORKER}
+BYPASS_PPO_CLIP = {"bypass_mode": True, "loss_type": "ppo_clip", "rollout_is": "token", "rollout_is_threshold": 2.0}
 OPTION_DOMAINS = {
-    "reward_norm": {"mean_leave1out": (True,)},
-    "policy_loss": _TIS,
+    "reward_norm": {"mean_leave1out": (True,), "trainer:adv_estimator": ("grpo", "rloo")},
+    "policy_loss": {**_TIS, "trainer:bypass_mode": (False, True)},
     "cispo_loss": _TIS,
+    "loss_agg": {**_WORKER, "trainer:loss_agg_mode": (None, "seq-mean-token-sum-norm"),
+                 "trainer:loss_scale_factor": (None, 4)},
     "is_correction": {
         "eps_clip": (1.0,),
         "trainer:rollout_is": ("token", "sequence"),
