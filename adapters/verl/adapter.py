@@ -528,6 +528,11 @@ class VerlAdapter(ActorSurface, PolicyLosses, Surfaces, TrainerAdapter):
         else:
             raise ValueError(f"unknown is_correction method {method!r}")
         opts = trainer_options(config)  # algorithm.rollout_correction's other keys (OPTION_DOMAINS)
+        if "," in (opts.get("rollout_rs") or ""):
+            rs_fn = getattr(self.mods[ROLLOUT_CORR], "compute_rollout_rejection_mask", None)
+            if rs_fn is None or 'split(",")' not in inspect.getsource(rs_fn):
+                raise Unsupported(f"rollout_rs={opts['rollout_rs']!r}: this verl's rejection sampling takes one "
+                                  f"criterion (no comma-chained criteria)")
         corr = {"rollout_is": opts.get("rollout_is") or "token", "rollout_is_threshold": threshold,
                 "rollout_is_batch_normalize": bool(opts.get("rollout_is_batch_normalize")),
                 **rollout_rs(opts.get("rollout_rs"))}

@@ -29,6 +29,9 @@ ROLLOUT_CORR = "verl.trainer.ppo.rollout_corr_helper"
 # Ascend's kernels.
 _GUARD = "raises on a value the boundary's contract never passes (the adapter builds it from a valid config and one batch)"
 _RANKS = "the mean is all-reduced over data-parallel ranks only when torch.distributed is initialised: several processes"
+_EMPTY = "a batch of no rows: every boundary's batch holds at least one row"
+_PARSED = ("dead code: _parse_rollout_rs_thresholds (called above) has already set both bounds of every k1 "
+           "criterion and the upper one of the others, and every name passed the supported-options check")
 # Each key names one arc ("branching line text -> text of the line it jumps to", coverage.py).
 _RAISE = " -> raise ValueError"
 UNREACHABLE = {
@@ -40,7 +43,11 @@ UNREACHABLE = {
     f"{ROLLOUT_CORR}:compute_rollout_rejection_mask": {
         "if rollout_rs is None or not isinstance(rollout_rs, str)" + _RAISE: _GUARD,
         "if rollout_rs_threshold is None" + _RAISE: _GUARD, "if not option_modes" + _RAISE: _GUARD,
-        "if opt not in SUPPORTED_ROLLOUT_RS_OPTIONS" + _RAISE: _GUARD},
+        "if opt not in SUPPORTED_ROLLOUT_RS_OPTIONS" + _RAISE: _GUARD,
+        "if log_ratio.shape[0] == 0 -> return": _EMPTY,
+        "if lower_value is None or upper_value is None" + _RAISE: _PARSED,
+        "if upper_value is None" + _RAISE: _PARSED, "if lower_log is None" + _RAISE: _PARSED,
+        'elif option_name.endswith("k3")' + _RAISE: _PARSED},
     f"{ROLLOUT_CORR}:compute_rollout_correction_and_rejection_mask": {
         "if old_log_prob.shape != rollout_log_prob.shape" + _RAISE: _GUARD,
         "if old_log_prob.shape != response_mask.shape" + _RAISE: _GUARD},
@@ -157,7 +164,8 @@ OPTION_DOMAINS = {
         "eps_clip": (1.0,),
         "trainer:rollout_is": ("token", "sequence"),
         "trainer:rollout_is_batch_normalize": (False, True),
-        "trainer:rollout_rs": (None, "token_k1", "token_k2", "seq_sum_k1", "seq_mean_k3", "seq_max_k2"),
+        "trainer:rollout_rs": (None, "token_k1", "token_k2", "seq_sum_k1", "seq_mean_k3", "seq_max_k2",
+                               "token_k3,seq_sum_k2", "seq_mean_k1,seq_max_k3"),  # chained: every one must pass
     },
 }
 PINNED = (
@@ -172,7 +180,10 @@ RS_THRESHOLDS = {"k1": "0.5_2.0", "k2": 0.5, "k3": 0.5}
 
 
 def rollout_rs(name: str | None) -> dict[str, Any]:
-    """The rollout_correction keys of the drawn rejection-sampling option (none when off)."""
+    """The rollout_correction keys of the drawn rejection-sampling option (none when off); chained
+    criteria ("a,b") get one threshold each, in the same order."""
     if name is None:
         return {}
-    return {"rollout_rs": name, "rollout_rs_threshold": RS_THRESHOLDS[name.rsplit("_", 1)[-1]]}
+    return {"rollout_rs": name,
+            "rollout_rs_threshold": ",".join(str(RS_THRESHOLDS[n.rsplit("_", 1)[-1]]) for n in name.split(","))
+            if "," in name else RS_THRESHOLDS[name.rsplit("_", 1)[-1]]}
