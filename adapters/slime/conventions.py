@@ -157,6 +157,8 @@ UNREACHABLE = {
     f"{LOSS}:loss_function": {'case "policy_loss" -> case "value_loss"': _LOSS_TYPE, 'case "value_loss"': _LOSS_TYPE,
                               'case "sft_loss"': _LOSS_TYPE, 'case "custom_loss"': _LOSS_TYPE,
                               "if args.allgather_cp and mpu.get_context_parallel_world_size() > 1": _CP},
+    f"{LOSS}:policy_loss_function": {"if log_probs.numel() == 0": "a micro-batch with no response token: every "
+                                     "canonical row holds at least one"},
     f"{PPO_UTILS}:compute_approx_kl": {'elif kl_loss_type in ["k3", "low_var_kl"] -> raise': _GUARD},
     f"{PPO_UTILS}:get_advantages_and_returns_batch": {
         "if cp_size > 1 -> from slime.backends.megatron_utils.cp_utils import": _CP,
