@@ -29,6 +29,12 @@ ROLLOUT_CORR = "verl.trainer.ppo.rollout_corr_helper"
 # Ascend's kernels.
 _GUARD = "raises on a value the boundary's contract never passes (the adapter builds it from a valid config and one batch)"
 _RANKS = "the mean is all-reduced over data-parallel ranks only when torch.distributed is initialised: several processes"
+_ACTOR = "verl.workers.actor.dp_actor:DataParallelPPOActor._forward_micro_batch"
+_VLM = ("a vision-language model's inputs (multi_modal_inputs, Qwen2-VL's 3-D mrope position ids, MiniCPM-o's "
+        "image_bound): the stand-in model is a language model over drawn logits")
+_MODEL = ("a model forward verl patches (PrefixGrouper's shared-prefix attention; the fused kernels' forward that "
+          "returns log-probs and entropy itself): the stand-in model has no attention and returns logits")
+_SP = "Ulysses sequence parallelism: several processes"
 _EMPTY = "a batch of no rows: every boundary's batch holds at least one row"
 _PARSED = ("dead code: _parse_rollout_rs_thresholds (called above) has already set both bounds of every k1 "
            "criterion and the upper one of the others, and every name passed the supported-options check")
@@ -51,6 +57,9 @@ UNREACHABLE = {
     f"{ROLLOUT_CORR}:compute_rollout_correction_and_rejection_mask": {
         "if old_log_prob.shape != rollout_log_prob.shape" + _RAISE: _GUARD,
         "if old_log_prob.shape != response_mask.shape" + _RAISE: _GUARD},
+    _ACTOR: {"if self.use_prefix_grouper": _MODEL, "if can_use_pg and": _MODEL, "if self.use_fused_kernels": _MODEL,
+             'if "multi_modal_inputs" in micro_batch.keys()': _VLM, "if position_ids.dim() == 3": _VLM,
+             'if "image_bound" in multi_modal_inputs': _VLM, "if self.use_ulysses_sp": _SP, "if is_vlm_model": _SP},
     "verl.utils.torch_functional:logprobs_from_logits": {
         "if FLAH_ATTN_CROSS_ENTROPY_LOSS_AVAILABLE -> batch_dim = logits.shape[:-1]":
             "flash-attn's cross-entropy kernel: a CUDA build of flash-attn",
@@ -158,6 +167,11 @@ OPTION_DOMAINS = {
     "reward_norm": {"mean_leave1out": (True,), "trainer:adv_estimator": ("grpo", "rloo")},
     "policy_loss": {**_TIS, "trainer:bypass_mode": (False, True)},
     "cispo_loss": _TIS,
+    # actor_logprobs: actor.entropy_checkpointing, the entropy off (compute_log_prob's calculate_entropy)
+    # and the sum of squared probabilities optimal_token_baseline reads (with its checkpointing)
+    "actor_logprobs": {"trainer:entropy_checkpointing": (False, True), "trainer:calculate_entropy": (True, False),
+                       "trainer:calculate_sum_pi_squared": (False, True),
+                       "trainer:sum_pi_squared_checkpointing": (False, True)},
     "loss_agg": {**_WORKER, "trainer:loss_agg_mode": (None, "seq-mean-token-sum-norm"),
                  "trainer:loss_scale_factor": (None, 4)},
     "is_correction": {
