@@ -93,13 +93,12 @@ def test_a_short_seeded_hunt_on_verl_finds_nothing(tmp_path):
 
 
 @pytest.mark.parametrize("packed", [False, True])
-def test_the_drawn_actor_options_reach_checkpointing_no_entropy_and_sum_pi_squared(verl, packed):
-    """actor.entropy_checkpointing, compute_log_prob's calculate_entropy and the sum of squared
-    probabilities (optimal_token_baseline's input) change the path, not the log-probs."""
+def test_the_drawn_actor_options_reach_no_entropy_and_sum_pi_squared(verl, packed):
+    """compute_log_prob's calculate_entropy and the sum of squared probabilities
+    (optimal_token_baseline's input) change the path, not the log-probs."""
     base = {"temperature": 0.5, "use_remove_padding": packed}
     want = _reference(base)
-    drawn = {**base, "trainer:entropy_checkpointing": True, "trainer:calculate_sum_pi_squared": True,
-             "trainer:sum_pi_squared_checkpointing": True}
+    drawn = {**base, "trainer:calculate_sum_pi_squared": True}
     res = verl.call("actor_logprobs", dict(BATCH), drawn)
     for name in ("log_probs", "entropy"):
         assert torch.allclose(res.outputs[name][M], want[name][M], atol=1e-5), name

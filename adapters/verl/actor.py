@@ -99,10 +99,8 @@ class ActorSurface:
         attributes = {**_ACTOR_ATTRIBUTES, "actor_module": model, "device_name": "cpu",
                       "use_remove_padding": bool(config["use_remove_padding"]),
                       "compute_entropy_from_logits": F.entropy_from_logits,
-                      "config": _Config(entropy_checkpointing=bool(drawn.get("entropy_checkpointing")),
-                                        calculate_sum_pi_squared=pi_squared,
-                                        sum_pi_squared_checkpointing=bool(drawn.get("sum_pi_squared_checkpointing")),
-                                        entropy_from_logits_with_chunking=False)}
+                      "config": _Config(entropy_checkpointing=False, calculate_sum_pi_squared=pi_squared,
+                                        sum_pi_squared_checkpointing=False, entropy_from_logits_with_chunking=False)}
         if pi_squared:  # as DataParallelPPOActor.__init__ sets it with use_torch_compile off
             fn_pi = getattr(F, "calculate_sum_pi_squared_from_logits", None)
             if fn_pi is None:
