@@ -90,20 +90,3 @@ def test_a_short_seeded_hunt_on_verl_finds_nothing(tmp_path):
     assert not rep.hunt.findings, [(f.property, f.message) for f in rep.hunt.findings]
     ran = {p.property: p.examples for p in rep.hunt.properties}
     assert ran["actor_logprobs.batching_invariant"] >= 8 and ran["actor_logprobs.log_probs"] >= 8, ran
-
-
-@pytest.mark.parametrize("packed", [False, True])
-def test_the_drawn_actor_options_reach_no_entropy_and_sum_pi_squared(verl, packed):
-    """compute_log_prob's calculate_entropy and the sum of squared probabilities
-    (optimal_token_baseline's input) change the path, not the log-probs."""
-    base = {"temperature": 0.5, "use_remove_padding": packed}
-    want = _reference(base)
-    drawn = {**base, "trainer:calculate_sum_pi_squared": True}
-    res = verl.call("actor_logprobs", dict(BATCH), drawn)
-    for name in ("log_probs", "entropy"):
-        assert torch.allclose(res.outputs[name][M], want[name][M], atol=1e-5), name
-    probs = torch.softmax(BATCH["logits"] / 0.5, dim=-1)
-    pi2 = [v for k, v in res.extras.items() if "sum_pi_squared" in k]
-    assert pi2 and torch.allclose(pi2[0][M], (probs ** 2).sum(-1)[M], atol=1e-5)
-    quiet = verl.call("actor_logprobs", dict(BATCH), {**base, "trainer:calculate_entropy": False}).outputs
-    assert "entropy" not in quiet and torch.allclose(quiet["log_probs"][M], want["log_probs"][M], atol=1e-5)

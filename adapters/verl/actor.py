@@ -30,8 +30,6 @@ import torch
 
 from sentinel.adapters.contract import BoundaryResult, implements, refuse
 from sentinel.adapters.loading import module_exists
-from sentinel.adapters.observables import extras
-from sentinel.adapters.options import trainer_options
 from sentinel.adapters.standin import LogitsTable, StandInLM, actor_preconditions, prompt_response, scatter_back
 from sentinel.errors import Unsupported
 
@@ -94,32 +92,22 @@ class ActorSurface:
         model = StandInLM(LogitsTable(logits, tokens, attn))
         actor = object.__new__(cls)
         F = self._verl_F()
-        drawn = trainer_options(config)  # actor.* options the method reads (OPTION_DOMAINS)
-        pi_squared = bool(drawn.get("calculate_sum_pi_squared"))
-        attributes = {**_ACTOR_ATTRIBUTES, "actor_module": model, "device_name": "cpu",
-                      "use_remove_padding": bool(config["use_remove_padding"]),
-                      "compute_entropy_from_logits": F.entropy_from_logits,
-                      "config": _Config(entropy_checkpointing=False, calculate_sum_pi_squared=pi_squared,
-                                        sum_pi_squared_checkpointing=False, entropy_from_logits_with_chunking=False)}
-        if pi_squared:  # as DataParallelPPOActor.__init__ sets it with use_torch_compile off
-            fn_pi = getattr(F, "calculate_sum_pi_squared_from_logits", None)
-            if fn_pi is None:
-                raise Unsupported("calculate_sum_pi_squared: this verl has no calculate_sum_pi_squared_from_logits")
-            attributes["calculate_sum_pi_squared_from_logits"] = fn_pi
-        for name, value in attributes.items():
+        for name, value in {**_ACTOR_ATTRIBUTES, "actor_module": model, "device_name": "cpu",
+                            "use_remove_padding": bool(config["use_remove_padding"]),
+                            "compute_entropy_from_logits": F.entropy_from_logits,
+                            "config": _Config(entropy_checkpointing=False, calculate_sum_pi_squared=False,
+                                              sum_pi_squared_checkpointing=False,
+                                              entropy_from_logits_with_chunking=False)}.items():
             setattr(actor, name, value)
         batch = {"input_ids": ids, "attention_mask": mask, "position_ids": position_ids,
                  "responses": ids[:, -width:]}
         with self._padding_helpers(bool(config["use_remove_padding"])):
-            out = actor._forward_micro_batch(batch, temperature=float(config["temperature"]),
-                                             calculate_entropy=drawn.get("calculate_entropy", True))
+            out = actor._forward_micro_batch(batch, temperature=float(config["temperature"]), calculate_entropy=True)
         shape = inputs["loss_mask"].shape
         outputs = {"log_probs": scatter_back(out["log_probs"], where, shape)}
         if out.get("entropys") is not None:
             outputs["entropy"] = scatter_back(out["entropys"], where, shape)
-        observed = extras({"sum_pi_squared": scatter_back(out["sum_pi_squared"], where, shape)}) \
-            if out.get("sum_pi_squared") is not None else {}
-        return BoundaryResult(outputs, function=self._ref(fn), extras=observed)
+        return BoundaryResult(outputs, function=self._ref(fn))
 
     @contextlib.contextmanager
     def _padding_helpers(self, needed: bool):
