@@ -150,3 +150,39 @@ def test_catalog_scenarios_through_the_runner():
     report = run(scenarios, [TargetSpec("verl")], timeout=60)
     verdicts = {r.id: r.verdict for r in report.results}
     assert verdicts and set(verdicts.values()) == {"holds"}, verdicts
+
+
+def test_drawn_trainer_options_reach_agg_loss_paths_rloo_and_bypass_mode(verl):
+    """verl's own options (conventions.OPTION_DOMAINS): the legacy actor's empty global_batch_info
+    (agg_loss counts the non-empty rows itself), the engine's (the whole mini-batch), Dr. GRPO's
+    seq-mean-token-sum-norm and its loss_scale_factor, rloo for the group normalisation, and bypass
+    mode's ppo_clip loss (the vanilla loss on the rollout's log-probs)."""
+    inputs = {"values": T([[1.0, 2.0, 3.0, 9.0], [4.0, 9.0, 9.0, 9.0], [7.0, 7.0, 7.0, 7.0]]),
+              "loss_mask": T([[1, 1, 1, 0], [1, 0, 0, 0], [0, 0, 0, 0]])}
+    sums = {"trainer:use_legacy_worker_impl": "enable", "mode": "seq-mean-token-sum"}
+    assert verl.call("loss_agg", inputs, sums).outputs["loss"].item() == pytest.approx(5.0)
+    engine = {**sums, "trainer:use_legacy_worker_impl": "disable"}
+    try:
+        assert verl.call("loss_agg", inputs, engine).outputs["loss"].item() == pytest.approx(10.0 / 3)
+    except Unsupported as e:  # a verl whose engine does not fill global_batch_info
+        assert "global_batch_info" in str(e)
+    norm = {"trainer:loss_agg_mode": "seq-mean-token-sum-norm", "trainer:use_legacy_worker_impl": "enable"}
+    # the token sums over the response length (4): alone (2026-01), or after the sequence mean (0.9.1)
+    assert verl.call("loss_agg", inputs, norm).outputs["loss"].item() in (pytest.approx(10.0 / 4),
+                                                                          pytest.approx(5.0 / 4))
+    rewards = {"rewards": T([1.0, 0.0, 0.5]), "group": T([0, 0, 1])}
+    rloo = verl.call("reward_norm", rewards, {"mean_level": "group", "std_level": "group",
+                                              "trainer:adv_estimator": "rloo"})
+    assert rloo.function.qualname == "compute_rloo_outcome_advantage"
+    assert rloo.outputs["rewards"].tolist() == pytest.approx([1.0, -1.0, 0.5])
+    lp = T([[-0.5, -1.0, -0.25]])
+    policy = {"log_probs": lp, "old_log_probs": lp - 0.3, "advantages": T([[1.0, -1.0, 0.5]]),
+              "loss_mask": T([[1, 1, 0]])}
+    plain = verl.call("policy_loss", policy, {})
+    try:
+        bypass = verl.call("policy_loss", policy, {"trainer:bypass_mode": True})
+    except Unsupported as e:  # a verl without bypass mode
+        assert "bypass" in str(e)
+        return
+    assert bypass.function.qualname == "compute_policy_loss_bypass_mode"
+    assert bypass.outputs["loss"].item() == pytest.approx(plain.outputs["loss"].item())

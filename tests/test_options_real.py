@@ -120,3 +120,17 @@ def test_openrlhf_policy_loss_reaches_the_vllm_is_correction(orl):
 def options_unsupported():
     from sentinel.errors import Unsupported
     return Unsupported
+
+
+@needs_openrlhf
+def test_openrlhf_reward_norm_reaches_the_drawn_estimator(orl):
+    """trainer:advantage_estimator on reward_norm: rloo's leave-one-out mean and reinforce_baseline's
+    group mean, read by the experience maker as algo.advantage.estimator (or advantage_estimator)."""
+    adapter, root = orl
+    inp = {"rewards": T([1.0, 0.0, 0.5, 0.5]), "group": T([0, 0, 1, 1])}
+    cfg = {"mean_level": "group", "std_level": "group", "group_size": 2}
+    rloo, reads = _call(adapter, root, "reward_norm", inp, {**cfg, "trainer:advantage_estimator": "rloo"})
+    assert ["rloo"] in (reads.get("algo.advantage.estimator"), reads.get("advantage_estimator")), reads
+    assert rloo["rewards"].tolist() == pytest.approx([1.0, -1.0, 0.0, 0.0])  # r - the other sample's reward
+    base, _ = _call(adapter, root, "reward_norm", inp, {**cfg, "trainer:advantage_estimator": "reinforce_baseline"})
+    assert base["rewards"].tolist() == pytest.approx([0.5, -0.5, 0.0, 0.0])

@@ -37,6 +37,7 @@ from .conventions import (
     OPTION_DOMAINS,
     PINNED,
     PIP_HINT,
+    UNREACHABLE,
     VLLM_IS_THRESHOLD,
     UTILS,
     experience,
@@ -62,7 +63,7 @@ class OpenRLHFAdapter(TrainerAdapter):
         "gspo_kl": "OpenRLHF computes the GSPO sequence log-ratio inside PolicyLoss.forward and returns only the "
                    "aggregated loss (use the policy_loss boundary with importance_sampling_level sequence)",
     }
-    option_domains, pinned = OPTION_DOMAINS, PINNED
+    option_domains, pinned, unreachable = OPTION_DOMAINS, PINNED, UNREACHABLE
     unsupported = (
         refuse("advantages", "reward_bias", "reward_scaling", "adv_norm", reason="OpenRLHF has no such option",
                when=lambda c: shifts_rewards(c) or bool(c["adv_norm"])),
@@ -429,7 +430,12 @@ class OpenRLHFAdapter(TrainerAdapter):
         if "mask" in inputs and not bool(inputs["mask"].bool().all()):
             raise Unsupported("OpenRLHF's reward shaping has no row mask: every sample of a prompt enters its "
                               "group's statistics")
-        if config["mean_leave1out"]:
+        drawn = trainer_options(config).get("advantage_estimator")
+        if drawn is not None:  # the trainer's estimator in place of the one the levels name (no std)
+            if mean is None:
+                raise Unsupported(f"OpenRLHF's {drawn} always subtracts a group mean")
+            est = drawn
+        elif config["mean_leave1out"]:
             if std is not None or mean is None:
                 raise Unsupported("mean_leave1out: OpenRLHF's rloo subtracts the leave-one-out mean, no std")
             est = "rloo"

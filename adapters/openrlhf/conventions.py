@@ -119,6 +119,10 @@ VLLM_IS_THRESHOLD = [0.5, 2.0]  # policy_loss's trainer option enable_vllm_is_co
 # GSPO), the sequence-masked TIS on is_correction, and the advantage whitening without its std
 # and the DAPO overlong penalty on advantages.
 OPTION_DOMAINS = {
+    # reward_norm: the estimator whose group statistics normalise (algo.advantage.estimator; None: the one
+    # the canonical mean / std levels name): rloo's leave-one-out mean and reinforce_baseline's group mean
+    # take no std
+    "reward_norm": {"trainer:advantage_estimator": (None, "rloo", "reinforce_baseline")},
     "policy_loss": {"trainer:token_level_loss": (None, True, False),  # None: as loss_agg says
                     "trainer:enable_vllm_is_correction": (False, True),
                     "trainer:vllm_is_correction_type": ("tis", "icepop", "seq-mask-tis")},
@@ -138,7 +142,19 @@ PINNED = (
                                                      "rollout ratio enters the sequence ratio: policy_loss draws it)"),
     *pin("advantages", "reward.stop_properly_penalty_coef", "stop_properly_penalty_coef",
          reason="set from the canonical mask_no_eos_with_zero (0.0 when on, None when off)"),
+    *pin("reward_norm", "algo.advantage.gamma", "reward.clip_range", "reward.overlong_buffer_len",
+         "reward.stop_properly_penalty_coef", reason="reward_norm is the group statistics on one-token responses "
+         "with no KL: discounting, reward clipping and the length penalties are the advantages boundary's, which "
+         "draws them"),
 )
+
+# Branches of mapped functions no call from one CPU process can take (hunt --coverage lists them apart).
+_RANKS = "the counts are all-reduced over data-parallel ranks only when torch.distributed is initialised: several processes"
+_GUARD = "raises on an estimator name the adapter never passes (it maps the canonical kl_type to k1 / k2 / k3)"
+UNREACHABLE = {
+    f"{LOSS_UTILS}:get_loss_batch_info": {"if dist.is_available() and dist.is_initialized() -> dist.all_reduce": _RANKS},
+    f"{UTILS}:compute_approx_kl": {'elif kl_estimator == "k3" -> raise ValueError': _GUARD},
+}
 
 
 def whitened(args: Args) -> bool:

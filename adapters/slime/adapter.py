@@ -39,6 +39,7 @@ from .conventions import (
     OPTION_DOMAINS,
     PINNED,
     ROLLOUT,
+    UNREACHABLE,
     slime_args,
 )
 from .deviations import DEVIATIONS
@@ -62,7 +63,7 @@ class SlimeAdapter(EntryLoss, Surfaces, TrainerAdapter):
     loss_path_files = ("slime/utils/ppo_utils.py", "slime/backends/megatron_utils/loss.py",
                        "slime/backends/megatron_utils/cp_utils.py", "slime/ray/rollout.py")
     deviations = DEVIATIONS  # where slime departs from the reference math on purpose
-    option_domains, pinned = OPTION_DOMAINS, PINNED
+    option_domains, pinned, unreachable = OPTION_DOMAINS, PINNED, UNREACHABLE
     unsupported = (
         refuse("advantages", "reward_norm",
                reason="slime's only reward normalisation is the estimator's built-in group normalisation "

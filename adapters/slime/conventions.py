@@ -136,3 +136,33 @@ PINNED = (
          "reward_key", reason="set from the canonical groups and estimator for RolloutManager._post_process_rewards "
                               "(the reward_norm boundary draws them)"),
 )
+
+# Branches of mapped functions no call from one CPU process can take (hunt --coverage lists them
+# apart). Each key names one arc ("CONDITION -> DESTINATION", texts of the two lines) or, without an
+# arrow, the missing arcs of a line that only runs on such a branch.
+_CP = "context parallelism: a rank of several (mpu's context-parallel world size > 1 needs several processes)"
+_PP = "pipeline parallelism: a stage before the last (several processes)"
+_LOSS_TYPE = ("loss_type value_loss, sft_loss or a user's custom_loss: other losses than the policy loss the loss "
+              "boundaries map (no canonical boundary takes a critic, SFT or plug-in loss; loss_type is pinned)")
+_GUARD = "raises on an estimator name the adapter never passes (it maps the canonical kl_type to slime's names)"
+UNREACHABLE = {
+    f"{CP_UTILS}:get_sum_of_sample_mean": {"if cp_size == 1 -> cp_chunk_lengths": _CP,
+                                           "for total_length, response_length, loss_mask in zip(": _CP},
+    f"{LOSS}:compute_advantages_and_returns": {
+        "if not mpu.is_pipeline_last_stage() -> return": _PP, "if cp_rank == 0 -> rewards.append": _CP,
+        "if cp_size == 1 -> mask_chunks = []": _CP, "for i in range(len(advantages))": _CP,
+        "if res_e0 > res_s0": _CP, "if res_e1 > res_s1": _CP},
+    f"{LOSS}:get_log_probs_and_entropy": {"if args.allgather_cp": _CP},
+    f"{LOSS}:get_values": {"if args.allgather_cp": _CP},
+    f"{LOSS}:loss_function": {'case "policy_loss" -> case "value_loss"': _LOSS_TYPE, 'case "value_loss"': _LOSS_TYPE,
+                              'case "sft_loss"': _LOSS_TYPE, 'case "custom_loss"': _LOSS_TYPE,
+                              "if args.allgather_cp and mpu.get_context_parallel_world_size() > 1": _CP},
+    f"{LOSS}:policy_loss_function": {"if log_probs.numel() == 0": "a micro-batch with no response token: every "
+                                     "canonical row holds at least one"},
+    f"{PPO_UTILS}:compute_approx_kl": {'elif kl_loss_type in ["k3", "low_var_kl"] -> raise': _GUARD},
+    f"{PPO_UTILS}:get_advantages_and_returns_batch": {
+        "if cp_size > 1 -> from slime.backends.megatron_utils.cp_utils import": _CP,
+        "for total_len, resp_len, v, r in zip(": _CP, "for total_len, resp_len, adv_row, ret_row in zip(": _CP,
+        "if not chunked -> full_advantages, full_returns = vanilla_gae": "slime's one caller "
+        "(compute_advantages_and_returns) leaves chunked at its default, True: the trainer never runs vanilla_gae"},
+}

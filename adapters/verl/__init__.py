@@ -26,7 +26,9 @@ policy_loss     ``get_policy_loss_fn("vanilla")``, ``"gspo"`` for
                 verl's decoupled rollout correction (``rejection_sampling`` holds verl's
                 own rollout_correction keys: rollout_is, rollout_is_threshold, rollout_rs,
                 ...): weights pi_old / pi_rollout from ``compute_rollout_correction_weights``,
-                rejection mask from ``compute_rollout_rejection_mask``
+                rejection mask from ``compute_rollout_rejection_mask``. Trainer option
+                bypass_mode: ``compute_policy_loss_bypass_mode`` (loss_type ppo_clip), its
+                config written by the trainer's own ``apply_bypass_mode``
 cispo_loss      ``get_policy_loss_fn("cispo")``
 is_correction   ``rollout_corr_helper.compute_rollout_correction_weights`` (token TIS;
                 IcePop via a ``"low_upper"`` threshold) and the vanilla policy loss with
@@ -77,7 +79,9 @@ Conventions translated here
   adapter fills it the same way: dp_size 1, batch_num_tokens = valid tokens,
   global_batch_size = B (the mini-batch's row count, fully masked rows included); older
   actors leave it empty and ``agg_loss`` uses its local defaults. options.batch_info
-  ("engine" | "local") overrides; facts["batch_info"] says which.
+  ("engine" | "local") overrides; facts["batch_info"] says which. The hunt draws both per call
+  (trainer option use_legacy_worker_impl: "enable" is the legacy dp_actor, which leaves it
+  empty at every version; "disable" the engine's ppo_loss, where this verl has it).
 - verl's outputs carry no per-token ``pg_loss`` or ``clipfrac``: the token loss is the
   ``loss_mat`` the policy loss hands to ``agg_loss`` (recorded by a call-through spy);
   ``clipfrac`` (verl logs only its masked mean) is not reported.

@@ -224,11 +224,14 @@ class VerlAdapter(ActorSurface, PolicyLosses, Surfaces, TrainerAdapter):
         """agg_loss(loss_mat, loss_mask, loss_agg_mode), with the actor's global_batch_info."""
         fn = self._fn("agg_loss", boundary="loss_agg")
         mask = inputs["loss_mask"]
-        mode = config["mode"]
+        drawn = trainer_options(config)
+        mode = drawn.get("loss_agg_mode") or config["mode"]  # verl's own mode, where drawn, in place of the canonical
         optional: dict[str, Any] = {}
-        if self.batch_info == "engine":
-            optional = global_batch_info(mask)
-        mask_t = mask.bool() if self.batch_info == "engine" else mask.to(torch.int64)
+        with self.worker_impl(config):
+            engine = self.batch_info == "engine"
+        if engine:  # workers/utils/losses.ppo_loss: global_batch_info with the actor's loss_scale_factor
+            optional = {**global_batch_info(mask), "loss_scale_factor": drawn.get("loss_scale_factor")}
+        mask_t = mask.bool() if engine else mask.to(torch.int64)
         kw = bind(fn, "loss_agg", {"loss_mat": inputs["values"], "loss_mask": mask_t, "loss_agg_mode": mode},
                      optional)
         try:
@@ -285,6 +288,10 @@ class VerlAdapter(ActorSurface, PolicyLosses, Surfaces, TrainerAdapter):
             raise Unsupported("std_unbiased=False: verl's GRPO std is torch.std (unbiased)")
         if config["mean_leave1out"]:
             return self._rloo_norm(inputs, config, mean_level, std_level)
+        if trainer_options(config).get("adv_estimator") == "rloo":  # verl's rloo in place of grpo: no std
+            if mean_level is None:
+                raise Unsupported("verl's rloo estimator always subtracts the leave-one-out mean")
+            return self._rloo_norm(inputs, config, mean_level, None)
         if mean_level is None:
             raise Unsupported("verl's group normalisation always subtracts the group mean")
         if std_level not in (None, mean_level):
@@ -521,8 +528,13 @@ class VerlAdapter(ActorSurface, PolicyLosses, Surfaces, TrainerAdapter):
         else:
             raise ValueError(f"unknown is_correction method {method!r}")
         opts = trainer_options(config)  # algorithm.rollout_correction's other keys (OPTION_DOMAINS)
+        if "," in (opts.get("rollout_rs") or ""):
+            rs_fn = getattr(self.mods[ROLLOUT_CORR], "compute_rollout_rejection_mask", None)
+            if rs_fn is None or 'split(",")' not in inspect.getsource(rs_fn):
+                raise Unsupported(f"rollout_rs={opts['rollout_rs']!r}: this verl's rejection sampling takes one "
+                                  f"criterion (no comma-chained criteria)")
         corr = {"rollout_is": opts.get("rollout_is") or "token", "rollout_is_threshold": threshold,
-                "rollout_is_batch_normalize": opts.get("rollout_is_batch_normalize") or None,
+                "rollout_is_batch_normalize": bool(opts.get("rollout_is_batch_normalize")),
                 **rollout_rs(opts.get("rollout_rs"))}
         if method == "off_policy_is":
             if "bypass_mode" not in (getattr(self.core, "POLICY_LOSS_REGISTRY", None) or {}):

@@ -29,8 +29,23 @@ ROLLOUT_CORR = "verl.trainer.ppo.rollout_corr_helper"
 # Ascend's kernels.
 _GUARD = "raises on a value the boundary's contract never passes (the adapter builds it from a valid config and one batch)"
 _RANKS = "the mean is all-reduced over data-parallel ranks only when torch.distributed is initialised: several processes"
+_ACTOR = "verl.workers.actor.dp_actor:DataParallelPPOActor._forward_micro_batch"
+_VLM = ("a vision-language model's inputs (multi_modal_inputs, Qwen2-VL's 3-D mrope position ids, MiniCPM-o's "
+        "image_bound): the stand-in model is a language model over drawn logits")
+_MODEL = ("a model forward verl patches (PrefixGrouper's shared-prefix attention; the fused kernels' forward that "
+          "returns log-probs and entropy itself): the stand-in model has no attention and returns logits")
+_SP = "Ulysses sequence parallelism: several processes"
+_EMPTY = "a batch of no rows: every boundary's batch holds at least one row"
+_PARSED = ("dead code: _parse_rollout_rs_thresholds (called above) has already set both bounds of every k1 "
+           "criterion and the upper one of the others, and every name passed the supported-options check")
 # Each key names one arc ("branching line text -> text of the line it jumps to", coverage.py).
 _RAISE = " -> raise ValueError"
+# Not drawn on actor_logprobs: actor.entropy_checkpointing and sum_pi_squared_checkpointing (their
+# reentrant torch.utils.checkpoint supports .backward() only, and the hunt observes gradients with
+# torch.autograd.grad: it raised on every such example); calculate_entropy off (it only skips work:
+# no branch of its own a bug could sit in); calculate_sum_pi_squared (its output differed under a
+# planted bug in 44 of 582 examples, but an extras-only difference is reported after 64: no finding
+# in 180 s). Their branches stay uncovered, not hidden.
 UNREACHABLE = {
     f"{CORE}:get_adv_estimator_fn": {"if name not in ADV_ESTIMATOR_REGISTRY" + _RAISE: _GUARD},
     f"{CORE}:get_policy_loss_fn": {"if loss_name not in POLICY_LOSS_REGISTRY" + _RAISE: _GUARD},
@@ -40,10 +55,17 @@ UNREACHABLE = {
     f"{ROLLOUT_CORR}:compute_rollout_rejection_mask": {
         "if rollout_rs is None or not isinstance(rollout_rs, str)" + _RAISE: _GUARD,
         "if rollout_rs_threshold is None" + _RAISE: _GUARD, "if not option_modes" + _RAISE: _GUARD,
-        "if opt not in SUPPORTED_ROLLOUT_RS_OPTIONS" + _RAISE: _GUARD},
+        "if opt not in SUPPORTED_ROLLOUT_RS_OPTIONS" + _RAISE: _GUARD,
+        "if log_ratio.shape[0] == 0 -> return": _EMPTY,
+        "if lower_value is None or upper_value is None" + _RAISE: _PARSED,
+        "if upper_value is None" + _RAISE: _PARSED, "if lower_log is None" + _RAISE: _PARSED,
+        'elif option_name.endswith("k3")' + _RAISE: _PARSED},
     f"{ROLLOUT_CORR}:compute_rollout_correction_and_rejection_mask": {
         "if old_log_prob.shape != rollout_log_prob.shape" + _RAISE: _GUARD,
         "if old_log_prob.shape != response_mask.shape" + _RAISE: _GUARD},
+    _ACTOR: {"if self.use_prefix_grouper": _MODEL, "if can_use_pg and": _MODEL, "if self.use_fused_kernels": _MODEL,
+             'if "multi_modal_inputs" in micro_batch.keys()': _VLM, "if position_ids.dim() == 3": _VLM,
+             'if "image_bound" in multi_modal_inputs': _VLM, "if self.use_ulysses_sp": _SP, "if is_vlm_model": _SP},
     "verl.utils.torch_functional:logprobs_from_logits": {
         "if FLAH_ATTN_CROSS_ENTROPY_LOSS_AVAILABLE -> batch_dim = logits.shape[:-1]":
             "flash-attn's cross-entropy kernel: a CUDA build of flash-attn",
@@ -136,17 +158,30 @@ def build(cls: type, boundary: str, values: dict[str, Any]) -> Any:
 # leave-one-out mean is compute_rloo_outcome_advantage.
 # On the policy losses: the truncated IS verl's vanilla loss applied from 2025-08 to 10 (b8dc5377 to
 # 21271aab) when the actor handed it rollout_log_probs, capped at actor.tis_imp_ratio_cap (-1: off).
+# On every loss that reaches agg_loss: which actor hands it the ActorConfig (trainer.use_legacy_worker_impl:
+# None = as this checkout's layout says; "enable": the legacy dp_actor, global_batch_info empty, so
+# agg_loss counts tokens and sequences itself; "disable": the engine's ppo_loss fills it). On
+# policy_loss, bypass mode (algorithm.rollout_correction.bypass_mode: the rollout's log-probs are the
+# old ones, loss_type ppo_clip: compute_policy_loss_bypass_mode, then the vanilla loss). On loss_agg,
+# verl's fourth mode (Dr. GRPO's seq-mean-token-sum-norm, no canonical mode) and the actor's
+# loss_scale_factor it divides by (None: the response length). On reward_norm, the estimator
+# (algorithm.adv_estimator): rloo replaces GRPO's normalisation with its leave-one-out mean (no std).
 TIS_OFF = -1.0
-_TIS = {"trainer:tis_imp_ratio_cap": (TIS_OFF, 2.0)}
+_WORKER = {"trainer:use_legacy_worker_impl": (None, "enable", "disable")}
+_TIS = {"trainer:tis_imp_ratio_cap": (TIS_OFF, 2.0), **_WORKER}
+BYPASS_PPO_CLIP = {"bypass_mode": True, "loss_type": "ppo_clip", "rollout_is": "token", "rollout_is_threshold": 2.0}
 OPTION_DOMAINS = {
-    "reward_norm": {"mean_leave1out": (True,)},
-    "policy_loss": _TIS,
+    "reward_norm": {"mean_leave1out": (True,), "trainer:adv_estimator": ("grpo", "rloo")},
+    "policy_loss": {**_TIS, "trainer:bypass_mode": (False, True)},
     "cispo_loss": _TIS,
+    "loss_agg": {**_WORKER, "trainer:loss_agg_mode": (None, "seq-mean-token-sum-norm"),
+                 "trainer:loss_scale_factor": (None, 4)},
     "is_correction": {
         "eps_clip": (1.0,),
         "trainer:rollout_is": ("token", "sequence"),
         "trainer:rollout_is_batch_normalize": (False, True),
-        "trainer:rollout_rs": (None, "token_k1", "token_k2", "seq_sum_k1", "seq_mean_k3", "seq_max_k2"),
+        "trainer:rollout_rs": (None, "token_k1", "token_k2", "seq_sum_k1", "seq_mean_k3", "seq_max_k2",
+                               "token_k3,seq_sum_k2", "seq_mean_k1,seq_max_k3"),  # chained: every one must pass
     },
 }
 PINNED = (
@@ -161,7 +196,10 @@ RS_THRESHOLDS = {"k1": "0.5_2.0", "k2": 0.5, "k3": 0.5}
 
 
 def rollout_rs(name: str | None) -> dict[str, Any]:
-    """The rollout_correction keys of the drawn rejection-sampling option (none when off)."""
+    """The rollout_correction keys of the drawn rejection-sampling option (none when off); chained
+    criteria ("a,b") get one threshold each, in the same order."""
     if name is None:
         return {}
-    return {"rollout_rs": name, "rollout_rs_threshold": RS_THRESHOLDS[name.rsplit("_", 1)[-1]]}
+    return {"rollout_rs": name,
+            "rollout_rs_threshold": ",".join(str(RS_THRESHOLDS[n.rsplit("_", 1)[-1]]) for n in name.split(","))
+            if "," in name else RS_THRESHOLDS[name.rsplit("_", 1)[-1]]}

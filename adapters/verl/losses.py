@@ -8,8 +8,11 @@ correction (`_decoupled`).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
+import types
+from pathlib import Path
 from typing import Any, Callable
 
 import torch
@@ -22,7 +25,7 @@ from sentinel.adapters.options import recorded, trainer_options
 from sentinel.adapters.spying import spy
 from sentinel.errors import Unsupported
 
-from .conventions import ROLLOUT_CORR, TIS_OFF, build
+from .conventions import BYPASS_PPO_CLIP, ROLLOUT_CORR, TIS_OFF, build
 
 
 @trainer_step("verl's engine (workers/engine/*/transformer_impl.py) sums the loss mask and all-reduces it over "
@@ -59,16 +62,20 @@ class PolicyLosses:
         pl_cls = self._config_class("PolicyLossConfig", "verl.workers.config", "verl.workers.config.actor")
         if pl_cls is not None:
             pl: dict[str, Any] = {"loss_mode": loss_mode}
+            rc = None
             if rollout_correction is not None:
                 rc_cls = self._config_class("RolloutCorrectionConfig", "verl.trainer.config",
                                             "verl.trainer.config.algorithm")
                 if rc_cls is None:
                     raise Unsupported(f"verl has no RolloutCorrectionConfig at this version (boundary {boundary!r})")
-                if "rollout_correction" not in {f.name for f in dataclasses.fields(pl_cls)}:
-                    raise Unsupported(f"verl's PolicyLossConfig has no rollout_correction at this version: its "
-                                      f"bypass-mode loss cannot be configured (boundary {boundary!r})")
-                pl["rollout_correction"] = build(rc_cls, boundary, rollout_correction)
-            values["policy_loss"] = build(pl_cls, boundary, pl)
+                rc = build(rc_cls, boundary, rollout_correction)
+            if rc is not None and "rollout_correction" in {f.name for f in dataclasses.fields(pl_cls)}:
+                pl["rollout_correction"] = rc
+                values["policy_loss"] = build(pl_cls, boundary, pl)
+            elif rc is not None:  # no such field: the trainer's apply_bypass_mode writes it into the config
+                values["policy_loss"] = self._bypass_policy_loss(boundary, build(pl_cls, boundary, pl), rc, mask)
+            else:
+                values["policy_loss"] = build(pl_cls, boundary, pl)
         missing = [f.name for f in dataclasses.fields(cls)
                    if f.name not in values and f.default is dataclasses.MISSING
                    and f.default_factory is dataclasses.MISSING]  # type: ignore[misc]
@@ -89,6 +96,23 @@ class PolicyLosses:
             if self.batch_info == "engine":  # workers/utils/losses.ppo_loss
                 info.update(**global_batch_info(mask), loss_scale_factor=getattr(cfg, "loss_scale_factor", None))
         return recorded(cfg)  # the options the loss reads (config.*, config.policy_loss.*), recorded
+
+    def _bypass_policy_loss(self, boundary: str, policy_loss: Any, rc: Any, mask: torch.Tensor) -> Any:
+        """The actor's policy_loss config in bypass mode where PolicyLossConfig has no
+        rollout_correction field: ray_trainer hands the actor's policy_loss (an OmegaConf config) to
+        rollout_corr_helper.apply_bypass_mode, which adds rollout_correction and sets loss_mode
+        bypass_mode; that function runs here on the same kind of config (its batch: the old
+        log-probs the loss receives stand for the rollout's, as bypass mode makes them)."""
+        apply = getattr(self.mods.get(ROLLOUT_CORR), "apply_bypass_mode", None)
+        if not callable(apply):
+            raise Unsupported(f"verl's PolicyLossConfig has no rollout_correction and rollout_corr_helper has no "
+                              f"apply_bypass_mode at this version: its bypass-mode loss cannot be configured "
+                              f"(boundary {boundary!r})")
+        from omegaconf import OmegaConf
+        cfg = OmegaConf.structured(policy_loss)
+        batch = types.SimpleNamespace(batch={"rollout_log_probs": torch.zeros(mask.shape)})
+        apply(**bind(apply, boundary, {"batch": batch, "rollout_corr_config": rc, "policy_loss_config": cfg}))
+        return cfg
 
     def _policy(self, boundary: str, loss_mode: str, lp: torch.Tensor, old: torch.Tensor, adv: torch.Tensor,
                 mask: torch.Tensor, *, clip_low: float, clip_high: float, clip_c: float | None, loss_agg: str,
@@ -199,15 +223,45 @@ class PolicyLosses:
                                   {k: spec[k] for k in ("rollout_rs", "rollout_rs_threshold") if k in spec}))
         return weights, imask
 
+    @contextlib.contextmanager
+    def worker_impl(self, config):
+        """The drawn trainer option use_legacy_worker_impl, for one call: "enable" is the legacy
+        DataParallelPPOActor (workers/actor/dp_actor.py), which hands the loss an ActorConfig whose
+        global_batch_info is empty (agg_loss's local token and sequence counts); "disable" the
+        engine workers, whose ppo_loss fills it (workers/utils/losses.py, where this verl has it);
+        None: the one this checkout's layout says (`batch_info`)."""
+        choice = trainer_options(config).get("use_legacy_worker_impl")
+        before = self.batch_info
+        if choice == "enable":
+            self.batch_info = "local"
+        elif choice == "disable":
+            root = Path(self.core.__file__).parents[3]  # the folder holding verl/ (checkout or site-packages)
+            if self._detect_batch_info(root) != "engine":
+                raise Unsupported("use_legacy_worker_impl=disable: this verl's engine workers do not fill "
+                                  "global_batch_info (workers/utils/losses.py)")
+            self.batch_info = "engine"
+        try:
+            yield
+        finally:
+            self.batch_info = before
+
     def _policy_boundary(self, boundary: str, mode: str, inputs, config, low: float, high: float,
                          clip_c: float | None) -> BoundaryResult:
         weights, mask = self._decoupled(boundary, inputs, config)
-        cap = trainer_options(config).get("tis_imp_ratio_cap")
-        token, loss, fn, observed = self._policy(
-            boundary, mode, inputs["log_probs"], inputs["old_log_probs"], inputs["advantages"], mask,
-            clip_low=low, clip_high=high, clip_c=clip_c, loss_agg=config["loss_agg"],
-            rollout_is_weights=weights, rollout=inputs.get("rollout_log_probs"),
-            tis_cap=None if cap is None or cap == TIS_OFF else cap)
+        drawn = trainer_options(config)
+        cap = drawn.get("tis_imp_ratio_cap")
+        bypass = None
+        if drawn.get("bypass_mode"):  # the trainer's bypass mode: old log-probs are the rollout's, loss ppo_clip
+            if mode != "vanilla" or weights is not None:
+                raise Unsupported(f"bypass_mode: verl's bypass-mode ppo_clip loss is the vanilla PPO loss on the "
+                                  f"rollout's log-probs, with no decoupled weights (loss {mode!r})")
+            mode, bypass = "bypass_mode", {**BYPASS_PPO_CLIP}
+        with self.worker_impl(config), (self._weights_seen() if bypass else contextlib.nullcontext()):
+            token, loss, fn, observed = self._policy(
+                boundary, mode, inputs["log_probs"], inputs["old_log_probs"], inputs["advantages"], mask,
+                clip_low=low, clip_high=high, clip_c=clip_c, loss_agg=config["loss_agg"],
+                rollout_is_weights=weights, rollout=None if bypass else inputs.get("rollout_log_probs"),
+                tis_cap=None if cap is None or cap == TIS_OFF else cap, rollout_correction=bypass)
         outputs: dict[str, Any] = {"loss": loss}
         if token is not None:
             outputs["pg_loss"] = token

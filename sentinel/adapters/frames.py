@@ -11,8 +11,10 @@ nothing recomputed here.
         loss = trainer._compute_loss(model, inputs)
     per_token_loss = seen[-1]["per_token_loss"]
 
-It installs a `sys.settrace` hook for the duration (the previous hook is put back), which
-traces only frames of that function's code object.
+It installs a `sys.setprofile` hook for the duration (the previous one is put back and called
+too), which reads the frames of that function's code object as they return. A profile hook,
+not a trace hook: `sys.settrace` would replace coverage.py's tracer, and `hunt --coverage` then
+saw none of the function's lines (OpenRLHF's PolicyLoss.forward measured 0 of 14 branches).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from typing import Any, Callable, Iterator
 @contextlib.contextmanager
 def locals_on_return(fn: Callable, names: tuple[str, ...], *also: Callable) -> Iterator[list[dict[str, Any]]]:
     """Yield a list that gets, for each call of `fn` (or of a function in `also`, called inside
-    it: one hook traces them all) that returns (or raises) while the block runs, a dict of those
+    it: one hook reads them all) that returns (or raises) while the block runs, a dict of those
     of `names` that were bound at that moment."""
     codes = {c for f in (fn, *also) if (c := getattr(inspect.unwrap(f), "__code__", None)) is not None}
     seen: list[dict[str, Any]] = []
@@ -34,18 +36,17 @@ def locals_on_return(fn: Callable, names: tuple[str, ...], *also: Callable) -> I
         yield seen
         return
 
-    def local(frame, event, arg):
-        if event == "return":
+    before = sys.getprofile()
+
+    def profiler(frame, event, arg):
+        if before is not None:
+            before(frame, event, arg)
+        if event == "return" and frame.f_code in codes:
             values = frame.f_locals
             seen.append({n: values[n] for n in names if n in values})
-        return local
 
-    def tracer(frame, event, arg):
-        return local if frame.f_code in codes else None
-
-    before = sys.gettrace()
-    sys.settrace(tracer)
+    sys.setprofile(profiler)
     try:
         yield seen
     finally:
-        sys.settrace(before)
+        sys.setprofile(before)
