@@ -14,20 +14,6 @@ import tempfile
 
 import pytest
 
-# pytest-xdist (`-n` in pyproject.toml's addopts): a module runs whole on one worker, so its
-# module fixtures (a trainer imported once, a corpus run once) run once; modules that read one
-# session fixture share a worker, so it runs once too. Each worker is a session of its own:
-# its own shared zygote, checkout cache and bytecode folder below.
-SHARED_SESSION_FIXTURE = {"test_cli": "plant_gate", "test_markdown_report": "plant_gate"}
-
-
-def pytest_collection_modifyitems(config, items):
-    if not config.pluginmanager.hasplugin("xdist"):
-        return
-    for item in items:
-        module = item.module.__name__.rsplit(".", 1)[-1]
-        item.add_marker(pytest.mark.xdist_group(SHARED_SESSION_FIXTURE.get(module, module)))
-
 
 @pytest.fixture(scope="session", autouse=True)
 def _session_bytecode():
