@@ -187,9 +187,16 @@ def _cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     (["--time", "0"], "--time 0: give the seconds of search"),
     (["-b", "kl", "-c", "kl_coef=0.1"], "no option 'kl_coef' on the hunted boundaries"),
 ])
-def test_refused_with_a_reason(args, says):
-    p = _cli(*args)
-    assert p.returncode == 2 and says in p.stderr, p.stderr
+def test_refused_with_a_reason(args, says, monkeypatch):
+    # in this process (Typer's CliRunner): a refusal starts no worker, so a subprocess would only
+    # add an interpreter start; one that raises fails here instead of reading as an exit code.
+    # The hunt command sets HYPOTHESIS_STORAGE_DIRECTORY for its workers: undone afterwards.
+    from typer.testing import CliRunner
+
+    from sentinel.cli import app
+    monkeypatch.delenv("HYPOTHESIS_STORAGE_DIRECTORY", raising=False)
+    p = CliRunner().invoke(app, ["hunt", *args], catch_exceptions=False)
+    assert p.exit_code == 2 and says in p.stderr, p.stderr
 
 
 @pytest.mark.slow  # a differential hunt; one stays in the default set
