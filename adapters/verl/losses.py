@@ -170,13 +170,17 @@ class PolicyLosses:
             if loss_agg != "token-mean" and "loss_agg_mode" not in params:
                 raise Unsupported(f"{signature_text(fn)} aggregates by token-mean only (loss_agg={loss_agg})")
         watch = [Watch(cfg)] if cfg is not None else []
-        with spy(core, "agg_loss") as agg_calls:  # the token loss verl hands its aggregation
+        # the token loss verl hands its aggregation: agg_loss, or (before agg_loss, early 2025)
+        # the masked_mean whose result is the loss
+        with spy(core, "agg_loss") as agg_calls, spy(self._verl_F(), "masked_mean") as mean_calls:
             out = fn(**kw)
         observed = extras(out, *watch)
         loss = out[0] if isinstance(out, tuple) else out
         token = next((a.get("loss_mat") for a, r in agg_calls if r is loss), None)
         if token is None and len(agg_calls) == 1:
             token = agg_calls[0][0].get("loss_mat")
+        if token is None and not agg_calls:
+            token = next((a.get("values") for a, r in mean_calls if r is loss), None)
         return token, loss, fn, observed
 
     _RS_KEYS = ("rollout_is", "rollout_is_threshold", "rollout_is_batch_normalize", "rollout_rs",
