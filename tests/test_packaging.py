@@ -5,6 +5,7 @@ version comes from git (setuptools-scm), not from a number written in a file."""
 from __future__ import annotations
 
 import importlib.util
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -27,9 +28,16 @@ def wheel(tmp_path_factory) -> Path:
     pytest.importorskip("build")
     pytest.importorskip("setuptools_scm")
     out = tmp_path_factory.mktemp("dist")
+    # setuptools writes build/ and rl_sentinel.egg-info into the checkout: what this test adds is removed
+    # (a stale egg-info on a developer's sys.path is read as an installed rl-sentinel, test_ci_files)
+    made = [p for p in (ROOT / "build", ROOT / "rl_sentinel.egg-info") if not p.exists()]
     # --no-isolation: the test extra's setuptools and setuptools-scm, no download
-    r = subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(out), str(ROOT)],
-                       capture_output=True, text=True, timeout=300)
+    try:
+        r = subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(out), str(ROOT)],
+                           capture_output=True, text=True, timeout=300)
+    finally:
+        for p in made:
+            shutil.rmtree(p, ignore_errors=True)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     (whl,) = out.glob("*.whl")
     return whl
