@@ -151,3 +151,15 @@ def test_a_token_budget_below_the_padded_length_is_excluded_not_an_error(verl):
     so the call is never made."""
     with pytest.raises(PreconditionUnmet, match="verl-token-budget"):
         verl.call("actor_logprobs", dict(BATCH), {"use_dynamic_bsz": True, "max_token_len": 5})
+
+
+@needs_tensordict
+def test_compute_log_probs_missing_gradient_is_a_declared_deviation_not_a_finding(tmp_path):
+    # verl's compute_log_prob runs under no_grad by design: against the reference, a batched draw
+    # showed "grad:log_probs/logits reference [..] vs verl [0, 0]" as a finding (adversarial review)
+    rep = H.differential(TargetSpec("reference"), TargetSpec("verl", REPO), ["actor_logprobs"], 60.0, 1,
+                         against=True, out_dir=tmp_path, verify=False, max_examples=40, min_examples=40,
+                         config={"micro_batch_size": 2, "temperature": 1.0, "use_remove_padding": False})
+    assert not rep.hunt.findings, [(f.property, f.message) for f in rep.hunt.findings]
+    met = {d.name for d in rep.hunt.deviations}
+    assert "compute-log-prob-without-gradient-micro_batch_size" in met, met

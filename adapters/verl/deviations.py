@@ -19,6 +19,7 @@ _RPP_BASELINE = dict(source=f"{_ALGOS}:compute_reinforce_plus_plus_baseline_outc
 _AGG_LOSS = dict(source=f"{_ALGOS}:agg_loss", body=("dd30e0c1d0c3", "b73894975cc6"))
 _MASKED_VAR = dict(source=f"{_TF}:masked_var", body=("5e8c1fac8c32",))
 _MASKED_WHITEN = dict(source=f"{_TF}:masked_whiten", body=("e8cd2e79e1e2",))
+_COMPUTE_LOG_PROB = dict(source="verl.workers.actor.dp_actor:DataParallelPPOActor.compute_log_prob", body=("0f652bebaa5e",))
 _IS_METRICS = dict(source="verl.trainer.ppo.rollout_corr_helper:compute_is_metrics", body=("dc9bcb3f4ca4", "84a90b530135"))
 
 
@@ -83,4 +84,12 @@ DEVIATIONS = {
         reason="rollout_corr_helper raises ValueError on a batch whose response_mask has no valid token",
         link=f"{_VERL}/trainer/ppo/rollout_corr_helper.py#L441-L442", **_IS_METRICS),
     **_global_batch_deviations(),
+    **{f"compute-log-prob-without-gradient-{key}": deviation(
+        "actor_logprobs", observables=("grad:log_probs/logits", "grad:entropy/logits"), when={key: values},
+        reason="with micro-batching or dynamic batching the actor's log-probs come from compute_log_prob, which "
+               "runs its forward under torch.no_grad(): it serves the old log-probs of the PPO ratio, and the "
+               "update recomputes them with a gradient in update_policy; the reference's log-softmax has one",
+        link="https://github.com/volcengine/verl/blob/b178a3cd5/verl/workers/actor/dp_actor.py#L471",
+        **_COMPUTE_LOG_PROB)
+       for key, values in (("micro_batch_size", tuple(range(1, 65))), ("use_dynamic_bsz", (True,)))},
 }
