@@ -59,3 +59,24 @@ def test_coverage_measures_the_function_whose_locals_are_read(tmp_path):
     data = combined.get_data()
     lines = set(data.lines(str(path.resolve())) or data.lines(str(path)) or [])
     assert {2, 3, 5, 6, 10, 11, 12} <= lines  # both arms of f, g's branch and its fall-through
+
+
+def test_locals_are_read_under_cprofile_and_the_profiler_is_put_back():
+    # cProfile's hook is no Python callable: chaining it raised TypeError into the target's call,
+    # and sys.setprofile(it) could not put it back
+    import cProfile
+
+    def f(x):
+        y = x + 1
+        return y
+
+    prof = cProfile.Profile()
+    prof.enable()
+    try:
+        with locals_on_return(f, ("y",)) as seen:
+            f(1)
+        after = sys.getprofile()
+    finally:
+        prof.disable()
+    assert seen == [{"y": 2}]
+    assert after is prof

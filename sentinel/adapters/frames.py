@@ -37,10 +37,13 @@ def locals_on_return(fn: Callable, names: tuple[str, ...], *also: Callable) -> I
         return
 
     before = sys.getprofile()
+    # a profiler written in C (cProfile's) is no Python callable: it is paused for the block (its
+    # counts miss the call) and put back with its own enable()
+    chained = before if callable(before) else None
 
     def profiler(frame, event, arg):
-        if before is not None:
-            before(frame, event, arg)
+        if chained is not None:
+            chained(frame, event, arg)
         if event == "return" and frame.f_code in codes:
             values = frame.f_locals
             seen.append({n: values[n] for n in names if n in values})
@@ -49,4 +52,7 @@ def locals_on_return(fn: Callable, names: tuple[str, ...], *also: Callable) -> I
     try:
         yield seen
     finally:
-        sys.setprofile(before)
+        if before is None or chained is not None:
+            sys.setprofile(before)
+        else:
+            before.enable()
