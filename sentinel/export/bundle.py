@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from ..catalog import catalog_path
 from ..errors import SentinelError
 from ..links import github_url
 from ..spec import load_file
+from ..zygote import module_command
 from . import dupes, generate, refrepo, sides
 
 MAX_BYTES = 60_000
@@ -64,7 +64,7 @@ def find_scenario(name: str) -> Path:
 def record(req: Request, path: Path, root: Path | None, options: dict[str, Any], sid: str) -> dict[str, Any]:
     body = {"target": req.target, "root": str(root) if root else None, "options": options,
             "scenario": str(path), "id": sid, "package": targets.get(req.target).package}
-    proc = subprocess.run([sys.executable, "-m", "sentinel.export.select"], input=json.dumps(body), text=True,
+    proc = subprocess.run(module_command("sentinel.export.select"), input=json.dumps(body), text=True,
                           capture_output=True, timeout=600)
     try:
         ans = json.loads(proc.stdout)

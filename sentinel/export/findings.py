@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 from ..catalog import catalog_path
 from ..errors import SentinelError
 from ..spec import load_file
+from ..zygote import module_command
 
 URL = re.compile(r"https?://\S+")
 
@@ -58,7 +58,7 @@ def run_now(target: str, repo: str | None, commit: str | None = None) -> dict[st
     """The verdicts of the seeds and findings on `target` now: one `sentinel run` (a subprocess,
     as the CLI runs it) over the catalog's seeds/ and findings/."""
     root = Path(catalog_path())
-    cmd = [sys.executable, "-m", "sentinel", "run", str(root / "seeds"), str(root / "findings"), "-t", target, "--json"]
+    cmd = [*module_command("sentinel"), "run", str(root / "seeds"), str(root / "findings"), "-t", target, "--json"]
     cmd += ["--repo", repo] if repo else []
     cmd += ["--commit", commit] if commit else []
     proc = subprocess.run(cmd, capture_output=True, text=True)
