@@ -205,7 +205,7 @@ TRL_REPO = os.environ.get("SENTINEL_TRL_REPO")
 def test_trl_opsm_sequence_kl_is_observed(tmp_path, monkeypatch):
     """TRL's get_off_policy_mask with the sign of its KL flipped survived 10 opsm_mask examples: only the
     keep / drop decision was observed, and it flips only for a negative-advantage row near the threshold.
-    The adapter now reads avg_seq_kl at the function's return (opsm:avg_seq_kl)."""
+    The adapter now reads avg_seq_kl at the function's return (local:avg_seq_kl)."""
     import ast
     from sentinel.catalog import catalog_path
     from sentinel.mutate.mutants import Function, mutants

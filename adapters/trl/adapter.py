@@ -195,7 +195,7 @@ class TRLAdapter(ActorSurface, TrainerAdapter):
         observed = extras({"value": loss, "logged": getattr(trainer, "_metrics", None)}, watch)
         kl = next((f["avg_seq_kl"] for f in frames if isinstance(f.get("avg_seq_kl"), torch.Tensor)), None)
         if kl is not None:  # [B, 1]: the KL each sequence's keep / drop decision compared with the threshold
-            observed["opsm:avg_seq_kl"] = kl.detach()
+            observed["local:avg_seq_kl"] = kl.detach()
         return {"loss": loss, **{k: full(seen.get(k)) for k in OUTPUTS}, "extras": observed}
 
     def _trainer_options(self, config: dict[str, Any], inputs: dict[str, torch.Tensor], loss_type: str, beta: float,

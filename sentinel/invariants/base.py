@@ -51,7 +51,9 @@ INPUT_RE = re.compile(r"^input:(\w+)$")
 # target (or a version) has no such value the check is skipped, never held. A config attribute the call
 # left as it was is observed, not missing (`config:X` 0.0, `config:X.value` the value it kept:
 # observables.Watch): only an attribute the watched object lacks, or no watched object, is absent.
-EXTRA_PREFIXES = ("returned:", "config:")
+# Also a local a trainer function held at its return (`local:avg_seq_kl`, adapters.frames) and the
+# gradient of the loss it returned where that loss is no canonical output (`loss_grad:log_probs`).
+EXTRA_PREFIXES = ("returned:", "config:", "local:", "loss_grad:")
 
 
 def is_extra(observable: str) -> bool:
