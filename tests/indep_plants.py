@@ -112,7 +112,8 @@ TrlAbsentPlanted = planted("TrlAbsentPlanted", TrlAdapter, "trl-indep-absent-pla
 _AREAL_MASK = ("areal.engine.ppo.actor", "grpo_loss_fn",
                'loss_mask = input_data.get("full_loss_mask", input_data["loss_mask"]).bool()',
                'loss_mask = input_data.get("full_loss_mask", torch.ones_like(input_data["loss_mask"])).bool()')
-_NO_PRESENCE_AXIS = {k: v for k, v in ArealAdapter.option_domains.items() if k != "metrics"}
+_NO_PRESENCE_AXIS = {**ArealAdapter.option_domains, "metrics": {  # every other metrics option still drawn
+    k: v for k, v in ArealAdapter.option_domains["metrics"].items() if k != "trainer:full_loss_mask"}}
 
 
 class ArealMaskClean(ArealClean):
