@@ -39,10 +39,12 @@ def module_command(module: str, *args: str) -> list[str]:
     """`python -m module args`, with `sentinel` imported from where this CLI's own is: `-m` puts
     the current folder first on sys.path, so a CLI run in a folder holding another `sentinel`
     (a clone of this repository beside an installed release) had workers running that one's
-    code. Only the `sentinel` package is pinned; everything else resolves as for the CLI."""
+    code. Only the `sentinel` package is pinned (imported before the current folder can shadow
+    it); everything else resolves as under `python -m`, the current folder first."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    boot = ("import runpy, sys\n"
-            "if sys.path[:1] == ['']: del sys.path[0]\n"  # -c's current folder (absent under -P)
+    boot = ("import os, runpy, sys\n"
+            # the current folder stays first, absolute, as -m has it (the zygote maps it to each CLI's)
+            "if sys.path[:1] == ['']: sys.path[0] = os.getcwd()\n"
             f"sys.path.insert(0, {root!r}); import sentinel; sys.path.remove({root!r})\n"
             f"runpy.run_module({module!r}, run_name='__main__', alter_sys=True)")
     return [sys.executable, "-c", boot, *args]
