@@ -191,8 +191,10 @@ def test_areal_grpo_loss_fn_options_reach_its_branches(operator, added, tmp_path
     lines = text.splitlines(keepends=True)[node.lineno - 1:node.end_lineno]
     ids = [m.id for m in mutants(Function(name, "".join(lines), node.lineno), [operator]) if added in m.diff + "\n"]
     assert len(ids) == 1, f"{operator} mutants adding {added!r}: {ids}"
+    # bounded by examples, not by the clock (a 30 s budget let the sign mutant survive on a loaded CI run)
     rep = mutate(load_paths([catalog_path()]), Options("areal", repo=AREAL_REPO, boundaries=["metrics"],
-                                                        operators=[operator], only=ids, budget=30, cache=None))
+                                                        operators=[operator], only=ids, budget=900, hunt_examples=3000,
+                                                        cache=None))
     m, = rep.mutate.mutants
     assert m.verdict == "killed", m
 
