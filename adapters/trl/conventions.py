@@ -72,6 +72,9 @@ OPTION_DOMAINS = {
     "opsm_mask": {k: v for k, v in _FIXED_LOSS_TYPE.items() if k != "trainer:off_policy_mask_threshold"}  # opsm_delta
     | {"trainer:importance_sampling_level": ("token", "sequence")},
     "cispo_loss": _FIXED_LOSS_TYPE | {"trainer:importance_sampling_level": ("token", "sequence")},
+    # with the entropy bonus on, _get_per_token_logps_and_entropies computes the entropies with their
+    # gradient (a loss term); off, under no_grad (logging and the entropy mask only)
+    "actor_logprobs": {"trainer:entropy_coef": (0.0, 0.01)},
 }
 _LOGGING = "read for logging / profiling only (the metrics, never the loss)"
 _ONE_MODEL = "the stand-in policy (adapters/trl/bare.py) has no MoE router, liger kernel or sampling temperature"
