@@ -47,6 +47,7 @@ from sentinel.adapters.observables import extras
 from sentinel.adapters.options import recorded
 from sentinel.errors import Unsupported
 
+from .conventions import STATS_EXPORT
 from .legacy import logits_for
 from .options import ACTOR_LOSS_ABSENT, actor_loss_options
 
@@ -106,7 +107,7 @@ class Surfaces:
         return BoundaryResult({"log_probs": log_probs, "entropy": entropy}, function=self._ref(fn))
 
     @implements("metrics", calls=(f"{ACTOR}:grpo_loss_fn", f"{FUNCTIONAL}:ppo_actor_loss_fn",
-                                  "areal.utils.stats_tracker:DistributedStatsTracker.export"))
+                                  STATS_EXPORT))
     def b_metrics(self, inputs, config):
         if config["metric_agg"] != "token-mean":
             raise Unsupported("AReaL reduces every logged actor metric over n_valid_tokens (a token mean); it has no "
@@ -161,7 +162,7 @@ class Surfaces:
         return BoundaryResult(outputs, function=self._ref(fn).with_also(self._ref(self._functional.ppo_actor_loss_fn)),
                               extras={**extras((loss, dict(logged))), **grad})
 
-    @implements("masked_reduce", calls=("areal.utils.data:Normalization.__call__",))
+    @implements("masked_reduce", calls=("areal.utils.data:Normalization",))  # the class it builds and calls
     def b_masked_reduce(self, inputs, config):
         """The trainer's advantage whitening: Normalization with batch-level mean and std over the
         loss mask (what PPOActor.compute_advantages runs for adv_norm), on the canonical batch."""

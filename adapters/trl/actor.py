@@ -55,8 +55,10 @@ class ActorSurface:
         model = StandInLM(LogitsTable(logits, tokens, inputs["attention_mask"]))
         # what GRPOTrainer.__init__ reads off the model: the forward's keyword names
         keys = tuple(inspect.signature(model.forward).parameters)
+        # the entropy bonus on (trainer:entropy_coef): the method then keeps the entropies in the graph
+        coef = float(config.get("trainer:entropy_coef") or 0.0)
         trainer = bare_trainer(cls, self.mods[CONFIG].GRPOConfig, model, temperature=float(config["temperature"]),
-                               model_kwarg_keys=keys)
+                               model_kwarg_keys=keys, entropy_coef=coef, _entropy_bonus_enabled=coef != 0.0)
         method = getattr(trainer, fn.__name__)  # bound: the trainer is `self`
         kwargs = bind(method, ACTOR, {"model": model, "input_ids": ids, "attention_mask": mask, "logits_to_keep": keep},
                       {"batch_size": config["micro_batch_size"], "compute_entropy": True if entropies else None},

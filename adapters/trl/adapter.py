@@ -35,6 +35,7 @@ from .conventions import (
     OUTPUTS,
     PIP_HINT,
     TOKEN_MEAN_TYPES,
+    UNREACHABLE,
 )
 
 
@@ -62,7 +63,7 @@ class TRLAdapter(ActorSurface, TrainerAdapter):
                          "(_generate_and_score_completions); _compute_loss only multiplies by it",
     }
 
-    option_domains, pinned = OPTION_DOMAINS, PINNED
+    option_domains, pinned, unreachable = OPTION_DOMAINS, PINNED, UNREACHABLE
 
     def __init__(self, root: Path | None, device: torch.device, options: dict[str, Any] | None = None):
         super().__init__(root, device, options)
@@ -213,7 +214,7 @@ class TRLAdapter(ActorSurface, TrainerAdapter):
         for name, value in opts.items():  # the others: an attribute of the trainer, or a GRPOConfig field
             if name not in ("loss_type", "beta") and value is not None:
                 extra[name] = value
-        if opts.get("entropy_coef"):
+        if opts.get("entropy_coef") or opts.get("use_adaptive_entropy"):  # as GRPOTrainer.__init__ sets it
             extra["_entropy_bonus_enabled"] = True
         if opts.get("use_vllm") and opts.get("vllm_importance_sampling_correction"):
             if not self._has("vllm_importance_sampling_correction"):

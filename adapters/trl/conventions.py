@@ -39,14 +39,19 @@ OUTPUTS = ("per_token_loss", "per_token_kl", "is_region_clipped", "off_policy_ma
 # boundaries that run the whole of _compute_loss: the loss types no canonical loss_agg names
 # (None: the one loss_agg maps to) and their parameters (sapo, vespo), the KL term in the loss
 # (beta; the behaviour log-probs as its reference where the boundary has none), the entropy mask
-# and bonus, the vLLM IS ratio (exp(old - rollout)), the gradient-accumulation normaliser and the
-# off-policy mask. Each value is set on the bare trainer and, where GRPOConfig has the field, its args.
+# and bonus (static or adaptive), the vLLM IS ratio (exp(old - rollout)), the gradient-accumulation
+# normaliser and the off-policy mask. Each value is set on the bare trainer and, where GRPOConfig has the field, its args.
 _LOSS_OPTIONS = {
     "trainer:loss_type": (None, "dr_grpo", "dapo", "sapo", "luspo", "vespo"),
     "trainer:beta": (0.0, 0.04),
     "trainer:use_bias_correction_kl": (False, True),
     "trainer:top_entropy_quantile": (1.0, 0.5),
     "trainer:entropy_coef": (0.0, 0.01, 0.1),
+    # Skywork-OR1's adaptive entropy control: the bonus gated by the last step's entropy against the
+    # target, the coefficient updated from this step's (logged as entropy_coef); the stand-in's
+    # entropies lie in [0, ln 2], so a target of 0.6 puts the update on either side
+    "trainer:use_adaptive_entropy": (False, True),
+    "trainer:entropy_target": (0.2, 0.6),
     "trainer:use_vllm": (False, True),
     "trainer:vllm_importance_sampling_correction": (False, True),
     "trainer:sapo_temperature_pos": (1.0, 0.5),
@@ -67,14 +72,15 @@ OPTION_DOMAINS = {
     "opsm_mask": {k: v for k, v in _FIXED_LOSS_TYPE.items() if k != "trainer:off_policy_mask_threshold"}  # opsm_delta
     | {"trainer:importance_sampling_level": ("token", "sequence")},
     "cispo_loss": _FIXED_LOSS_TYPE | {"trainer:importance_sampling_level": ("token", "sequence")},
+    # with the entropy bonus on, _get_per_token_logps_and_entropies computes the entropies with their
+    # gradient (a loss term); off, under no_grad (logging and the entropy mask only)
+    "actor_logprobs": {"trainer:entropy_coef": (0.0, 0.01)},
 }
 _LOGGING = "read for logging / profiling only (the metrics, never the loss)"
 _ONE_MODEL = "the stand-in policy (adapters/trl/bare.py) has no MoE router, liger kernel or sampling temperature"
 PINNED = (
     *pin("*", "args.report_to", "state.global_step", reason=_LOGGING),
     *pin("*", "aux_loss_enabled", "temperature", reason=_ONE_MODEL),
-    *pin("*", "use_adaptive_entropy", reason="the adaptive entropy controller carries state from one optimizer "
-                                                "step to the next; one call of the loss cannot observe it"),
     *pin("kl", "beta", "loss_type", "epsilon_low", "epsilon_high", "args.delta", "importance_sampling_level",
          "off_policy_mask_threshold", "top_entropy_quantile", "use_vllm", "args.use_bias_correction_kl",
          "current_gradient_accumulation_steps",
@@ -88,3 +94,14 @@ PINNED = (
     *pin("opsm_mask", "args.delta", reason="the opsm_mask boundary has no dual clip (policy_loss draws eps_clip_c)"),
     *pin("cispo_loss", "loss_type", reason="the cispo_loss boundary is loss_type cispo"),
 )
+
+# Branches of the mapped functions no call can take, each with why (`sentinel hunt --coverage`
+# lists them apart; "text of the branching line -> text of the line it jumps to" is one arc)
+_GUARD = "raises on a value the adapter never sets (its loss types and ratio levels are TRL's own names)"
+UNREACHABLE = {
+    f"{GRPO}:GRPOTrainer._compute_loss": {
+        'elif self.importance_sampling_level == "sequence" -> raise ValueError': _GUARD,
+        'elif self.loss_type == "vespo" -> raise ValueError': _GUARD,
+        'elif self.loss_type == "luspo" -> raise ValueError': _GUARD,
+    },
+}
