@@ -73,6 +73,10 @@ class PreconditionUnmet(TargetError):
 # fault at that version (a keyword the trainer's function lacks, a broken output contract), never
 # the target's; a compare, history or differential hunt does not count it against the target.
 ADAPTER_DEFECT = "AdapterDefect"
+# Error types that are the harness's, not the target's answer to an input: an adapter defect, and
+# a dependency the call needs that this environment lacks (TargetLoadError: an extra not installed).
+# A differential hunt rejects an example one side answered so; it is never a difference.
+NOT_THE_TARGETS = (ADAPTER_DEFECT, TargetLoadError.__name__)
 
 
 class ContractError(TargetError):

@@ -113,3 +113,39 @@ def plant_gate(tmp_path_factory):
                            "opsm-token-level", "-o", str(d / "plant.json")], cwd=d, capture_output=True, text=True,
                           timeout=300, env=env)
     return done, d / "plant.json"
+
+
+# --- nothing left behind in the checkout ----------------------------------------------------
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# what running tests may leave, as any pytest run does (ignored by .gitignore)
+TEST_LEAVINGS = ("__pycache__", ".hypothesis/", ".pytest_cache/")
+
+
+def _checkout_files() -> set[str] | None:
+    # folders collapsed: CI's .venv (ignored) holds tens of thousands of files
+    r = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--ignored", "--untracked-files=normal"],
+                       capture_output=True, text=True, env={**os.environ, "GIT_OPTIONAL_LOCKS": "0"})
+    if r.returncode:
+        return None  # not a git checkout (an unpacked sdist): nothing to compare
+    return {line[3:] for line in r.stdout.splitlines()
+            if line[:2] in ("??", "!!") and not any(part in line[3:] for part in TEST_LEAVINGS)}
+
+
+def pytest_sessionstart(session):
+    if not os.environ.get("PYTEST_XDIST_WORKER"):  # the controller (or -n 0) watches; workers run tests
+        session.config._sentinel_checkout = _checkout_files()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    before = getattr(session.config, "_sentinel_checkout", None)
+    after = _checkout_files() if before is not None else None
+    if after is None or not (after - before):
+        return
+    # a test wrote into the checkout (a report, a build folder): beside a developer's own files it
+    # is read back by other tests and lingers after the run; a test writes under its tmp_path
+    new = sorted(after - before)
+    more = f" and {len(new) - 10} more" if len(new) > 10 else ""
+    session.config.get_terminal_writer().line(f"\ntests left {len(new)} files in the checkout: "
+                                              f"{', '.join(new[:10])}{more}", red=True)
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED

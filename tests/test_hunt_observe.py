@@ -126,3 +126,25 @@ def test_locals_are_read_at_the_return_of_a_function_called_inside_the_traced_on
         outer(np.arange(3))
     assert [sorted(f) for f in frames] == [["kl"], ["mask"]]
     assert list(frames[0]["kl"]) == [0, 2, 4]
+
+
+def test_a_side_that_cannot_load_what_the_call_needs_is_rejected_not_a_difference():
+    """verl's batched log-probs need tensordict (the `verl` extra): a side without it raises
+    TargetLoadError on that config, the other side answers. That is this environment's gap, not
+    the trainer's: the example is rejected with the message, as an adapter defect is."""
+    from sentinel.hunt.driver.differential import DiffJudge
+
+    class Hunter:  # the differential hunt's comparison, nothing else
+        def unexplained(self, b, ex, a, c):
+            return D.differences(b, ex, a, c), []
+
+    judge = object.__new__(DiffJudge)
+    judge.h, judge.b = Hunter(), "kl"
+    ex = Example("kl", {}, {"log_probs": np.zeros((1, 2), np.float32)})
+    missing = {"status": "error", "type": "TargetLoadError", "message": "the tensordict package is not installed"}
+    raised = {"status": "error", "type": "ValueError", "message": "shapes differ"}
+    for a, b in ((missing, _answer()), (_answer(), missing)):
+        answer = judge._answer(ex, a, b)
+        assert answer.violations == [] and answer.rejected.startswith("not loadable here: the tensordict"), answer
+        assert answer.error["type"] == "TargetLoadError"
+    assert judge._answer(ex, raised, _answer()).violations == ["exception"]  # the target's own raise differs

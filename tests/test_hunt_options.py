@@ -91,6 +91,7 @@ def toy_with_domain(tmp_path, monkeypatch):
 
 
 def sentinel(*args: str, columns: int = 250, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    # a hunt writes its findings' scenarios under ./reports/hunt: a test's hunt runs in its tmp_path
     return subprocess.run([sys.executable, "-m", "sentinel.cli", *args], capture_output=True, text=True,
                           env={**os.environ, "COLUMNS": str(columns)}, cwd=cwd)
 
@@ -98,7 +99,7 @@ def sentinel(*args: str, columns: int = 250, cwd: Path | None = None) -> subproc
 def _hunt(tmp_path: Path) -> dict:
     out = tmp_path / "hunt.json"
     r = sentinel("hunt", "--target", "toyopts", "--property", "reward_norm.permutation_equivariant",
-                 "--time", "6", "--seed", "1", "-n", "60", "-o", str(out))
+                 "--time", "6", "--seed", "1", "-n", "60", "-o", str(out), cwd=tmp_path)
     assert out.is_file(), r.stdout + r.stderr
     report = json.loads(out.read_text())
     (entry,) = [o for o in report["hunt"]["options"] if o["boundary"] == "reward_norm"]
@@ -227,7 +228,7 @@ def toy_with_trainer_option(tmp_path, monkeypatch):
 def _hunt_report(tmp_path: Path) -> dict:
     out = tmp_path / "hunt.json"
     r = sentinel("hunt", "--target", "toyopts", "--property", "reward_norm.permutation_equivariant",
-                 "--time", "6", "--seed", "1", "-n", "60", "-o", str(out))
+                 "--time", "6", "--seed", "1", "-n", "60", "-o", str(out), cwd=tmp_path)
     assert out.is_file(), r.stdout + r.stderr
     return json.loads(out.read_text())
 

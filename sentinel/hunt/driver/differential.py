@@ -35,7 +35,7 @@ from hypothesis.errors import Flaky, NoSuchExample
 from ... import strategies as S, verdicts
 from ...adapters.options import is_trainer
 from ...boundaries import BOUNDARIES
-from ...errors import ADAPTER_DEFECT, SideDied, UsageError
+from ...errors import ADAPTER_DEFECT, NOT_THE_TARGETS, SideDied, UsageError
 from ...invariants import REGISTRY
 from ...invariants.base import is_extra
 from ...report import Report, Target
@@ -435,9 +435,10 @@ class DiffJudge:
         if skip:
             who = "both sides" if a["status"] == b["status"] else "base" if skip is a else "head"
             return Answer(rejected=f"{skip['status']} by {who}: {skip['reason']}")
-        defect = next((r for r in (a, b) if r["status"] == "error" and r["type"] == ADAPTER_DEFECT), None)
-        if defect is not None:  # the adapter failed a side: no answer of the target's, never a finding
-            return Answer(rejected=f"adapter defect: {defect['message']}", error={
+        defect = next((r for r in (a, b) if r["status"] == "error" and r["type"] in NOT_THE_TARGETS), None)
+        if defect is not None:  # the adapter or the environment failed a side: no answer of the target's
+            what = "adapter defect" if defect["type"] == ADAPTER_DEFECT else "not loadable here"
+            return Answer(rejected=f"{what}: {defect['message']}", error={
                 "type": defect["type"], "message": defect["message"], "traceback": "", "example": repr(ex)[:4000]})
         if a["status"] == "error" and b["status"] == "error":
             return Answer(rejected=f"both sides raised {a['type']}", error={
