@@ -7,7 +7,9 @@ gives it a learning rate.
 Before agg_loss (March 2025, a1dd9224b), compute_policy_loss reduced its token loss with
 masked_mean: the adapter found no `pg_loss` and every policy_loss scenario was an adapter defect
 ("output 'pg_loss' is missing"); the token loss is now the masked_mean argument whose result is
-the loss."""
+the loss. The metrics boundary read `unsupported` there ("no agg_loss") although
+compute_policy_loss returned clipfrac and ppo_kl: dp_actor then logged kl_loss as
+masked_mean(kld, response_mask), which the adapter now calls where agg_loss does not exist."""
 
 from __future__ import annotations
 
@@ -33,3 +35,11 @@ def test_policy_loss_runs_where_the_optimizer_config_had_no_default_learning_rat
 def test_policy_loss_runs_before_agg_loss():
     res = probe("a1dd9224b", ["policy_loss"], target="verl")
     assert res["policy_loss"].verdict in ("holds", "violated"), why(res["policy_loss"])
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get("SENTINEL_VERL_REPO"),
+                    reason="SENTINEL_VERL_REPO (path of a verl checkout) is not set")
+def test_metrics_run_before_agg_loss():
+    res = probe("a1dd9224b", ["metrics"], target="verl")
+    assert res["metrics"].verdict in ("holds", "violated"), why(res["metrics"])
