@@ -14,6 +14,7 @@ masked_mean(kld, response_mask), which the adapter now calls where agg_loss does
 from __future__ import annotations
 
 import os
+import subprocess
 
 import pytest
 
@@ -43,3 +44,38 @@ def test_policy_loss_runs_before_agg_loss():
 def test_metrics_run_before_agg_loss():
     res = probe("a1dd9224b", ["metrics"], target="verl")
     assert res["metrics"].verdict in ("holds", "violated"), why(res["metrics"])
+
+
+_DISABLE = """
+id: engine-seq-mean-token-sum
+title: the engine worker's agg_loss at one commit
+boundary: loss_agg
+config: {mode: seq-mean-token-sum, "trainer:use_legacy_worker_impl": disable}
+inputs:
+  values:    [[1.0, 2.0, 3.0, 9.0], [4.0, 9.0, 9.0, 9.0], [7.0, 7.0, 7.0, 7.0]]
+  loss_mask: [[1, 1, 1, 0], [1, 0, 0, 0], [0, 0, 0, 0]]
+invariants:
+  - finite: {}
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get("SENTINEL_VERL_REPO"),
+                    reason="SENTINEL_VERL_REPO (path of a verl checkout) is not set")
+@pytest.mark.parametrize("sha, loss", [
+    ("9c5facbb", 5.0),  # 2025-11-23 (8ed5bafc^): roles/utils/losses.ppo_loss, no global_batch_info: the 2 non-empty rows
+    ("8ed5bafc", 10.0 / 3),  # 2025-11-24: roles/utils/losses.ppo_loss fills it: the whole mini-batch, 3 rows
+])
+def test_engine_worker_loss_where_its_ppo_loss_lived(sha, loss):
+    """use_legacy_worker_impl=disable read `unsupported` wherever workers/utils/losses.py did not fill
+    global_batch_info, although the engine worker's ppo_loss existed (in workers/roles/utils until
+    2025-11-29), filling it or handing agg_loss a bool mask with local counts."""
+    from sentinel.runner import TargetSpec, run_group
+    from sentinel.spec import load_text
+
+    repo = os.environ["SENTINEL_VERL_REPO"]
+    if subprocess.run(["git", "-C", repo, "cat-file", "-e", f"{sha}^{{commit}}"]).returncode:
+        pytest.skip(f"the verl checkout lacks commit {sha}")
+    (res,) = run_group(load_text(_DISABLE, "<engine>"), TargetSpec("verl", repo=repo, commit=sha), timeout=300.0).results
+    assert res.verdict in ("holds", "violated"), why(res)  # (finite is violated: seq-mean-loss-nan-masked)
+    assert float(res.observations["loss"]) == pytest.approx(loss)

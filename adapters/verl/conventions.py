@@ -71,7 +71,9 @@ UNREACHABLE = {
             "flash-attn's cross-entropy kernel: a CUDA build of flash-attn",
         "elif NPU_CROSS_ENTROPY_LOSS_AVAILABLE -> output = logprobs_from_logits_torch_npu": "torch_npu's kernel: an Ascend NPU"},
 }
-ACTOR_LOSSES_FILE = ("verl", "workers", "utils", "losses.py")
+# The engine worker's losses (use_legacy_worker_impl=disable): ppo_loss moved from workers/roles/utils
+# to workers/utils on 2025-11-29 (5a5fe9df); it fills global_batch_info since 2025-11-24 (8ed5bafc).
+ENGINE_LOSSES_FILES = (("verl", "workers", "utils", "losses.py"), ("verl", "workers", "roles", "utils", "losses.py"))
 
 PIP_HINT = pip_hint("verl", "pip install --no-deps verl==0.9.1")
 

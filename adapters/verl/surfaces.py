@@ -109,7 +109,7 @@ class Surfaces:
         lp, old, adv = inputs["log_probs"], inputs["old_log_probs"], inputs["advantages"]
         low, high = float(config["eps_clip"]), float(config["eps_clip_high"])
         c = math.inf if config["eps_clip_c"] is None else float(config["eps_clip_c"])
-        mask_t = mask.bool() if self.batch_info == "engine" else mask.to(torch.int64)
+        mask_t = self._actor_mask(mask)
         getter = getattr(self.core, "get_policy_loss_fn", None)
         registry = getattr(self.core, "POLICY_LOSS_REGISTRY", None) or {}
         if getter is not None and "vanilla" in registry:
