@@ -161,6 +161,23 @@ def test_gradients_reach_the_drawn_logits_and_each_call_is_a_new_tensor():
     assert logits.grad[0, 1, 1] == 1 and logits.grad.abs().sum() == 1
 
 
+def test_rows_with_the_same_ids_each_get_their_own_gradient():
+    """Two rows with the same ids (and so the same logits) were both served the first one's
+    canonical logits: its gradient was their sum and the other's 0, a `grad:log_probs/logits`
+    difference against the reference that a differential hunt on verl reported (reference
+    [-0.2, ..., 0.8] vs verl [-0.4, ..., 1.6] at row 0, 0 at row 1) and no trainer code had."""
+    tokens = torch.tensor([[0, 3, 0], [0, 3, 0]])
+    attn = torch.ones(2, 3)
+    logits = torch.zeros(2, 3, 5, requires_grad=True)
+    model = StandInLM(LogitsTable(logits, tokens, attn))
+    out = model(input_ids=tokens, attention_mask=attn).logits
+    out[1].sum().backward()  # row 1's output only
+    assert logits.grad[0].abs().sum() == 0 and logits.grad[1, 1:].abs().sum() > 0
+    packed = model(input_ids=tokens.reshape(1, -1), position_ids=torch.tensor([[0, 1, 2, 0, 1, 2]])).logits[0]
+    (g,) = torch.autograd.grad(packed[:3].sum(), logits)  # the first packed sequence: row 0's
+    assert g[1].abs().sum() == 0 and g[0, 1:].abs().sum() > 0
+
+
 def test_the_preconditions_say_which_layouts_no_model_produces():
     logits, tokens, attn = _table()
     loss = torch.tensor([[0, 1, 1, 0, 0], [0, 0, 1, 1, 0], [0, 0, 0, 1, 1]])

@@ -579,3 +579,16 @@ def test_a_family_name_claimed_twice_is_a_registry_error():
     with pytest.raises(RegistryError, match="'close' is defined twice") as e:
         type("Close2", (Invariant,), {"__annotations__": {}, "family": "close", "__doc__": "x"})
     assert isinstance(e.value, SentinelError)
+
+
+def test_a_token_mask_selects_every_entry_of_a_per_token_vector():
+    """A differential finding on grad:log_probs/logits ([B, T, V]) is pinned `where: loss_mask`
+    ([B, T]); the replay raised "operands could not be broadcast" instead of comparing."""
+    observed = np.zeros((2, 3, 4))
+    expected = observed.copy()
+    expected[0, 0] = 1.0  # differs only at a masked token
+    mask = np.array([[0, 1, 1], [1, 1, 1]])
+    assert compare(observed, expected, where=mask)[0]
+    expected[1, 2, 3] = 1.0  # and at a valid one
+    ok, _, bad = compare(observed, expected, where=mask)
+    assert not ok and bad == [[1, 2, 3]]

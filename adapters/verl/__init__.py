@@ -75,13 +75,15 @@ Conventions translated here
 - Policy configs are built through verl's own ``ActorConfig`` / ``PolicyLossConfig`` /
   ``AlgoConfig`` dataclasses, with only the fields that exist at that version.
 - Loss normalisation: one micro-batch on one rank. Where verl's actor fills
-  ``config.global_batch_info`` (``workers/utils/losses.ppo_loss``, 0.9 and later) the
+  ``config.global_batch_info`` (the engine's ``ppo_loss``, 2025-11-24 and later) the
   adapter fills it the same way: dp_size 1, batch_num_tokens = valid tokens,
   global_batch_size = B (the mini-batch's row count, fully masked rows included); older
   actors leave it empty and ``agg_loss`` uses its local defaults. options.batch_info
   ("engine" | "local") overrides; facts["batch_info"] says which. The hunt draws both per call
   (trainer option use_legacy_worker_impl: "enable" is the legacy dp_actor, which leaves it
-  empty at every version; "disable" the engine's ppo_loss, where this verl has it).
+  empty at every version; "disable" the engine worker's ppo_loss, in workers/roles/utils until
+  2025-11-29: it fills it since 2025-11-24, and before that hands agg_loss a bool mask and its
+  local counts; where no ppo_loss exists, "disable" is `unsupported`).
 - verl's outputs carry no per-token ``pg_loss`` or ``clipfrac``: the token loss is the
   ``loss_mat`` the policy loss hands to ``agg_loss`` (recorded by a call-through spy);
   ``clipfrac`` (verl logs only its masked mean) is not reported.

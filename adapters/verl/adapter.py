@@ -30,7 +30,7 @@ from sentinel.adapters.trainer import TrainerAdapter, shifts_rewards
 from sentinel.errors import TargetLoadError, Unsupported
 
 from .conventions import (
-    ACTOR_LOSSES_FILE,
+    ENGINE_LOSSES_FILES,
     CORE,
     ESTIMATOR_ALIASES,
     GRPO_FAMILY,
@@ -127,12 +127,21 @@ class VerlAdapter(ActorSurface, PolicyLosses, Surfaces, TrainerAdapter):
         choice = self.options.get("batch_info")
         if choice in ("engine", "local"):
             return choice
-        losses = root.joinpath(*ACTOR_LOSSES_FILE)
-        try:
-            src = losses.read_text(errors="replace")
-        except OSError:
-            return "local"
-        return "engine" if 'global_batch_info["global_batch_size"]' in src else "local"
+        return "engine" if self._engine_loss(root) == "engine" else "local"
+
+    @staticmethod
+    def _engine_loss(root: Path) -> str | None:
+        """What the engine worker's ppo_loss hands the loss: "engine" where it fills
+        global_batch_info, "engine-local" where it has none to fill (2025-08 to 11: a bool mask and
+        agg_loss's local counts), None where this verl has no ppo_loss (decided by the symbol)."""
+        for parts in ENGINE_LOSSES_FILES:
+            try:
+                src = root.joinpath(*parts).read_text(errors="replace")
+            except OSError:
+                continue
+            if "def ppo_loss(" in src:
+                return "engine" if 'global_batch_info["global_batch_size"]' in src else "engine-local"
+        return None
 
     def _prepare(self, root: Path) -> None:
         if _last_root and _last_root[0] != root:
@@ -228,10 +237,9 @@ class VerlAdapter(ActorSurface, PolicyLosses, Surfaces, TrainerAdapter):
         mode = drawn.get("loss_agg_mode") or config["mode"]  # verl's own mode, where drawn, in place of the canonical
         optional: dict[str, Any] = {}
         with self.worker_impl(config):
-            engine = self.batch_info == "engine"
-        if engine:  # workers/utils/losses.ppo_loss: global_batch_info with the actor's loss_scale_factor
-            optional = {**global_batch_info(mask), "loss_scale_factor": drawn.get("loss_scale_factor")}
-        mask_t = mask.bool() if engine else mask.to(torch.int64)
+            if self.batch_info == "engine":  # workers/utils/losses.ppo_loss: global_batch_info, loss_scale_factor
+                optional = {**global_batch_info(mask), "loss_scale_factor": drawn.get("loss_scale_factor")}
+            mask_t = self._actor_mask(mask)
         kw = bind(fn, "loss_agg", {"loss_mat": inputs["values"], "loss_mask": mask_t, "loss_agg_mode": mode},
                      optional)
         try:

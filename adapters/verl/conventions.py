@@ -38,6 +38,10 @@ _SP = "Ulysses sequence parallelism: several processes"
 _EMPTY = "a batch of no rows: every boundary's batch holds at least one row"
 _PARSED = ("dead code: _parse_rollout_rs_thresholds (called above) has already set both bounds of every k1 "
            "criterion and the upper one of the others, and every name passed the supported-options check")
+_FALLBACK = ("dead code: clip_ratio_low / clip_ratio_high already fell back to clip_ratio at the top of the function "
+             "(`... if config.clip_ratio_low is not None else clip_ratio`): None here only with clip_ratio None too, "
+             "where torch.clamp(ratio, 1 - None, ...) raises; no configuration reaches it and runs")
+_SCORED = "dead code: every index in id2score had a score appended to it just above"
 # Each key names one arc ("branching line text -> text of the line it jumps to", coverage.py).
 _RAISE = " -> raise ValueError"
 # Not drawn on actor_logprobs: actor.entropy_checkpointing and sum_pi_squared_checkpointing (their
@@ -47,6 +51,11 @@ _RAISE = " -> raise ValueError"
 # planted bug in 44 of 582 examples, but an extras-only difference is reported after 64: no finding
 # in 180 s). Their branches stay uncovered, not hidden.
 UNREACHABLE = {
+    f"{CORE}:compute_policy_loss_vanilla": {"if cliprange_low is None -> cliprange_low = cliprange": _FALLBACK,
+                                            "if cliprange_high is None -> cliprange_high = cliprange": _FALLBACK},
+    f"{CORE}:compute_policy_loss_bypass_mode": {"if rollout_corr_config is None" + _RAISE: _GUARD},
+    f"{CORE}:compute_grpo_outcome_advantage": {"elif len(id2score[idx]) > 1" + _RAISE: _SCORED},
+    f"{CORE}:compute_rloo_outcome_advantage": {"elif len(id2score[idx]) > 1" + _RAISE: _SCORED},
     f"{CORE}:get_adv_estimator_fn": {"if name not in ADV_ESTIMATOR_REGISTRY" + _RAISE: _GUARD},
     f"{CORE}:get_policy_loss_fn": {"if loss_name not in POLICY_LOSS_REGISTRY" + _RAISE: _GUARD},
     f"{ROLLOUT_CORR}:compute_rollout_correction_weights": {
@@ -71,7 +80,9 @@ UNREACHABLE = {
             "flash-attn's cross-entropy kernel: a CUDA build of flash-attn",
         "elif NPU_CROSS_ENTROPY_LOSS_AVAILABLE -> output = logprobs_from_logits_torch_npu": "torch_npu's kernel: an Ascend NPU"},
 }
-ACTOR_LOSSES_FILE = ("verl", "workers", "utils", "losses.py")
+# The engine worker's losses (use_legacy_worker_impl=disable): ppo_loss moved from workers/roles/utils
+# to workers/utils on 2025-11-29 (5a5fe9df); it fills global_batch_info since 2025-11-24 (8ed5bafc).
+ENGINE_LOSSES_FILES = (("verl", "workers", "utils", "losses.py"), ("verl", "workers", "roles", "utils", "losses.py"))
 
 PIP_HINT = pip_hint("verl", "pip install --no-deps verl==0.9.1")
 

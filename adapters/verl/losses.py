@@ -39,6 +39,10 @@ def global_batch_info(mask: torch.Tensor) -> dict[str, int]:
 class PolicyLosses:
     """verl's policy-loss path, for the loss boundaries of `VerlAdapter`."""
 
+    def _actor_mask(self, mask: torch.Tensor) -> torch.Tensor:
+        """The response mask as the actor hands it: the engine's ppo_loss a bool one, dp_actor its int one."""
+        return mask.bool() if self.batch_info in ("engine", "engine-local") else mask.to(torch.int64)
+
     def _actor_config(self, boundary: str, *, clip_low: float, clip_high: float, clip_c: float, loss_agg: str,
                       loss_mode: str, mask: torch.Tensor, rollout_correction: dict[str, Any] | None = None,
                       tis_cap: float | None = None):
@@ -94,7 +98,9 @@ class PolicyLosses:
         if isinstance(info, dict):
             info.clear()
             if self.batch_info == "engine":  # workers/utils/losses.ppo_loss
-                info.update(**global_batch_info(mask), loss_scale_factor=getattr(cfg, "loss_scale_factor", None))
+                info.update(global_batch_info(mask))
+                if hasattr(cfg, "loss_scale_factor"):  # ppo_loss hands it on since it exists (2025-12, 6e6ae96c)
+                    info["loss_scale_factor"] = cfg.loss_scale_factor
         return recorded(cfg)  # the options the loss reads (config.*, config.policy_loss.*), recorded
 
     def _bypass_policy_loss(self, boundary: str, policy_loss: Any, rc: Any, mask: torch.Tensor) -> Any:
@@ -127,7 +133,7 @@ class PolicyLosses:
         core = self.core
         c = math.inf if clip_c is None else float(clip_c)
         registry = getattr(core, "get_policy_loss_fn", None)
-        mask_t = mask.bool() if self.batch_info == "engine" else mask.to(torch.int64)
+        mask_t = self._actor_mask(mask)
         if fn is None and registry is not None and not (
                 loss_mode == "vanilla" and "vanilla" not in (getattr(core, "POLICY_LOSS_REGISTRY", None) or {"vanilla"})
                 and callable(getattr(core, "compute_policy_loss", None))):
@@ -232,7 +238,8 @@ class PolicyLosses:
         """The drawn trainer option use_legacy_worker_impl, for one call: "enable" is the legacy
         DataParallelPPOActor (workers/actor/dp_actor.py), which hands the loss an ActorConfig whose
         global_batch_info is empty (agg_loss's local token and sequence counts); "disable" the
-        engine workers, whose ppo_loss fills it (workers/utils/losses.py, where this verl has it);
+        engine worker's ppo_loss (workers/utils/losses.py, before 2025-11-29 workers/roles/utils), which
+        fills it since 2025-11-24 and before that hands a bool mask with it empty ("engine-local");
         None: the one this checkout's layout says (`batch_info`)."""
         choice = trainer_options(config).get("use_legacy_worker_impl")
         before = self.batch_info
@@ -240,10 +247,11 @@ class PolicyLosses:
             self.batch_info = "local"
         elif choice == "disable":
             root = Path(self.core.__file__).parents[3]  # the folder holding verl/ (checkout or site-packages)
-            if self._detect_batch_info(root) != "engine":
-                raise Unsupported("use_legacy_worker_impl=disable: this verl's engine workers do not fill "
-                                  "global_batch_info (workers/utils/losses.py)")
-            self.batch_info = "engine"
+            kind = self._engine_loss(root)
+            if kind is None:  # before 2025-07-17 no such option; to 2025-08-28 the engine actor's update raised
+                raise Unsupported("use_legacy_worker_impl=disable: this verl's engine worker has no ppo_loss "
+                                  "(workers/utils/losses.py, workers/roles/utils/losses.py): no engine loss to run")
+            self.batch_info = kind
         try:
             yield
         finally:

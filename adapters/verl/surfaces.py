@@ -100,7 +100,7 @@ class Surfaces:
 
     # --- metrics ------------------------------------------------------------------------------
     @implements("metrics", steps=(global_batch_info,), calls=(f"{CORE}:get_policy_loss_fn", f"{CORE}:compute_policy_loss_vanilla",
-                                  f"{CORE}:kl_penalty", f"{CORE}:agg_loss"))
+                                  f"{CORE}:kl_penalty", f"{CORE}:agg_loss", f"{TF}:masked_mean"))
     def b_metrics(self, inputs, config):
         if config["metric_agg"] != "token-mean":
             raise Unsupported("verl reduces its logged policy metrics with masked_mean over all valid tokens; it has "
@@ -109,7 +109,7 @@ class Surfaces:
         lp, old, adv = inputs["log_probs"], inputs["old_log_probs"], inputs["advantages"]
         low, high = float(config["eps_clip"]), float(config["eps_clip_high"])
         c = math.inf if config["eps_clip_c"] is None else float(config["eps_clip_c"])
-        mask_t = mask.bool() if self.batch_info == "engine" else mask.to(torch.int64)
+        mask_t = self._actor_mask(mask)
         getter = getattr(self.core, "get_policy_loss_fn", None)
         registry = getattr(self.core, "POLICY_LOSS_REGISTRY", None) or {}
         if getter is not None and "vanilla" in registry:
@@ -136,14 +136,17 @@ class Surfaces:
         outputs: dict[str, Any] = {k: torch.as_tensor(float(v)) if not isinstance(v, torch.Tensor) else v
                                    for k, v in metrics.items()}
         if "ref_log_probs" in inputs:  # workers/utils/losses.ppo_loss: kl_penalty, then agg_loss, logged as kl_loss
-            kl_fn, agg = self._fn("kl_penalty", boundary="metrics"), self._fn("agg_loss", boundary="metrics")
+            kl_fn = self._fn("kl_penalty", boundary="metrics")
             kld = kl_fn(**bind(kl_fn, "metrics", {"logprob": lp, "ref_logprob": inputs["ref_log_probs"],
                                                   "kl_penalty": self._kl_name(config["kl_type"], config["kl_type"])}))
-            optional = {}
-            if self.batch_info == "engine":
-                optional = global_batch_info(mask)
-            outputs["kl_loss"] = agg(**bind(agg, "metrics", {"loss_mat": kld, "loss_mask": mask_t,
-                                                            "loss_agg_mode": "token-mean"}, optional))
+            agg = getattr(self.core, "agg_loss", None)
+            if callable(agg):
+                optional = global_batch_info(mask) if self.batch_info == "engine" else {}
+                outputs["kl_loss"] = agg(**bind(agg, "metrics", {"loss_mat": kld, "loss_mask": mask_t,
+                                                                "loss_agg_mode": "token-mean"}, optional))
+            else:  # before agg_loss (early 2025) dp_actor logged kl_loss = masked_mean(kld, response_mask)
+                mean = self._tf("masked_mean", "metrics")
+                outputs["kl_loss"] = mean(**bind(mean, "metrics", {"values": kld, "mask": mask_t}))
         return BoundaryResult(outputs, function=self._ref(fn))
 
     # --- masked reductions --------------------------------------------------------------------

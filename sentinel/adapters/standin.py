@@ -118,17 +118,23 @@ class LogitsTable:
 
     def __init__(self, logits: torch.Tensor, tokens: torch.Tensor, attention_mask: torch.Tensor):
         self.logits = logits
-        self.rows: dict[tuple[int, ...], tuple[int, torch.Tensor]] = {}
+        self.rows: dict[tuple[int, ...], list[tuple[int, torch.Tensor]]] = {}
+        self.served: dict[tuple[int, ...], int] = {}
         for b, (key, pos) in enumerate(_keys(tokens, attention_mask)):
-            self.rows.setdefault(key, (b, pos))
+            self.rows.setdefault(key, []).append((b, pos))
 
     def next_token_logits(self, ids: torch.Tensor) -> torch.Tensor:
-        """[n, V]: at the j-th of these n ids, the logits that predict the (j+1)-th."""
+        """[n, V]: at the j-th of these n ids, the logits that predict the (j+1)-th. Rows with the
+        same ids (same logits: a precondition) are served in turn, each its own canonical row, so
+        each row's gradient reaches its own logits, not the sum of all of them the first one."""
         n, vocab = int(ids.numel()), self.logits.shape[-1]
-        found = self.rows.get(tuple(ids.reshape(-1).tolist()))
-        if found is None:
+        key = tuple(ids.reshape(-1).tolist())
+        same = self.rows.get(key)
+        if not same:
             return self.logits.new_full((n, vocab), float("nan"))
-        b, pos = found
+        turn = self.served.get(key, 0)
+        self.served[key] = turn + 1
+        b, pos = same[turn % len(same)]
         return torch.cat([self.logits[b, pos[1:]], self.logits.new_zeros(min(n, 1), vocab)])
 
 

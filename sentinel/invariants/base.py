@@ -124,8 +124,11 @@ def compare(observed: np.ndarray, expected: np.ndarray, atol: float = 0.0, rtol:
         ok = np.isclose(o, e, atol=atol, rtol=rtol, equal_nan=True)
         ok |= (o == e)  # equal infinities
         diff = o - e
-    if where is not None:
-        ok |= ~np.broadcast_to(np.asarray(where, bool), o.shape)
+    if where is not None:  # a [B, T] mask over [B, T, ...] values (a gradient of logits): every trailing entry
+        w = np.asarray(where, bool)
+        if w.ndim < o.ndim and w.shape == o.shape[:w.ndim]:
+            w = w.reshape(w.shape + (1,) * (o.ndim - w.ndim))
+        ok |= ~np.broadcast_to(w, o.shape)
     bad = np.argwhere(~ok)
     return bool(ok.all()), diff, bad[:MAX_POSITIONS].tolist()
 
