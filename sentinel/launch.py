@@ -16,7 +16,7 @@ import sys
 from . import cleanup, process
 
 # how many workers each command starts at once (compare: base and head side by side)
-WORKER_COMMANDS = {"run": 1, "gate": 1, "compare": 2, "bisect": 1, "matrix": 1, "hunt": 1, "mutate": 1}
+WORKER_COMMANDS = {"run": 1, "gate": 1, "compare": 2, "bisect": 1, "matrix": 1, "hunt": 1, "mutate": 1, "history": 1}
 
 
 def entry() -> None:
