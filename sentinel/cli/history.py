@@ -92,7 +92,7 @@ def history(
     until: str = typer.Option("HEAD", "--until", help="Where the range ends (a revision)."),
     every: Optional[int] = typer.Option(None, "--every", min=1, help="Evaluate every N-th commit that touches the loss path (default: about 2*sqrt(n) samples)."),
     all_commits: bool = typer.Option(False, "--all-commits", help="Also sample commits that touch none of the target's loss-path files."),
-    executor: ExecutorName = typer.Option(ExecutorName.local, "--executor", help="local (a process pool) or ray (RAY_ADDRESS selects a cluster, else a local one starts; pip install 'rl-sentinel[ray]')."),
+    executor: ExecutorName = typer.Option(ExecutorName.local, "--executor", help="local (-j tasks at a time on this machine, workers forked by one zygote) or ray (RAY_ADDRESS selects a cluster, else a local one starts; pip install 'rl-sentinel[ray]')."),
     jobs: int = typer.Option(os.cpu_count() or 1, "--jobs", "-j", min=1, help="Tasks at a time (local processes, or Ray CPUs of a local instance)."),
     cache: Path = typer.Option(Path(".sentinel") / "history-cache", "--cache", help="Result cache: a killed scan resumes, a re-scan runs nothing."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Neither read nor write the cache."),
