@@ -93,7 +93,7 @@ def history(
     every: Optional[int] = typer.Option(None, "--every", min=1, help="Evaluate every N-th commit that touches the loss path (default: about 2*sqrt(n) samples)."),
     all_commits: bool = typer.Option(False, "--all-commits", help="Also sample commits that touch none of the target's loss-path files."),
     executor: ExecutorName = typer.Option(ExecutorName.local, "--executor", help="local (-j tasks at a time on this machine, workers forked by one zygote) or ray (RAY_ADDRESS selects a cluster, else a local one starts; pip install 'rl-sentinel[ray]')."),
-    jobs: int = typer.Option(os.cpu_count() or 1, "--jobs", "-j", min=1, help="Tasks at a time (local processes, or Ray CPUs of a local instance)."),
+    jobs: int = typer.Option(os.cpu_count() or 1, "--jobs", "-j", min=1, help="Tasks at a time (each a worker process here, or Ray CPUs of a local instance)."),
     cache: Path = typer.Option(Path(".sentinel") / "history-cache", "--cache", help="Result cache: a killed scan resumes, a re-scan runs nothing."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Neither read nor write the cache."),
     hunt: Optional[float] = typer.Option(None, "--hunt", min=1, help="Also run the differential hunt for SECONDS between neighbouring samples whose loss-path files changed; its findings (scenarios in history-hunt/ beside the report) are sampled and bisected like the catalog's."),
