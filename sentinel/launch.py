@@ -15,8 +15,9 @@ import sys
 
 from . import cleanup, process
 
-# how many workers each command starts at once (compare: base and head side by side)
-WORKER_COMMANDS = {"run": 1, "gate": 1, "compare": 2, "bisect": 1, "matrix": 1, "hunt": 1, "mutate": 1}
+# how many workers each command starts at once (compare: base and head side by side); history
+# 0: none before its result cache says which commits need one (a re-scan from it needs none)
+WORKER_COMMANDS = {"run": 1, "gate": 1, "compare": 2, "bisect": 1, "matrix": 1, "hunt": 1, "mutate": 1, "history": 0}
 
 
 def entry() -> None:
@@ -26,7 +27,8 @@ def entry() -> None:
         cleanup.install_signal_handlers()
         cleanup.on_interrupt(process.stop_all)
         process.keep_hypothesis_home()  # before the spares start: they inherit the environment
-        process.prestart(min(WORKER_COMMANDS[args[0]], os.cpu_count() or 1))
+        if WORKER_COMMANDS[args[0]]:
+            process.prestart(min(WORKER_COMMANDS[args[0]], os.cpu_count() or 1))
     try:
         from .cli import entry as cli_entry  # after the spares: they import torch meanwhile
     except KeyboardInterrupt:

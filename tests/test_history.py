@@ -1,6 +1,6 @@
 """`sentinel history` on a small git repository built here, whose tiny trainer is fixed at one
 known commit and broken again at another, with a commit that does not import in between.
-Both executors (a process pool, a local Ray) must find both flips at their exact commits and
+Both executors (local threads, a local Ray) must find both flips at their exact commits and
 give the same report; a re-scan runs nothing; a killed scan resumes. One test runs the real
 slime fix (SENTINEL_SLIME_REPO)."""
 
@@ -183,7 +183,7 @@ def test_killed_scan_resumes_from_the_cache(trainer, local_scan, tmp_path):
 
 
 class LosingExecutor(Executor):
-    """Every task lost, as when a pool process dies or a Ray node goes away."""
+    """Every task lost, as when a task raises or a Ray node goes away."""
 
     name = "losing"
 

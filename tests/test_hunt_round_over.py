@@ -45,3 +45,57 @@ def test_the_batch_that_ended_a_round_is_not_saved_as_a_failure(monkeypatch, tmp
     assert len(calls) <= 2 and "finding" not in res
     saved = [p for p in db.rglob("*") if p.is_file()] if db.exists() else []
     assert saved == []  # Hypothesis saves a test case an exception ended: not this one
+
+
+class _Differs:
+    """A judge for which every example of a batch of 3 or more differs on `loss` (a differential
+    hunt's, torch-free): the first finding is no minimal batch, so Hypothesis has shrinking to do."""
+
+    one_by_one = False
+
+    def answers(self, batch):
+        return [search.Answer(violations=["loss"] if len(batch) >= 3 else []) for _ in batch]
+
+    def deviation(self, ex, answer, observable):
+        return None
+
+    def known(self, ex, answer):
+        return None
+
+    def declared(self, name):
+        return {}
+
+
+def _shrunk(end_shrink: bool) -> tuple[search.Search, list[int]]:
+    import math
+    import random
+    import time
+
+    from hypothesis import HealthCheck, Phase, find, settings
+
+    from sentinel import strategies as S
+    s = search.Search(_Differs(), 400, time.monotonic() + 60, 0.0, end_shrink=end_shrink)
+    calls = []
+
+    def condition(batch):
+        calls.append(len(batch))
+        return s.condition(batch)
+    try:
+        find(S.batches(S.examples("policy_loss"), 4), search.replayable(condition, s.best), random=random.Random(0),
+             settings=settings(max_examples=math.ceil(400 / 5), database=None, deadline=None,
+                               phases=(Phase.generate, Phase.shrink), suppress_health_check=list(HealthCheck)))
+    except search.RoundOver:
+        pass
+    return s, calls
+
+
+def test_a_spent_shrinking_budget_ends_the_differential_search():
+    # the differential hunt reads search.best, never find's answer: once the shrinking budget
+    # (0 s here) is spent the best can change no more, and find ends at the next batch (ShrinkOver)
+    # instead of drawing every step the shrinker still had (each answered at once, ~15 ms a draw)
+    s, calls = _shrunk(end_shrink=True)
+    assert s.best and s.best["observable"] == "loss" and len(s.best["answer"].violations) == 1
+    found = next(i for i, n in enumerate(calls) if n >= 3)
+    assert len(calls) == found + 2  # the batch that differed, then the one ShrinkOver ended find at
+    _, before = _shrunk(end_shrink=False)  # sentinel hunt's own rounds: find shrinks on (its answer is saved)
+    assert len(before) > len(calls) + 10  # 152 calls against 11 at seed 0

@@ -2,7 +2,7 @@
 
 - `walk`: the first-parent range, which commits touch the target's loss-path files, the sample
 - `task`: one (commit, scenario batch) evaluated in its own worktree, answered as JSON
-- `executors`: where tasks run (a local process pool, or Ray), behind one interface
+- `executors`: where tasks run (this machine, -j at a time, or Ray), behind one interface
 - `cache`: results on disk, so a killed scan resumes and a re-scan runs nothing
 - `scan`: the phases (walk, evaluate the sample, hunt, bisect each flip, assemble the report)
 - `hunting`: `--hunt`, the differential hunt between neighbouring samples

@@ -1,6 +1,10 @@
 """Where tasks run: one interface, two engines.
 
-- `local` (default): a process pool on this machine (`-j N` processes).
+- `local` (default): this machine, `-j N` at a time. A history task runs in a thread of the
+  CLI: its work is its worker's (forked by the CLI's one zygote: torch and the target's
+  libraries imported once per scan, not once per pool process); the CLI only checks out and
+  judges answers. Any other task (`sentinel mutate`'s shards, whose hunt driver is CPU work of
+  its own) runs in a process pool.
 - `ray`: each task is a Ray task; `RAY_ADDRESS` (Ray's own variable) selects a running
   cluster, otherwise a local one starts in-process. The repository path must exist on every
   node (a shared file system, or the same checkout path): a task checks its commit out there.
@@ -14,7 +18,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 from abc import ABC, abstractmethod
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from typing import Any, Callable
 
 from ..errors import UsageError
@@ -46,19 +50,30 @@ class Executor(ABC):
         self.close()
 
 
+# tasks whose work runs in worker processes: a thread of the CLI drives each
+DRIVERS = (evaluate,)
+
+
 class LocalExecutor(Executor):
     name = "local"
 
     def __init__(self, jobs: int):
         super().__init__(jobs)
-        # spawn: a fresh interpreter per pool process, nothing inherited from the CLI's threads
-        self._pool = ProcessPoolExecutor(self.jobs, mp_context=multiprocessing.get_context("spawn"))
+        self._threads = ThreadPoolExecutor(self.jobs, thread_name_prefix="task")
+        self._pool: ProcessPoolExecutor | None = None
 
     def submit(self, task: Task, fn: Callable[[Any], str] = evaluate) -> "Future[str]":
+        if fn in DRIVERS:
+            return self._threads.submit(fn, task)
+        if self._pool is None:
+            # spawn: a fresh interpreter per pool process, nothing inherited from the CLI's threads
+            self._pool = ProcessPoolExecutor(self.jobs, mp_context=multiprocessing.get_context("spawn"))
         return self._pool.submit(fn, task)
 
     def close(self) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        self._threads.shutdown(wait=True, cancel_futures=True)
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
 
 
 class RayExecutor(Executor):

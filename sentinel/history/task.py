@@ -2,7 +2,7 @@
 
 The task checks its commit out into its own temporary worktree on the machine that runs it
 (`runner.run_group` through sentinel/git.py), runs the batch in a worker process, and answers
-plain JSON, so a process pool and a Ray cluster carry it the same way.
+plain JSON, so a local thread and a Ray cluster carry it the same way.
 """
 
 from __future__ import annotations

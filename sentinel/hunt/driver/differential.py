@@ -224,7 +224,8 @@ class DiffHunter(Hunt):
         # extras-only differences wait for one on an output (search.SECONDARY_PATIENCE), never past
         # half of what is left of the example budget
         patience = max(0, min(SECONDARY_PATIENCE - s.secondary_seen, (st.max_examples - s.examples) // 2))
-        search = Search(DiffJudge(self, s), n, time.monotonic() + limit, st.shrink_time, patience=patience)
+        search = Search(DiffJudge(self, s), n, time.monotonic() + limit, st.shrink_time, patience=patience,
+                        end_shrink=True)  # the finding is search.best: find's own answer is not read
         # a batch with no valid token has no training signal: what a side returns there is its convention
         # every input on its own, and the relations / edges of strategies.RELATIONS among them
         strategy = S.batches(S.examples(b, config=self.choices(b), junk="wild", row_mask=True, min_valid=1,
@@ -233,7 +234,7 @@ class DiffHunter(Hunt):
             find(strategy, replayable(search.condition, search.best), random=rnd, settings=hsettings(
                 max_examples=max(1, math.ceil(n / 5)), database=None, deadline=None,
                 phases=(Phase.generate, Phase.shrink), suppress_health_check=list(HealthCheck)))
-        except (NoSuchExample, RoundOver):  # RoundOver: its time or quota spent, no difference
+        except (NoSuchExample, RoundOver):  # RoundOver: its time or quota spent (ShrinkOver: its shrinking)
             pass
         except Flaky:  # replayable answers a replay as before; should Hypothesis still object, the
             pass       # difference seen (search.best) is kept, as a single-target round keeps its best
