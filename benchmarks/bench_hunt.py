@@ -20,6 +20,10 @@ Sections (--sections, comma separated; default all that the given targets allow)
   and by the one property that catches it), slime HEAD's OPSM leak and the KL aliasing at
   045310b2b^, AReaL's no-EOS leak (--areal / --areal-repo): time and examples to the first
   violation (median of --seeds seeds). Aim: each within 10 s.
+- `drawing` (not in the default list): drawing alone, Hypothesis's engine included: CPU
+  milliseconds per example of `find` over every property's batches with a condition that never
+  fails (the generate phase, 60 test cases a property, seed 0); with --baseline, of both trees,
+  each in its own process, interleaved --repeat times.
 - `profile` (not in the default list): cProfile of in-process hunt rounds on the reference:
   the share of an example's time in the trainer's call, observe, plan, invariant evaluation,
   drawing, and Hypothesis's engine with the search's bookkeeping, and the IPC per round.
@@ -161,6 +165,31 @@ print(json.dumps({"examples": h.examples, "search_s": h.search_s, "examples_per_
 """
 
 
+# drawing alone, in a fresh process, of whichever `sentinel` its PYTHONPATH puts first
+_DRAWING = """
+import json, os, random, time
+from hypothesis import HealthCheck, Phase, find, settings
+from hypothesis.errors import NoSuchExample
+from sentinel import strategies as S
+from sentinel.hunt import properties
+strategies = [S.batches(p.strategy(), 16) for p in properties.select()]  # built and validated first
+n = [0]
+def never(batch):
+    n[0] += len(batch)
+    return False
+t0 = time.process_time()
+for s in strategies:
+    try:
+        find(s, never, settings=settings(max_examples=60, database=None, deadline=None, phases=(Phase.generate,),
+                                         suppress_health_check=list(HealthCheck)), random=random.Random(0))
+    except NoSuchExample:
+        pass
+cpu = time.process_time() - t0
+print(json.dumps({"properties": len(strategies), "examples": n[0], "cpu_s": cpu, "ms_per_example": cpu / n[0] * 1e3,
+                  "load": round(os.getloadavg()[0], 1)}))
+"""
+
+
 def _tree_env(tree: Path, tmp: Path) -> dict[str, str]:
     """The environment whose PYTHONPATH puts `tree`'s packages first: `sentinel`, and its
     adapters and catalog under their installed names (pyproject's package mapping)."""
@@ -173,12 +202,33 @@ def _tree_env(tree: Path, tmp: Path) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in path if p)}
 
 
-def _throughput_in(tree: Path, seconds: float, tmp: Path) -> dict:
-    p = subprocess.run([sys.executable, "-c", _THROUGHPUT, str(seconds)], capture_output=True, text=True,
+def _in_tree(tree: Path, code: str, tmp: Path, *args: str) -> dict:
+    p = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
                        env=_tree_env(tree, tmp), cwd=tmp)
     if p.returncode:
-        sys.exit(f"bench_hunt: the throughput hunt of {tree} failed: {p.stderr[-2000:]}")
+        sys.exit(f"bench_hunt: the run in {tree} failed: {p.stderr[-2000:]}")
     return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def _throughput_in(tree: Path, seconds: float, tmp: Path) -> dict:
+    return _in_tree(tree, _THROUGHPUT, tmp, str(seconds))
+
+
+def section_drawing(args, tmp: Path, result: dict) -> None:
+    print("\n## drawing alone (Hypothesis's engine included), every property, CPU ms per example")
+    trees = {"this": HERE.parent, **({"baseline": args.baseline} if args.baseline else {})}
+    rows: dict[str, list[dict]] = {k: [] for k in trees}
+    for _ in range(args.repeat if args.baseline else 1):  # interleaved
+        for k, tree in trees.items():
+            r = _in_tree(tree, _DRAWING, tmp)
+            rows[k].append(r)
+            print(f"  {k:8s} {r['examples']:6d} examples of {r['properties']} properties: {r['cpu_s']:.2f} CPU s, "
+                  f"{r['ms_per_example']:.3f} ms per example (load average {r['load']})")
+    med = {k: statistics.median(r["ms_per_example"] for r in v) for k, v in rows.items()}
+    result["drawing"] = {"runs": rows, "median_ms": med}
+    if args.baseline:
+        print(f"  median: this tree {med['this']:.3f} ms, baseline {med['baseline']:.3f} ms per example: "
+              f"baseline / this = {med['baseline'] / med['this']:.2f}x")
 
 
 def section_baseline(args, tmp: Path, result: dict) -> None:
@@ -380,20 +430,21 @@ def main() -> None:
     ap.add_argument("--budget", type=float, default=30.0, help="search budget per seed-bug hunt")
     ap.add_argument("--modes", default="property,boundary")
     ap.add_argument("--sections", default="throughput,differential,seeds,done",
-                    help="also: profile (the per-example split, cProfile)")
+                    help="also: profile (the per-example split, cProfile), drawing (drawing alone)")
     ap.add_argument("--profile-time", type=float, default=5.0, help="seconds per property in the profile section")
     ap.add_argument("--slime", default=os.environ.get("SENTINEL_SLIME_REPO"))
     ap.add_argument("--areal", action="store_true", help="hunt the installed areal package")
     ap.add_argument("--areal-repo", default=os.environ.get("SENTINEL_AREAL_REPO"))
     ap.add_argument("--json", type=Path, help="write the numbers here")
     ap.add_argument("--baseline", type=Path, help="throughput: also hunt with this source tree, interleaved")
-    ap.add_argument("--repeat", type=int, default=3, help="throughput pairs with --baseline (medians reported)")
+    ap.add_argument("--repeat", type=int, default=3, help="throughput and drawing runs per tree with --baseline (medians reported)")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="bench-hunt-"))
     result: dict = {"cpu_count": os.cpu_count(), "throughput": [], "differential": [], "seed_bugs": []}
     print(f"# sentinel hunt benchmark ({os.cpu_count()} CPUs)\n")
     sections = {"throughput": section_throughput, "differential": section_differential, "seeds": section_seeds,
-                "done": section_done, "profile": section_profile}
+                "done": section_done, "profile": section_profile,
+                "drawing": section_drawing}
     for name in args.sections.split(","):
         sections[name](args, tmp, result)
     if args.json:
