@@ -3,11 +3,15 @@ bug it must find with no trigger given, all measured in this run.
 
     python benchmarks/bench_hunt.py [--time 20] [--seeds 3] [--jobs 1] [--sections ...]
                                     [--slime PATH] [--areal] [--areal-repo PATH] [--json FILE]
+                                    [--baseline DIR [--repeat 3]]
 
 Sections (--sections, comma separated; default all that the given targets allow):
 - `throughput`: every property on the bundled reference for --time seconds (no database,
   seed 0): examples per second of search (worker start-up excluded), with one worker and,
-  with --jobs N, with N. Aim: >= 500 examples/s per worker.
+  with --jobs N, with N. Aim: >= 1,000 examples/s per worker (issue 24). `--baseline DIR` (a
+  source tree of another commit: `git archive REV | tar -x -C DIR`) instead times one worker of
+  that tree and of this one, each hunt in its own process (its CLI, zygote and worker run that
+  tree's code), interleaved --repeat times: a before / after in one run.
 - `differential`: the reference against itself over every boundary for --time seconds:
   examples compared per second, as a ratio to the single-target throughput of the same run
   (aim >= 0.5); with --slime, slime HEAD^ against HEAD as a ratio to a single-target hunt of
@@ -16,6 +20,10 @@ Sections (--sections, comma separated; default all that the given targets allow)
   and by the one property that catches it), slime HEAD's OPSM leak and the KL aliasing at
   045310b2b^, AReaL's no-EOS leak (--areal / --areal-repo): time and examples to the first
   violation (median of --seeds seeds). Aim: each within 10 s.
+- `drawing` (not in the default list): drawing alone, Hypothesis's engine included: CPU
+  milliseconds per example of `find` over every property's batches with a condition that never
+  fails (the generate phase, 60 test cases a property, seed 0); with --baseline, of both trees,
+  each in its own process, interleaved --repeat times.
 - `profile` (not in the default list): cProfile of in-process hunt rounds on the reference:
   the share of an example's time in the trainer's call, observe, plan, invariant evaluation,
   drawing, and Hypothesis's engine with the search's bookkeeping, and the IPC per round.
@@ -36,6 +44,7 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -143,14 +152,117 @@ def seed_bugs(args) -> list[tuple[str, TargetSpec, str, str]]:
     return out
 
 
+# one throughput hunt in a fresh process, of whichever `sentinel` its PYTHONPATH puts first
+_THROUGHPUT = """
+import json, os, sys, tempfile, time
+from sentinel import hunt as H
+from sentinel.runner import TargetSpec
+rep = H.hunt(TargetSpec("reference"), max_examples=10 ** 9, time_budget=float(sys.argv[1]), seed=0, db=None,
+             out_dir=tempfile.mkdtemp(prefix="bench-hunt-tp-"))
+h = rep.hunt
+print(json.dumps({"examples": h.examples, "search_s": h.search_s, "examples_per_s": h.examples_per_s,
+                  "per_cpu_s": h.examples_per_cpu_s, "load": round(os.getloadavg()[0], 1)}))
+"""
+
+
+# drawing alone, in a fresh process, of whichever `sentinel` its PYTHONPATH puts first
+_DRAWING = """
+import json, os, random, time
+from hypothesis import HealthCheck, Phase, find, settings
+from hypothesis.errors import NoSuchExample
+from sentinel import strategies as S
+from sentinel.hunt import properties
+strategies = [S.batches(p.strategy(), 16) for p in properties.select()]  # built and validated first
+n = [0]
+def never(batch):
+    n[0] += len(batch)
+    return False
+t0 = time.process_time()
+for s in strategies:
+    try:
+        find(s, never, settings=settings(max_examples=60, database=None, deadline=None, phases=(Phase.generate,),
+                                         suppress_health_check=list(HealthCheck)), random=random.Random(0))
+    except NoSuchExample:
+        pass
+cpu = time.process_time() - t0
+print(json.dumps({"properties": len(strategies), "examples": n[0], "cpu_s": cpu, "ms_per_example": cpu / n[0] * 1e3,
+                  "load": round(os.getloadavg()[0], 1)}))
+"""
+
+
+def _tree_env(tree: Path, tmp: Path) -> dict[str, str]:
+    """The environment whose PYTHONPATH puts `tree`'s packages first: `sentinel`, and its
+    adapters and catalog under their installed names (pyproject's package mapping)."""
+    links = tmp / f"packages-{abs(hash(str(tree.resolve())))}"
+    if not links.exists():
+        links.mkdir()
+        (links / "sentinel_adapters").symlink_to(tree.resolve() / "adapters")
+        (links / "sentinel_catalog").symlink_to(tree.resolve() / "scenarios")
+    path = [str(tree.resolve()), str(links), os.environ.get("PYTHONPATH", "")]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in path if p)}
+
+
+def _in_tree(tree: Path, code: str, tmp: Path, *args: str) -> dict:
+    p = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                       env=_tree_env(tree, tmp), cwd=tmp)
+    if p.returncode:
+        sys.exit(f"bench_hunt: the run in {tree} failed: {p.stderr[-2000:]}")
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def _throughput_in(tree: Path, seconds: float, tmp: Path) -> dict:
+    return _in_tree(tree, _THROUGHPUT, tmp, str(seconds))
+
+
+def section_drawing(args, tmp: Path, result: dict) -> None:
+    print("\n## drawing alone (Hypothesis's engine included), every property, CPU ms per example")
+    trees = {"this": HERE.parent, **({"baseline": args.baseline} if args.baseline else {})}
+    rows: dict[str, list[dict]] = {k: [] for k in trees}
+    for _ in range(args.repeat if args.baseline else 1):  # interleaved
+        for k, tree in trees.items():
+            r = _in_tree(tree, _DRAWING, tmp)
+            rows[k].append(r)
+            print(f"  {k:8s} {r['examples']:6d} examples of {r['properties']} properties: {r['cpu_s']:.2f} CPU s, "
+                  f"{r['ms_per_example']:.3f} ms per example (load average {r['load']})")
+    med = {k: statistics.median(r["ms_per_example"] for r in v) for k, v in rows.items()}
+    result["drawing"] = {"runs": rows, "median_ms": med}
+    if args.baseline:
+        print(f"  median: this tree {med['this']:.3f} ms, baseline {med['baseline']:.3f} ms per example: "
+              f"baseline / this = {med['baseline'] / med['this']:.2f}x")
+
+
+def section_baseline(args, tmp: Path, result: dict) -> None:
+    print(f"## throughput before / after: one worker each, every property on the reference, seed 0, "
+          f"interleaved x{args.repeat}")
+    rows: dict[str, list[dict]] = {"this": [], "baseline": []}
+    for _ in range(args.repeat):  # interleaved: a change of load shows in both columns alike
+        rows["this"].append(_throughput_in(HERE.parent, args.time, tmp))
+        rows["baseline"].append(_throughput_in(args.baseline, args.time, tmp))
+        for k in rows:
+            r = rows[k][-1]
+            print(f"  {k:8s} {r['examples']:6d} examples in {r['search_s']:.1f} s = {r['examples_per_s']:.0f}/s, "
+                  f"{r['per_cpu_s']:.0f} per CPU second of the worker (load average {r['load']})")
+    med = {k: {m: statistics.median(r[m] for r in v) for m in ("examples_per_s", "per_cpu_s")}
+           for k, v in rows.items()}
+    ratio = {m: med["this"][m] / med["baseline"][m] if med["baseline"][m] else 0.0 for m in med["this"]}
+    result["baseline"] = {"tree": str(args.baseline), "runs": rows, "median": med, "ratio": ratio}
+    print(f"  median: this tree {med['this']['examples_per_s']:.0f}/s ({med['this']['per_cpu_s']:.0f} per CPU s), "
+          f"baseline {med['baseline']['examples_per_s']:.0f}/s ({med['baseline']['per_cpu_s']:.0f} per CPU s): "
+          f"this / baseline = {ratio['examples_per_s']:.2f}x ({ratio['per_cpu_s']:.2f}x per CPU second; "
+          f"aim >= 1,000/s)")
+
+
 def section_throughput(args, tmp: Path, result: dict) -> None:
+    if args.baseline:
+        section_baseline(args, tmp, result)
+        return
     print("## throughput: every property on the reference, no database, seed 0")
     for jobs in sorted({1, args.jobs}):
         r = throughput(TargetSpec("reference"), args.time, jobs, _tmp(tmp, "tp"))
         result["throughput"].append(r)
         print(f"  jobs={jobs}: {r['examples']} examples in {r['search_s']:.1f} s search = {r['examples_per_s']:.0f} "
               f"examples/s, {r['per_worker']:.0f} per worker, {r['per_cpu_s']:.0f} per CPU second of a worker "
-              f"(aim >= 500; load average {r['load']}; worker start {r['startup_s']:.1f} s; findings {r['findings']})")
+              f"(aim >= 1,000; load average {r['load']}; worker start {r['startup_s']:.1f} s; findings {r['findings']})")
 
 
 def section_differential(args, tmp: Path, result: dict) -> None:
@@ -318,18 +430,21 @@ def main() -> None:
     ap.add_argument("--budget", type=float, default=30.0, help="search budget per seed-bug hunt")
     ap.add_argument("--modes", default="property,boundary")
     ap.add_argument("--sections", default="throughput,differential,seeds,done",
-                    help="also: profile (the per-example split, cProfile)")
+                    help="also: profile (the per-example split, cProfile), drawing (drawing alone)")
     ap.add_argument("--profile-time", type=float, default=5.0, help="seconds per property in the profile section")
     ap.add_argument("--slime", default=os.environ.get("SENTINEL_SLIME_REPO"))
     ap.add_argument("--areal", action="store_true", help="hunt the installed areal package")
     ap.add_argument("--areal-repo", default=os.environ.get("SENTINEL_AREAL_REPO"))
     ap.add_argument("--json", type=Path, help="write the numbers here")
+    ap.add_argument("--baseline", type=Path, help="throughput: also hunt with this source tree, interleaved")
+    ap.add_argument("--repeat", type=int, default=3, help="throughput and drawing runs per tree with --baseline (medians reported)")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="bench-hunt-"))
     result: dict = {"cpu_count": os.cpu_count(), "throughput": [], "differential": [], "seed_bugs": []}
     print(f"# sentinel hunt benchmark ({os.cpu_count()} CPUs)\n")
     sections = {"throughput": section_throughput, "differential": section_differential, "seeds": section_seeds,
-                "done": section_done, "profile": section_profile}
+                "done": section_done, "profile": section_profile,
+                "drawing": section_drawing}
     for name in args.sections.split(","):
         sections[name](args, tmp, result)
     if args.json:

@@ -129,46 +129,89 @@ def layout_arrays(lengths: list[tuple[int, int]], holes: list[list[bool]], width
     return loss, attn
 
 
-def _row(tensors: tuple[str, ...], *, min_prompt: int, max_len: int, reward: bool, group: bool,
-         holes: bool, values: dict[str, st.SearchStrategy[Any]], junk: tuple[float, ...] = JUNK_VALUES,
-         junk_of: dict[str, st.SearchStrategy[Any]] | None = None) -> st.SearchStrategy[dict[str, Any]]:
+@dataclass(frozen=True)
+class Cell:
+    """How a row's bytes become one tensor's value at a position: `width` bytes (1, or a vocab
+    tensor's V logits), each picking from `valid` (a trained token) or `junk` (a masked
+    position), both smallest magnitude first, so a byte shrinking to 0 moves its value to 0.
+    Kept as 256-entry tables (byte -> value): rows are decoded in Python, faster than numpy on
+    a few dozen bytes."""
+
+    width: int
+    valid: tuple[Any, ...]
+    junk: tuple[Any, ...]
+    dtype: Any
+
+    @staticmethod
+    def of(width: int, valid, junk, dtype) -> "Cell":
+        valid, junk = tuple(valid), tuple(junk)
+        return Cell(width, tuple(valid[b % len(valid)] for b in range(256)),
+                    tuple(junk[b % len(junk)] for b in range(256)), dtype)
+
+
+def _cells(spec, tensors: tuple[str, ...], vocab: int | None, values: dict[str, st.SearchStrategy[Any]],
+           junk: tuple[float, ...]) -> list[Cell]:
+    """One Cell per token tensor: a float tensor's grid (`values`, else VALUES); a vocab tensor's
+    V logits on the LOGITS grid; token ids in [0, V) at every position (an id outside the
+    vocabulary is no input a trainer gets)."""
+    out = []
+    for n in tensors:
+        port = spec.input(n)
+        if port.kind == "vocab":
+            out.append(Cell.of(vocab, _order(LOGITS), junk, F32))
+        elif port.dtype == "int":
+            out.append(Cell.of(1, range(vocab), range(vocab), np.int64))
+        else:
+            out.append(Cell.of(1, _order(values.get(n, VALUES.get(n))), junk, F32))
+    return out
+
+
+def _row(cells: list[Cell], *, min_prompt: int, max_len: int, reward: bool, group: bool,
+         holes: bool) -> st.SearchStrategy[dict[str, Any]]:
     """One sequence: prompt tokens (masked), then response tokens (trained, or holes: tool
     output, rejected spans), each token carrying a value for every token tensor; what its
     padding holds; its reward and group id. Drawn as one unit, so the shrinker can delete
     a whole row.
 
-    One byte string is the whole row (one draw): a fixed head (prompt length, reward, group),
-    the padding's and the prompt tokens' junk, then one slot per response token (a hole flag
-    byte, then one byte per tensor); the response has as many tokens as whole slots follow
-    (up to the room the prompt leaves). Every byte shrinks towards 0 (valid tokens, values and
-    junk towards 0, group 0), and the shrinker's deletion of a run of bytes deletes a token.
-    `junk_of` (vocab logits, token ids: per-tensor masked values) takes the slower path."""
-    k = len(tensors)
-    stride = k + 1
-    orders = [_order(values.get(n, VALUES.get(n))) for n in tensors]
-    if junk_of or any(o is None for o in orders):  # vocab logits, token ids: drawn one by one
-        return _row_slow(tensors, min_prompt=min_prompt, max_len=max_len, reward=reward, group=group,
-                         holes=holes, values=values, junk=junk, junk_of=junk_of)
+    One byte string is the whole row (one draw: a Hypothesis draw costs about as much whatever
+    it draws, and drawing every value on its own made generation 80% of a hunt's time): a fixed
+    head (prompt length, reward, group), the padding's and the prompt tokens' junk, then one
+    slot per response token (a hole flag byte, then each tensor's cell bytes); the response
+    has as many tokens as whole slots follow (up to the room the prompt leaves). Every byte
+    shrinks towards 0 (valid tokens, values and junk towards 0, group 0), and the shrinker's
+    deletion of a run of bytes deletes a token.
+
+    The row: {"prompt": its length, "response": a hole flag per response token, "cells": per
+    tensor a list of per-position tuples (`width` values), "pad": per tensor one such tuple,
+    "reward", "group"}."""
+    offsets, w = [], 0
+    for c in cells:
+        offsets.append(w)
+        w += c.width
+    stride = w + 1
     top = max(min_prompt, 2)
-    fixed = 3 + k + top * k  # prompt length, reward, group; padding junk; prompt junk
+    fixed = 3 + w + top * w  # prompt length, reward, group; padding junk; prompt junk
     blob_s = st.binary(min_size=fixed, max_size=fixed + max_len * stride)
+    if w > len(cells):  # vocab logits: a token's slot is one list element, which the shrinker deletes
+        # wherever it is (in one string it truncates the end, and a token there is many bytes)
+        blob_s = st.tuples(st.binary(min_size=fixed, max_size=fixed),
+                           st.lists(st.binary(min_size=stride, max_size=stride), max_size=max_len)).map(
+            lambda parts: parts[0] + b"".join(parts[1]))
     rewards = _order(VALUES["rewards"])
-    nj = len(junk)
+    laid = list(zip(cells, offsets))
 
     def row(blob: bytes) -> dict[str, Any]:
         p = min_prompt + blob[0] % (top - min_prompt + 1)
-        tail = blob[fixed:]
-        r = min(len(tail) // stride, max(0, max_len - p))
-        pjunk = blob[3 + k:fixed]
-        prompt = [tuple(junk[b % nj] for b in pjunk[i * k:(i + 1) * k]) for i in range(p)]
-        response = []
-        for j in range(r):
-            flag, *vals = tail[j * stride:(j + 1) * stride]
-            if holes and flag % HOLE_EVERY == HOLE_EVERY - 1:
-                response.append((True, tuple(junk[b % nj] for b in vals)))
-            else:
-                response.append((False, tuple(o[b % len(o)] for o, b in zip(orders, vals))))
-        out = {"prompt": prompt, "response": response, "pad": tuple(junk[b % nj] for b in blob[3:3 + k])}
+        r = min((len(blob) - fixed) // stride, max(0, max_len - p))
+        starts = [fixed + j * stride for j in range(r)]
+        hole = [holes and blob[s] % HOLE_EVERY == HOLE_EVERY - 1 for s in starts]
+        out: dict[str, Any] = {"prompt": p, "response": hole, "cells": [], "pad": []}
+        for c, o in laid:
+            jt, vt, cw = c.junk.__getitem__, c.valid.__getitem__, c.width
+            col = [tuple(map(jt, blob[3 + w + i * w + o:3 + w + i * w + o + cw])) for i in range(p)]
+            col += [tuple(map(jt if h else vt, blob[s + 1 + o:s + 1 + o + cw])) for s, h in zip(starts, hole)]
+            out["cells"].append(col)
+            out["pad"].append(tuple(map(jt, blob[3 + o:3 + o + cw])))
         if reward:
             out["reward"] = rewards[blob[1] % len(rewards)]
         if group:
@@ -178,63 +221,12 @@ def _row(tensors: tuple[str, ...], *, min_prompt: int, max_len: int, reward: boo
     return blob_s.map(row)
 
 
-def _token(tensors: tuple[str, ...], holes: bool, values: dict[str, st.SearchStrategy[Any]],
-           junk_of: dict[str, st.SearchStrategy[Any]]):
-    """(is_hole, value per token tensor) of one response token."""
-    valid = st.tuples(st.just(False), st.tuples(*(values[n] if n in values else VALUES[n] for n in tensors)))
-    if not holes:
-        return valid
-    return st.one_of(valid, st.tuples(st.just(True), st.tuples(*(junk_of[n] for n in tensors))))  # shrinks to trained
-
-
-def _vocab_values(spec, vocab: int | None, junk: tuple[float, ...]
-                  ) -> tuple[dict[str, st.SearchStrategy[Any]], dict[str, st.SearchStrategy[Any]]]:
-    """(valid, masked) value strategies of the boundary's vocab tensors (V logits per position)
-    and token ids (in [0, V) everywhere: an id outside the vocabulary is no input a trainer gets)."""
-    valid: dict[str, st.SearchStrategy[Any]] = {}
-    masked: dict[str, st.SearchStrategy[Any]] = {}
-    if vocab is None:
-        return valid, masked
-    junk_s = st.sampled_from(list(junk))
-    for p in spec.inputs:
-        if p.kind == "vocab":
-            valid[p.name], masked[p.name] = st.tuples(*[LOGITS] * vocab), st.tuples(*[junk_s] * vocab)
-        elif p.kind == "token" and p.dtype == "int":
-            valid[p.name] = masked[p.name] = st.integers(0, vocab - 1)
-    return valid, masked
-
-
-def _row_slow(tensors: tuple[str, ...], *, min_prompt: int, max_len: int, reward: bool, group: bool,
-              holes: bool, values: dict[str, st.SearchStrategy[Any]], junk: tuple[float, ...],
-              junk_of: dict[str, st.SearchStrategy[Any]] | None = None):
-    """`_row` for values that are not on a grid: one draw per value."""
-    junk_s = st.sampled_from(list(junk))
-    junk_of = {n: (junk_of or {}).get(n, junk_s) for n in tensors}
-    jt = st.tuples(*(junk_of[n] for n in tensors))
-    prompts = st.lists(jt, min_size=min_prompt, max_size=max(min_prompt, 2))
-    token = _token(tensors, holes, values, junk_of)
-    responses = {room: st.lists(token, max_size=room) for room in range(max_len + 1)}
-    group_s = st.integers(0, 2)
-
-    @st.composite
-    def row(draw) -> dict[str, Any]:
-        prompt = draw(prompts)
-        out = {"prompt": prompt, "response": draw(responses[max(0, max_len - len(prompt))]), "pad": draw(jt)}
-        if reward:
-            out["reward"] = draw(VALUES["rewards"])
-        if group:
-            out["group"] = draw(group_s)
-        return out
-
-    return row()
-
-
 def _len(r: dict[str, Any]) -> int:
-    return len(r["prompt"]) + len(r["response"])
+    return r["prompt"] + len(r["response"])
 
 
 def _masked_inside(r: dict[str, Any]) -> bool:
-    return bool(r["prompt"]) or any(h for h, _ in r["response"]) or not r["response"]
+    return bool(r["prompt"]) or any(r["response"]) or not r["response"]
 
 
 def configs(boundary: str, **choices: list[Any]) -> st.SearchStrategy[dict[str, Any]]:
@@ -279,7 +271,6 @@ def _uses_groups(boundary: str, cfg: dict[str, Any]) -> bool:
     return False
 
 
-_PERMS = {n: st.permutations(range(n)) for n in range(1, MAX_BATCH + 3)}
 _BUMP = grid(0.25, 100.0, 0.25)
 _WILD_BUMP = st.one_of(_BUMP, st.sampled_from([1.0e4, float("nan"), float("inf")]))
 _WILD_ROW_REWARD = st.sampled_from([float("nan"), float("inf"), 1.0e4])
@@ -360,7 +351,32 @@ def _relate(name: str, inputs: dict[str, np.ndarray], cfg: dict[str, Any], signs
 
 
 RELATIONS = ("independent", "on_policy", "behaviour_is_old", "clip_edge", "far", "empty_row", "absent")
-_SIGNS = st.lists(st.sampled_from([1, -1]), min_size=1, max_size=MAX_BATCH * MAX_LEN)
+
+
+# --- an example's small choices, in one draw ----------------------------------------------------
+#
+# The vocabulary size, extra padding columns, the relation and its pick are the bytes of one
+# small fixed-size string, a relation's signs (a byte per position, even: +1) and a row
+# permutation one string each, drawn only where used: a Hypothesis draw costs about as much
+# whatever it draws (a list of +-1 signs was two draws per element, most of an example's draws
+# where a relation applied), and the shrinker minimises a byte string as one number, so bytes
+# nothing reads would only slow it. Each byte shrinks towards 0: the first vocabulary size, no
+# extra column, the first relation, sign +1, the identity permutation.
+
+_VOCAB, _EXTRA, _RELATION, _PICK = range(4)  # byte offsets
+_SMALL = st.binary(min_size=4, max_size=4)
+_SIGNS = st.binary(min_size=(MAX_BATCH + 2) * (MAX_LEN + 2), max_size=(MAX_BATCH + 2) * (MAX_LEN + 2)).map(
+    lambda b: [1 - 2 * (x % 2) for x in b])
+_PERMS = {n: st.binary(min_size=n - 1, max_size=n - 1) for n in range(1, 2 * MAX_BATCH + 3)}
+
+
+def _permutation(b: bytes, n: int) -> list[int]:
+    """A permutation of range(n) from n - 1 bytes (Fisher-Yates; zeros: the identity)."""
+    out = list(range(n))
+    for i in range(n - 1):
+        j = i + b[i] % (n - i)
+        out[i], out[j] = out[j], out[i]
+    return out
 
 
 def examples(boundary: str, *, config: dict[str, list[Any]] | None = None, min_batch: int = 1,
@@ -415,44 +431,42 @@ def examples(boundary: str, *, config: dict[str, list[Any]] | None = None, min_b
         # float token tensors, vocab tensors ([B, T, V] logits) and token ids
         tensors = tuple(p.name for p in spec.inputs if p.kind == "vocab" or p.kind == "token" and p.dtype != "mask")
         has_rewards = spec.input("rewards") is not None
-        zeros = tuple(0.0 for _ in tensors)  # broadcast over a vocab tensor's V logits
+        values = {"values": LOSS_AGG_VALUES} if boundary in ("loss_agg", "masked_reduce") else {}
+        cells_of: dict[int | None, list[Cell]] = {}
         for vocab in (VOCAB_SIZES if any(p.kind == "vocab" for p in spec.inputs) else (None,)):
-            valid, masked = _vocab_values(spec, vocab, junk_values)
-            values = {**valid, **({"values": LOSS_AGG_VALUES} if boundary in ("loss_agg", "masked_reduce") else {})}
+            cells = cells_of[vocab] = _cells(spec, tensors, vocab, values, junk_values)
             for g in (False, True):
-                row = _row(tensors, min_prompt=min_prompt, max_len=max_len, reward=has_rewards, group=g,
-                           holes=holes, values=values, junk=junk_values, junk_of=masked)
+                row = _row(cells, min_prompt=min_prompt, max_len=max_len, reward=has_rewards, group=g, holes=holes)
 
-                def simple(i: int, g: bool = g) -> dict[str, Any]:
-                    out = {"prompt": [zeros] * min_prompt, "response": [(False, zeros)], "pad": zeros}
+                def simple(i: int, g: bool = g, cells: list[Cell] = cells) -> dict[str, Any]:
+                    out = {"prompt": min_prompt, "response": [False], "pad": [(c.valid[0],) * c.width for c in cells],
+                           "cells": [[(c.valid[0],) * c.width] * (min_prompt + 1) for c in cells]}
                     return {**out, **({"reward": 0.0} if has_rewards else {}), **({"group": i % 3} if g else {})}
 
                 def ok(rs: list[dict[str, Any]], g: bool = g) -> bool:
                     lens = [_len(r) for r in rs]
                     if max(lens) == 0 or (eos == "mixed" and len(set(lens)) < 2):
                         return False
-                    if min_valid and sum(not h for r in rs for h, _ in r["response"]) < min_valid:
+                    if min_valid and sum(not h for r in rs for h in r["response"]) < min_valid:
                         return False
                     return not g or len({r["group"] for r in rs}) >= min(min_groups, len(rs))
 
                 rows_s[(g, vocab)] = st.lists(row, max_size=max_batch).map(
                     lambda rs, simple=simple: rs + [simple(len(rs) + i) for i in range(min_batch - len(rs))]
                 ).filter(ok)
-    vocab_s = st.sampled_from(VOCAB_SIZES)
-    extra_s = st.integers(0, 2)
     unknown = set(relations) - set(RELATIONS)
     if unknown:
         raise KeyError(f"unknown relation(s) {sorted(unknown)} (known: {', '.join(RELATIONS)})")
-    relation_s = st.sampled_from(list(relations))
 
     @st.composite
     def draw_example(draw) -> Example:
         cfg = draw(cfg_s)
+        xb = draw(_SMALL)
         want_groups = has_group and (groups == "always" or (groups == "auto" and _uses_groups(boundary, cfg)))
         if boundary == "reward_norm":
             rows = draw(rows_s[want_groups])
         else:
-            vocab = draw(vocab_s) if (False, VOCAB_SIZES[0]) in rows_s else None
+            vocab = VOCAB_SIZES[xb[_VOCAB] % len(VOCAB_SIZES)] if (False, VOCAB_SIZES[0]) in rows_s else None
             rows = draw(rows_s[(want_groups, vocab)])
         inputs: dict[str, np.ndarray] = {}
         variants: dict[str, dict[str, np.ndarray]] = {}
@@ -476,23 +490,16 @@ def examples(boundary: str, *, config: dict[str, list[Any]] | None = None, min_b
                 inputs["group"] = np.asarray([r[2] for r in rows], np.int64)
         else:
             lens = [_len(r) for r in rows]
-            extra = 0 if eos == "mixed" else draw(extra_s)
+            extra = 0 if eos == "mixed" else xb[_EXTRA] % 3
             if need_masked and not extra and len(set(lens)) < 2 and not any(_masked_inside(r) for r in rows):
                 extra = 1  # every position would be valid: pad one column so there is something to perturb
             width = max(lens) + extra
-            loss, attn = layout_arrays([(len(r["prompt"]), len(r["response"])) for r in rows],
-                                       [[h for h, _ in r["response"]] for r in rows], width)
-            for k, name in enumerate(tensors):
-                port = spec.input(name)
-                a = np.empty((len(rows), width) + ((vocab,) if port.kind == "vocab" else ()),
-                             np.int64 if port.dtype == "int" else F32)
-                for i, r in enumerate(rows):
-                    cells = [t[k] for t in r["prompt"]] + [v[k] for _, v in r["response"]]
-                    if cells:  # a filler row's 0.0 stands for a whole vocab vector: broadcast cell by cell
-                        a[i, :len(cells)] = np.stack([np.broadcast_to(np.asarray(c, a.dtype), a.shape[2:])
-                                                      for c in cells])
-                    a[i, len(cells):] = r["pad"][k]
-                inputs[name] = a
+            loss, attn = layout_arrays([(r["prompt"], len(r["response"])) for r in rows],
+                                       [r["response"] for r in rows], width)
+            for k, name in enumerate(tensors):  # one conversion per tensor: rows padded as lists
+                shape = (len(rows), width) + ((vocab,) if spec.input(name).kind == "vocab" else ())
+                inputs[name] = np.asarray([r["cells"][k] + [r["pad"][k]] * (width - n) for r, n in zip(rows, lens)],
+                                          cells_of[vocab][k].dtype).reshape(shape)
             inputs["loss_mask"] = loss
             if seq_advantages:
                 adv, valid = inputs["advantages"], loss.astype(bool)
@@ -510,12 +517,12 @@ def examples(boundary: str, *, config: dict[str, list[Any]] | None = None, min_b
                 variants[variant] = {"rewards": np.where(no_eos, inputs["rewards"] + F32(bump),
                                                          inputs["rewards"]).astype(F32)}
             if len(relations) > 1:
-                rel = draw(relation_s)
+                rel = relations[xb[_RELATION] % len(relations)]
                 if rel != "independent":
                     with np.errstate(all="ignore"):  # masked junk (NaN, 3e38) goes through unused
-                        _relate(rel, inputs, cfg, draw(_SIGNS), draw(extra_s), boundary)
+                        _relate(rel, inputs, cfg, draw(_SIGNS), xb[_PICK] % 3, boundary)
         if perm:
-            params["perm"] = list(draw(_PERMS[len(rows)]))
+            params["perm"] = _permutation(draw(_PERMS[len(rows)]), len(rows))
         order = [p.name for p in spec.inputs]  # stable key order: the boundary's port order
         return Example(boundary, cfg, {n: inputs[n] for n in order if n in inputs}, variants, params)
 
