@@ -222,7 +222,7 @@ class DiffHunter(Hunt):
         s.share_s += limit
         rnd = random.Random(f"{st.seed}:{b}:{s.rounds}") if st.seed is not None else None
         # extras-only differences wait for one on an output (search.SECONDARY_PATIENCE), never past
-        # half of what is left of the example budget
+        # half of what is left of the example budget; a round with none on an output takes one
         patience = max(0, min(SECONDARY_PATIENCE - s.secondary_seen, (st.max_examples - s.examples) // 2))
         search = Search(DiffJudge(self, s), n, time.monotonic() + limit, st.shrink_time, patience=patience)
         # a batch with no valid token has no training signal: what a side returns there is its convention
@@ -240,6 +240,7 @@ class DiffHunter(Hunt):
         finally:  # a side that died mid-round: what was compared still counts
             self.compared += search.st["examples"]
             self.differing += search.violating
+        search.take_passed()
         s.rounds += 1
         s.examples += search.st["examples"]
         s.rejected += search.st["rejected"]
