@@ -80,6 +80,7 @@ class DiffSettings:
     replay: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     atol: float = ATOL
     rtol: float = RTOL
+    min_valid: int = 1  # valid tokens in every drawn batch (see `_round`)
 
     @property
     def minimum(self) -> int:
@@ -226,8 +227,9 @@ class DiffHunter(Hunt):
         patience = max(0, min(SECONDARY_PATIENCE - s.secondary_seen, (st.max_examples - s.examples) // 2))
         search = Search(DiffJudge(self, s), n, time.monotonic() + limit, st.shrink_time, patience=patience)
         # a batch with no valid token has no training signal: what a side returns there is its convention
-        # every input on its own, and the relations / edges of strategies.RELATIONS among them
-        strategy = S.batches(S.examples(b, config=self.choices(b), junk="wild", row_mask=True, min_valid=1,
+        # (a mutant's hunt draws them, min_valid 0: both sides are one trainer's code, so there a change
+        # is the mutant's); every input on its own, and the relations / edges of strategies.RELATIONS among them
+        strategy = S.batches(S.examples(b, config=self.choices(b), junk="wild", row_mask=True, min_valid=st.min_valid,
                                         relations=S.RELATIONS), BATCH)
         try:
             find(strategy, replayable(search.condition, search.best), random=rnd, settings=hsettings(
