@@ -110,6 +110,19 @@ def test_a_config_one_side_lacks_is_excluded_and_counted(tmp_path):
     assert rep.hunt.findings == [] and d.compared > 0
 
 
+@pytest.mark.slow  # a differential hunt
+def test_a_refused_default_choice_is_excluded(tmp_path):
+    # slime's is_correction has no method off_policy_is, the default: it was never excluded (only
+    # other choices were probed), and Hypothesis draws a first choice most: 131 of 143 rejected
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))
+    side = TargetSpec("hunt_crash_adapter:NoDefaultAdapter")
+    rep = H.differential(side, side, ["kl"], DIFFERENTIAL_SECONDS, 0, out_dir=tmp_path, max_examples=100,
+                         **DIFFERENTIAL)
+    d, p = rep.hunt.differential, rep.hunt.properties[0]
+    assert d.excluded_config == {"base": {"kl": {"kl_type": ["k1"]}}, "head": {"kl": {"kl_type": ["k1"]}}}
+    assert rep.hunt.findings == [] and p.examples == 100 and p.rejected == 0
+
+
 def test_a_vocab_gradient_is_compared_at_valid_positions_only():
     """grad:log_probs/logits is [B, T, V]: a masked position's V values are not compared (the
     reference zeroes a masked log-prob, a trainer may not; neither trains on it)."""

@@ -302,6 +302,13 @@ class DiffHunter(Hunt):
             return {}
         variants = [(k, v) for k, vs in choices.items() for v in vs[1:]]
         ra, rb = self.observe(b, [ex] + [dataclasses.replace(ex, config={**default, k: v}) for k, v in variants])
+        # the defaults themselves refused (slime has no is_correction method off_policy_is): where
+        # another choice of one key only runs, that key's default is the refused one (Hypothesis draws
+        # a first choice most: 131 of 143 slime is_correction examples were rejected)
+        default_refused = {}
+        for side, answers in (("base", ra), ("head", rb)):
+            runs = {k for (k, _), a in zip(variants, answers[1:]) if a["status"] != "unsupported"}
+            default_refused[side] = runs if answers[0]["status"] == "unsupported" and len(runs) == 1 else set()
         # a choice refused beside the defaults may run beside another key's choice (GSPO needs its
         # sequence-mean loss_agg): tried with each other key changed before it is excluded
         refused = [i for i in range(len(variants)) if "unsupported" in (ra[i + 1]["status"], rb[i + 1]["status"])]
@@ -312,6 +319,11 @@ class DiffHunter(Hunt):
             for i in {i for (i, _), x, y in zip(pairs, pa, pb) if x["status"] != "unsupported" != y["status"]}:
                 ra[i + 1] = rb[i + 1] = {"status": "ok"}  # runs beside another choice: drawn, its refusals rejected
         out: dict[str, list[Any]] = {}
+        for side, keys in default_refused.items():
+            for k in keys:
+                self.excluded[side].setdefault(b, {}).setdefault(k, []).append(choices[k][0])
+                if choices[k][0] not in out.setdefault(k, []):
+                    out[k].append(choices[k][0])
         for side, answers in (("base", ra), ("head", rb)):
             for (k, v), a in zip(variants, answers[1:]):
                 if a["status"] == "unsupported":
