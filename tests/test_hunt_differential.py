@@ -123,6 +123,16 @@ def test_a_refused_default_choice_is_excluded(tmp_path):
     assert rep.hunt.findings == [] and p.examples == 100 and p.rejected == 0
 
 
+@pytest.mark.slow  # a differential hunt
+def test_a_default_refused_on_one_side_only_leaves_a_choice_to_draw(tmp_path):
+    # base lacks k1 (the default) and head has only k1: excluding k1 for base's sake too left kl_type
+    # no choice at all, and Hypothesis raised on sampling from nothing (an OpenRLHF mutant's hunt)
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))
+    rep = H.differential(TargetSpec("hunt_crash_adapter:NoDefaultAdapter"), TargetSpec("hunt_crash_adapter:CrashAdapter"),
+                         ["kl"], DIFFERENTIAL_SECONDS, 0, out_dir=tmp_path, max_examples=20, **DIFFERENTIAL)
+    assert rep.hunt.differential.excluded_config["base"] == {} and rep.hunt.findings == []
+
+
 def test_a_vocab_gradient_is_compared_at_valid_positions_only():
     """grad:log_probs/logits is [B, T, V]: a masked position's V values are not compared (the
     reference zeroes a masked log-prob, a trainer may not; neither trains on it)."""

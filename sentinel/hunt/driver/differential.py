@@ -303,12 +303,11 @@ class DiffHunter(Hunt):
         variants = [(k, v) for k, vs in choices.items() for v in vs[1:]]
         ra, rb = self.observe(b, [ex] + [dataclasses.replace(ex, config={**default, k: v}) for k, v in variants])
         # the defaults themselves refused (slime has no is_correction method off_policy_is): where
-        # another choice of one key only runs, that key's default is the refused one (Hypothesis draws
-        # a first choice most: 131 of 143 slime is_correction examples were rejected)
-        default_refused = {}
-        for side, answers in (("base", ra), ("head", rb)):
-            runs = {k for (k, _), a in zip(variants, answers[1:]) if a["status"] != "unsupported"}
-            default_refused[side] = runs if answers[0]["status"] == "unsupported" and len(runs) == 1 else set()
+        # another choice of one key only runs on both sides, that key's default is the refused one
+        # (Hypothesis draws a first choice most: 131 of 143 slime is_correction examples were rejected)
+        runs = {k for (k, _), a, b2 in zip(variants, ra[1:], rb[1:]) if "unsupported" not in (a["status"], b2["status"])}
+        default_refused = {side: runs if answers[0]["status"] == "unsupported" and len(runs) == 1 else set()
+                           for side, answers in (("base", ra), ("head", rb))}
         # a choice refused beside the defaults may run beside another key's choice (GSPO needs its
         # sequence-mean loss_agg): tried with each other key changed before it is excluded
         refused = [i for i in range(len(variants)) if "unsupported" in (ra[i + 1]["status"], rb[i + 1]["status"])]
