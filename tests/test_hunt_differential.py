@@ -110,6 +110,29 @@ def test_a_config_one_side_lacks_is_excluded_and_counted(tmp_path):
     assert rep.hunt.findings == [] and d.compared > 0
 
 
+@pytest.mark.slow  # a differential hunt
+def test_a_refused_default_choice_is_excluded(tmp_path):
+    # slime's is_correction has no method off_policy_is, the default: it was never excluded (only
+    # other choices were probed), and Hypothesis draws a first choice most: 131 of 143 rejected
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))
+    side = TargetSpec("hunt_crash_adapter:NoDefaultAdapter")
+    rep = H.differential(side, side, ["kl"], DIFFERENTIAL_SECONDS, 0, out_dir=tmp_path, max_examples=100,
+                         **DIFFERENTIAL)
+    d, p = rep.hunt.differential, rep.hunt.properties[0]
+    assert d.excluded_config == {"base": {"kl": {"kl_type": ["k1"]}}, "head": {"kl": {"kl_type": ["k1"]}}}
+    assert rep.hunt.findings == [] and p.examples == 100 and p.rejected == 0
+
+
+@pytest.mark.slow  # a differential hunt
+def test_a_default_refused_on_one_side_only_leaves_a_choice_to_draw(tmp_path):
+    # base lacks k1 (the default) and head has only k1: excluding k1 for base's sake too left kl_type
+    # no choice at all, and Hypothesis raised on sampling from nothing (an OpenRLHF mutant's hunt)
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))
+    rep = H.differential(TargetSpec("hunt_crash_adapter:NoDefaultAdapter"), TargetSpec("hunt_crash_adapter:CrashAdapter"),
+                         ["kl"], DIFFERENTIAL_SECONDS, 0, out_dir=tmp_path, max_examples=20, **DIFFERENTIAL)
+    assert rep.hunt.differential.excluded_config["base"] == {} and rep.hunt.findings == []
+
+
 def test_a_vocab_gradient_is_compared_at_valid_positions_only():
     """grad:log_probs/logits is [B, T, V]: a masked position's V values are not compared (the
     reference zeroes a masked log-prob, a trainer may not; neither trains on it)."""

@@ -228,6 +228,35 @@ def test_trl_opsm_sequence_kl_is_observed(tmp_path, monkeypatch):
     assert m.verdict == "killed", m
 
 
+@pytest.mark.slow  # one reference prepare and two mutants, 300 hunt examples each
+def test_a_mutants_hunt_draws_batches_with_no_valid_token(tmp_path, monkeypatch):
+    """The reference's aggregate without clamp_min(1) on its token count (token-mean) or on its row
+    count gives NaN for a batch with no valid token only, which a differential hunt never drew
+    (min_valid 1: there a revision's convention is no finding); both survived 1596 / 1242 examples.
+    A mutant's base and head are one trainer's code, so its hunt draws such batches (min_valid 0)."""
+    from sentinel.catalog import catalog_path
+    monkeypatch.setenv("HYPOTHESIS_STORAGE_DIRECTORY", str(tmp_path / "hypothesis"))
+    rep = mutate(load_paths([catalog_path()]), Options(
+        "reference", boundaries=["loss_agg"], operators=["clamp-denominator"], only=["8437590680", "76fe29efbf"],
+        budget=3600, hunt_examples=300, cache=None))
+    assert {m.key: m.verdict for m in rep.mutate.mutants} == {"8437590680": "killed", "76fe29efbf": "killed"}
+    assert all("nan" in m.killed_by for m in rep.mutate.mutants)
+
+
+@pytest.mark.slow  # one reference prepare and one mutant, at most 300 hunt examples
+def test_the_reference_hunt_draws_its_decoupled_loss(tmp_path, monkeypatch):
+    """The behaviour weight's .detach() removed (decoupled_weight) survived 131 policy_loss examples: the
+    hunt never drew use_decoupled_loss on the reference. Its option_domains now draw it, and the
+    gradient reaching the proximal log-probs (old_log_probs, a graph input) tells the mutant apart."""
+    from sentinel.catalog import catalog_path
+    monkeypatch.setenv("HYPOTHESIS_STORAGE_DIRECTORY", str(tmp_path / "hypothesis"))
+    rep = mutate(load_paths([catalog_path()]), Options(
+        "reference", boundaries=["policy_loss"], operators=["detach"], only=["d7d1148d31"],
+        budget=3600, hunt_examples=300, cache=None))
+    m, = rep.mutate.mutants
+    assert m.verdict == "killed" and "old_log_probs" in m.killed_by, m
+
+
 def test_claim_on_a_mutant_left_out_by_m_is_not_stale():
     """A `-m` subset judges some mutants: a claim on another existing mutant is neither honoured
     nor called stale ("no such mutant"); a claim on a mutant no operator makes still is."""

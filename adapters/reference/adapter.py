@@ -52,6 +52,9 @@ class ReferenceAdapter(Adapter):
 
     name = "reference"
     description = "Bundled reference implementation of the loss-path math (optionally with a planted bug)."
+    # the hunt draws the decoupled loss too (its weight and product were reached by scenarios only;
+    # a trainer without it refuses it: Unsupported, excluded from a differential hunt against it)
+    option_domains = {"policy_loss": {"use_decoupled_loss": (True,)}, "cispo_loss": {"use_decoupled_loss": (True,)}}
     # each raises on a choice outside its boundary's declared option values, which a scenario
     # file or a hunt draw can never pass (spec.py refuses it when the file loads)
     _GUARD = "raises on an option value outside the boundary's declared choices, which no scenario can pass"

@@ -22,10 +22,12 @@ import numpy as np
 from .. import strategies as S
 
 PROGRESS_EVERY = 0.5  # seconds between progress lines from a round
-# a difference only on extras (a returned metric, a config change) becomes a finding only after
-# this many such examples (over a hunt's rounds): until then the search looks on for one whose canonical
-# outputs differ too, which a family can judge and a scenario can replay (the same bug seen
-# through a logged copy of an output would otherwise be found through the copy)
+# a difference only on extras (a returned metric, a config change) is passed over while a round
+# looks on for one whose canonical outputs differ too, which a family can judge and a scenario can
+# replay (the same bug seen through a logged copy of an output would otherwise be found through
+# the copy): through the first half of the round's quota and time, and for at most this many such
+# examples over a hunt's rounds. A round that ends with none on an output reports the first one it
+# passed over, so a short round (a mutant's few seconds) still finds a bug seen only on extras.
 SECONDARY_PATIENCE = 64
 
 
@@ -91,6 +93,7 @@ class Search:
         self.error_sample: dict[str, Any] | None = None
         self.patience = patience  # extras-only examples still to pass over (SECONDARY_PATIENCE)
         self.secondary_seen = 0  # examples passed over that differed on extras only
+        self.passed: list[tuple[S.Example, Answer, dict[str, Any]]] = []  # them, with when each came (see first)
         self.ended = False  # the round's time or quota is spent (RoundOver raised)
 
     def progress(self, force: bool = False) -> None:
@@ -130,6 +133,15 @@ class Search:
                     return True
         return False
 
+    def take_passed(self) -> bool:
+        """Once the round is over with no violation: the first extras-only example it passed
+        over that is new (no declared deviation, no known bug) becomes its violation, unshrunk."""
+        for ex, a, first in self.passed if not self.best else []:
+            if self._violation(ex, a):
+                self.first.update(first)
+                return True
+        return False
+
     def _take(self, ex: S.Example, a: Answer) -> bool:
         """Count one answer; True: it is the round's violation."""
         st, best = self.st, self.best
@@ -151,11 +163,23 @@ class Search:
             return False
         if not best:
             self.violating += 1
-            if a.secondary and self.secondary_seen < self.patience:
+            if a.secondary and self.secondary_seen < self.patience and not self._half_spent():
                 self.secondary_seen += 1
+                self.passed.append((ex, a, {"t": time.monotonic(), "examples": st["examples"]}))
                 return False
         elif best["observable"] not in a.violations:
             return False  # shrinking keeps the first violation's observable: no slipping to another bug
+        return self._violation(ex, a)
+
+    def _half_spent(self) -> bool:
+        """The round has spent half its example quota or half its time."""
+        half_t = self.t0 + (self.deadline - self.t0) / 2
+        return 2 * self.st["examples"] >= self.quota or time.monotonic() > half_t
+
+    def _violation(self, ex: S.Example, a: Answer) -> bool:
+        """True: a violating example is the round's (best) violation, not a declared deviation
+        nor a known bug."""
+        st, best = self.st, self.best
         observable = best["observable"] if best else a.violations[0]
         dev = self.judge.deviation(ex, a, observable)
         if dev is not None:

@@ -80,6 +80,7 @@ class DiffSettings:
     replay: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     atol: float = ATOL
     rtol: float = RTOL
+    min_valid: int = 1  # valid tokens in every drawn batch (see `_round`)
 
     @property
     def minimum(self) -> int:
@@ -222,13 +223,14 @@ class DiffHunter(Hunt):
         s.share_s += limit
         rnd = random.Random(f"{st.seed}:{b}:{s.rounds}") if st.seed is not None else None
         # extras-only differences wait for one on an output (search.SECONDARY_PATIENCE), never past
-        # half of what is left of the example budget
+        # half of what is left of the example budget; a round with none on an output takes one
         patience = max(0, min(SECONDARY_PATIENCE - s.secondary_seen, (st.max_examples - s.examples) // 2))
         search = Search(DiffJudge(self, s), n, time.monotonic() + limit, st.shrink_time, patience=patience,
                         end_shrink=True)  # the finding is search.best: find's own answer is not read
         # a batch with no valid token has no training signal: what a side returns there is its convention
-        # every input on its own, and the relations / edges of strategies.RELATIONS among them
-        strategy = S.batches(S.examples(b, config=self.choices(b), junk="wild", row_mask=True, min_valid=1,
+        # (a mutant's hunt draws them, min_valid 0: both sides are one trainer's code, so there a change
+        # is the mutant's); every input on its own, and the relations / edges of strategies.RELATIONS among them
+        strategy = S.batches(S.examples(b, config=self.choices(b), junk="wild", row_mask=True, min_valid=st.min_valid,
                                         relations=S.RELATIONS), BATCH)
         try:
             find(strategy, replayable(search.condition, search.best), random=rnd, settings=hsettings(
@@ -241,6 +243,7 @@ class DiffHunter(Hunt):
         finally:  # a side that died mid-round: what was compared still counts
             self.compared += search.st["examples"]
             self.differing += search.violating
+        search.take_passed()
         s.rounds += 1
         s.examples += search.st["examples"]
         s.rejected += search.st["rejected"]
@@ -300,6 +303,12 @@ class DiffHunter(Hunt):
             return {}
         variants = [(k, v) for k, vs in choices.items() for v in vs[1:]]
         ra, rb = self.observe(b, [ex] + [dataclasses.replace(ex, config={**default, k: v}) for k, v in variants])
+        # the defaults themselves refused (slime has no is_correction method off_policy_is): where
+        # another choice of one key only runs on both sides, that key's default is the refused one
+        # (Hypothesis draws a first choice most: 131 of 143 slime is_correction examples were rejected)
+        runs = {k for (k, _), a, b2 in zip(variants, ra[1:], rb[1:]) if "unsupported" not in (a["status"], b2["status"])}
+        default_refused = {side: runs if answers[0]["status"] == "unsupported" and len(runs) == 1 else set()
+                           for side, answers in (("base", ra), ("head", rb))}
         # a choice refused beside the defaults may run beside another key's choice (GSPO needs its
         # sequence-mean loss_agg): tried with each other key changed before it is excluded
         refused = [i for i in range(len(variants)) if "unsupported" in (ra[i + 1]["status"], rb[i + 1]["status"])]
@@ -310,6 +319,11 @@ class DiffHunter(Hunt):
             for i in {i for (i, _), x, y in zip(pairs, pa, pb) if x["status"] != "unsupported" != y["status"]}:
                 ra[i + 1] = rb[i + 1] = {"status": "ok"}  # runs beside another choice: drawn, its refusals rejected
         out: dict[str, list[Any]] = {}
+        for side, keys in default_refused.items():
+            for k in keys:
+                self.excluded[side].setdefault(b, {}).setdefault(k, []).append(choices[k][0])
+                if choices[k][0] not in out.setdefault(k, []):
+                    out[k].append(choices[k][0])
         for side, answers in (("base", ra), ("head", rb)):
             for (k, v), a in zip(variants, answers[1:]):
                 if a["status"] == "unsupported":
