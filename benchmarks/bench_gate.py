@@ -4,7 +4,10 @@ run and printed as ratios; nothing here is a pass/fail test.
 
     python benchmarks/bench_gate.py [--repeat 5] [--baseline DIR]
 
-Aim: gate wall time within 1.1x of `python -c "import torch"` (issue 24). `--baseline DIR`
+Aim: gate wall time within 1.1x of `python -c "import torch"` (issue 24). Also timed: the gate
+with a shared zygote already listening (`python -m sentinel.zygote_server --listen PATH`, as a
+CI job that calls `sentinel` several times starts once): torch is then imported before the
+command, not in it. `--baseline DIR`
 (a source tree of another commit: `git archive REV | tar -x -C DIR`) also times the gate of
 that tree (first on PYTHONPATH), interleaved with this one's, for a before / after in one run.
 Both trees' packages are byte-compiled first, as `pip install` does: where the environment sets
@@ -18,6 +21,7 @@ import argparse
 import compileall
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -43,6 +47,19 @@ def direct_call_s(repeat: int) -> float:
     return statistics.median(times)
 
 
+def shared_zygote(folder: str) -> tuple[subprocess.Popen, str]:
+    """A listening zygote (torch imported), and its socket's path once it listens."""
+    path = os.path.join(folder, "z.sock")
+    proc = subprocess.Popen([sys.executable, "-m", "sentinel.zygote_server", "--listen", path], cwd=folder,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while not os.path.exists(path):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            sys.exit(f"the shared zygote did not listen at {path} (exit {proc.poll()})")
+        time.sleep(0.05)
+    return proc, path
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeat", type=int, default=5)
@@ -66,15 +83,23 @@ def main() -> None:
     gate = [*sentinel, "gate", "-o", "-", "--json"]
     base_env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         p for p in (str(args.baseline.resolve()) if args.baseline else "", os.environ.get("PYTHONPATH", "")) if p)}
-    times: dict[str, list[float]] = {"torch": [], "gate": [], "baseline": []}
+    times: dict[str, list[float]] = {"torch": [], "gate": [], "baseline": [], "shared": []}
     loads = [os.getloadavg()[0]]
-    for _ in range(args.repeat):  # interleaved: a change of load shows in every column alike
-        times["torch"].append(wall([py, "-c", "import torch"], 1))
-        times["gate"].append(wall(gate, 1))
-        if args.baseline:
-            times["baseline"].append(wall(gate, 1, env=base_env))
-        loads.append(os.getloadavg()[0])
+    with tempfile.TemporaryDirectory() as folder:
+        zygote, sock = shared_zygote(folder)
+        try:
+            for _ in range(args.repeat):  # interleaved: a change of load shows in every column alike
+                times["torch"].append(wall([py, "-c", "import torch"], 1))
+                times["gate"].append(wall(gate, 1))
+                times["shared"].append(wall(gate, 1, env={**os.environ, "SENTINEL_ZYGOTE_SOCKET": sock}))
+                if args.baseline:
+                    times["baseline"].append(wall(gate, 1, env=base_env))
+                loads.append(os.getloadavg()[0])
+        finally:
+            zygote.terminate()
+            zygote.wait(30)
     torch_s, gate_s = statistics.median(times["torch"]), statistics.median(times["gate"])
+    shared_s = statistics.median(times["shared"])
 
     one = [s for s in load_paths([catalog_path()]) if s.id == "opsm-mixed-advantage"]
     with tempfile.TemporaryDirectory():
@@ -89,6 +114,8 @@ def main() -> None:
           f"{' (PYTHONDONTWRITEBYTECODE is set)' if os.environ.get('PYTHONDONTWRITEBYTECODE') else ''}")
     print(f"python -c 'import torch'        {torch_s:8.3f} s")
     print(f"sentinel gate                   {gate_s:8.3f} s   ratio gate / import torch = {gate_s / torch_s:.2f}x (aim <= 1.1x)")
+    print(f"sentinel gate, shared zygote    {shared_s:8.3f} s   ratio {shared_s / torch_s:.2f}x (torch imported before "
+          f"the command: python -m sentinel.zygote_server --listen PATH; SENTINEL_ZYGOTE_SOCKET=PATH)")
     if args.baseline:
         base_s = statistics.median(times["baseline"])
         print(f"sentinel gate of {args.baseline}  {base_s:8.3f} s   ratio {base_s / torch_s:.2f}x; "
