@@ -36,6 +36,23 @@ def _session_bytecode():
 
 
 @pytest.fixture(scope="session", autouse=True)
+def _session_hypothesis_home():
+    """A command that runs targets keeps Hypothesis's files in ./.sentinel/hypothesis
+    (process.keep_hypothesis_home) unless HYPOTHESIS_STORAGE_DIRECTORY says where: the session's
+    CLI calls made from the checkout left them there; they go to a folder of this session."""
+    if os.environ.get("HYPOTHESIS_STORAGE_DIRECTORY"):
+        yield
+        return
+    folder = tempfile.mkdtemp(prefix="sentinel-test-hypothesis-")
+    os.environ["HYPOTHESIS_STORAGE_DIRECTORY"] = folder
+    try:
+        yield
+    finally:
+        os.environ.pop("HYPOTHESIS_STORAGE_DIRECTORY", None)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="session", autouse=True)
 def _session_checkout_cache():
     if os.environ.get("SENTINEL_CACHE_DIR"):  # the caller chose one (CI, a developer): keep it
         yield
@@ -146,6 +163,6 @@ def pytest_sessionfinish(session, exitstatus):
     # is read back by other tests and lingers after the run; a test writes under its tmp_path
     new = sorted(after - before)
     more = f" and {len(new) - 10} more" if len(new) > 10 else ""
-    session.config.get_terminal_writer().line(f"\ntests left {len(new)} files in the checkout: "
+    session.config.get_terminal_writer().line(f"\ntests left {len(new)} file{'s' * (len(new) != 1)} in the checkout: "
                                               f"{', '.join(new[:10])}{more}", red=True)
     session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -5,13 +5,13 @@ version comes from git (setuptools-scm), not from a number written in a file."""
 from __future__ import annotations
 
 import importlib.util
-import shutil
 import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
 import pytest
+
+from checkout_copy import build_wheel
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -23,35 +23,14 @@ def _setup_py():
     return module
 
 
-def _tree_copy(dest: Path) -> Path:
-    """This checkout as it stands (HEAD plus uncommitted and untracked files, ignored ones left
-    out) in a clone of its own: setuptools writes build/ and rl_sentinel.egg-info beside
-    setup.py, and written into this checkout they were read as an installed rl-sentinel by a
-    test running meanwhile on the other pytest worker (test_ci_files)."""
-    subprocess.run(["git", "clone", "-q", "--shared", str(ROOT), str(dest)], check=True, timeout=120)
-    listed = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z", "-co", "--exclude-standard"],
-                            capture_output=True, check=True).stdout.decode().split("\0")
-    for rel in filter(None, listed):
-        src, dst = ROOT / rel, dest / rel
-        if src.is_file():
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, dst)
-        elif dst.is_file():  # deleted here, not yet committed
-            dst.unlink()
-    return dest
-
-
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
     pytest.importorskip("build")
     pytest.importorskip("setuptools_scm")
     out = tmp_path_factory.mktemp("dist")
-    tree = _tree_copy(tmp_path_factory.mktemp("tree") / "rl-sentinel")
     leftovers = [ROOT / "build", ROOT / "rl_sentinel.egg-info"]
     before = [p for p in leftovers if p.exists()]
-    # --no-isolation: the test extra's setuptools and setuptools-scm, no download
-    r = subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(out), str(tree)],
-                       capture_output=True, text=True, timeout=300)
+    r = build_wheel(out, tmp_path_factory.mktemp("tree"))
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert [p for p in leftovers if p.exists()] == before, "the build wrote into this checkout"
     (whl,) = out.glob("*.whl")
