@@ -52,6 +52,12 @@ class TargetLoadError(TargetError):
     """The target could not be located or imported; the message names what is missing."""
 
 
+class MissingDependency(TargetLoadError):
+    """A third-party package a call needs is not installed in this environment (an extra, e.g.
+    tensordict for verl's batched log-probs): this environment's limit, not the target's answer.
+    The target's own package failing to import stays a TargetLoadError: that is the target's."""
+
+
 class Unsupported(TargetError):
     """The boundary (or this config of it) does not exist at this target version."""
 
@@ -74,9 +80,9 @@ class PreconditionUnmet(TargetError):
 # the target's; a compare, history or differential hunt does not count it against the target.
 ADAPTER_DEFECT = "AdapterDefect"
 # Error types that are the harness's, not the target's answer to an input: an adapter defect, and
-# a dependency the call needs that this environment lacks (TargetLoadError: an extra not installed).
-# A differential hunt rejects an example one side answered so; it is never a difference.
-NOT_THE_TARGETS = (ADAPTER_DEFECT, TargetLoadError.__name__)
+# a third-party package the call needs that this environment lacks (MissingDependency). A
+# differential hunt rejects an example one side answered so; it is never a difference.
+NOT_THE_TARGETS = (ADAPTER_DEFECT, MissingDependency.__name__)
 
 
 class ContractError(TargetError):

@@ -137,11 +137,14 @@ def plant_gate(tmp_path_factory):
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # what running tests may leave, as any pytest run does (ignored by .gitignore)
 TEST_LEAVINGS = ("__pycache__", ".hypothesis/", ".pytest_cache/")
+VENVS = (".venv", "venv", ".tox", ".nox")
 
 
 def _checkout_files() -> set[str] | None:
-    # folders collapsed: CI's .venv (ignored) holds tens of thousands of files
-    r = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--ignored", "--untracked-files=normal"],
+    # every file, so a new one inside a folder that was there before counts too (.sentinel/, reports/hunt/);
+    # a virtual environment inside the checkout (CI's .venv: tens of thousands of files) is left out
+    r = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--ignored", "--untracked-files=all", "--",
+                        ".", *(f":(exclude){v}" for v in VENVS)],
                        capture_output=True, text=True, env={**os.environ, "GIT_OPTIONAL_LOCKS": "0"})
     if r.returncode:
         return None  # not a git checkout (an unpacked sdist): nothing to compare

@@ -69,3 +69,23 @@ class KlLoggedOnly(KlLogged):
         if config.get("kl_type") == "k1":
             res.extras["returned:metrics.raw_sum"] = res.extras["returned:metrics.raw_sum"] + 0.25
         return res
+
+
+class KlNeedsMissing(ReferenceAdapter):
+    """Its k1 KL needs a third-party package this environment lacks (as verl's batched
+    log-probs need tensordict): a MissingDependency on every call, the harness's limit."""
+    name = "hunt-kl-needs-missing"
+
+    def b_kl(self, inputs, config):
+        from sentinel.errors import MissingDependency
+        raise MissingDependency("the k1 KL batches over a TensorDict: the tensordict package is not installed")
+
+
+class KlOwnImportBroken(ReferenceAdapter):
+    """Its k1 KL imports a module of its own package that this commit broke: TargetLoadError, the
+    target's own regression, which a differential hunt must report."""
+    name = "hunt-kl-own-import-broken"
+
+    def b_kl(self, inputs, config):
+        from sentinel.errors import TargetLoadError
+        raise TargetLoadError("importing verl.trainer.ppo.core_algos needs module 'verl.utils.gone'")

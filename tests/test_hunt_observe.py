@@ -130,8 +130,9 @@ def test_locals_are_read_at_the_return_of_a_function_called_inside_the_traced_on
 
 def test_a_side_that_cannot_load_what_the_call_needs_is_rejected_not_a_difference():
     """verl's batched log-probs need tensordict (the `verl` extra): a side without it raises
-    TargetLoadError on that config, the other side answers. That is this environment's gap, not
-    the trainer's: the example is rejected with the message, as an adapter defect is."""
+    MissingDependency on that config, the other side answers. That is this environment's gap, not
+    the trainer's: the example is rejected with the message, as an adapter defect is. The
+    target's own module failing to import (TargetLoadError) is the target's: a difference."""
     from sentinel.hunt.driver.differential import DiffJudge
 
     class Hunter:  # the differential hunt's comparison, nothing else
@@ -141,10 +142,33 @@ def test_a_side_that_cannot_load_what_the_call_needs_is_rejected_not_a_differenc
     judge = object.__new__(DiffJudge)
     judge.h, judge.b = Hunter(), "kl"
     ex = Example("kl", {}, {"log_probs": np.zeros((1, 2), np.float32)})
-    missing = {"status": "error", "type": "TargetLoadError", "message": "the tensordict package is not installed"}
-    raised = {"status": "error", "type": "ValueError", "message": "shapes differ"}
+    missing = {"status": "error", "type": "MissingDependency", "message": "the tensordict package is not installed"}
     for a, b in ((missing, _answer()), (_answer(), missing)):
         answer = judge._answer(ex, a, b)
         assert answer.violations == [] and answer.rejected.startswith("not loadable here: the tensordict"), answer
-        assert answer.error["type"] == "TargetLoadError"
-    assert judge._answer(ex, raised, _answer()).violations == ["exception"]  # the target's own raise differs
+        assert answer.error["type"] == "MissingDependency"
+    own = {"status": "error", "type": "TargetLoadError", "message": "importing verl.x needs module 'verl.gone'"}
+    raised = {"status": "error", "type": "ValueError", "message": "shapes differ"}
+    for theirs in (own, raised):  # the target's own failures differ
+        assert judge._answer(ex, theirs, _answer()).violations == ["exception"]
+
+
+def _kl_hunt(head: str, tmp_path: Path):
+    _toys()
+    return H.differential(TargetSpec("reference"), TargetSpec(f"hunt_observe_adapter:{head}"), ["kl"],
+                          DIFFERENTIAL_SECONDS, 0, out_dir=tmp_path, max_examples=60,
+                          config={"kl_type": "k1"}, **DIFFERENTIAL)
+
+
+def test_a_hunt_whose_every_example_a_side_cannot_load_is_an_error_not_unsupported(tmp_path):
+    """Rejected on every example, nothing was compared, and the option exists: the property is
+    an `error` naming the cause (it read `unsupported` and the hunt succeeded)."""
+    rep = _kl_hunt("KlNeedsMissing", tmp_path)
+    (p,) = rep.hunt.properties
+    assert p.status == "error" and "MissingDependency" in p.reason and "tensordict" in p.reason, (p.status, p.reason)
+    assert not rep.success and rep.hunt.findings == []
+
+
+def test_a_side_whose_own_import_broke_is_a_finding(tmp_path):
+    rep = _kl_hunt("KlOwnImportBroken", tmp_path)
+    assert [f.signature.observable for f in rep.hunt.findings] == ["exception"], rep.hunt.findings

@@ -43,8 +43,6 @@ UNREACHABLE = {
     },
     f"{DATA}:KLEstimator": {
         'if kl_estimator not in ["k1", "k2", "k3"] -> raise ValueError': _GUARD,
-        "if apply_clamp -> return log_ratio": "AReaL's one caller (PPOActor.__init__) builds "
-                                              "KLEstimator(config.kl_estimator): apply_clamp is always True",
     },
     f"{FUNCTIONAL}:ppo_actor_loss_fn": {'elif importance_sampling_level == "token" -> raise ValueError': _GUARD},
     f"{FUNCTIONAL}:cispo_loss_fn": {"if eps_clip_higher is None or eps_clip_higher <= 0 -> raise ValueError": _GUARD},

@@ -36,7 +36,7 @@ from sentinel.adapters.contract import BoundaryResult, Precondition, implements
 from sentinel.adapters.loading import module_exists
 from sentinel.adapters.shims import is_stub
 from sentinel.adapters.standin import LogitsTable, StandInLM, actor_preconditions, prompt_response, scatter_back
-from sentinel.errors import TargetLoadError, Unsupported
+from sentinel.errors import MissingDependency, Unsupported
 
 ACTOR = "actor_logprobs"
 DP_ACTOR = "verl.workers.actor.dp_actor"
@@ -152,7 +152,7 @@ class ActorSurface:
         {"log_probs", "entropys"}."""
         proto = self._import("verl.protocol").DataProto
         if is_stub(sys.modules.get("tensordict")):  # verl.protocol imported it, or its stub
-            raise TargetLoadError("micro_batch_size / use_dynamic_bsz: verl batches in compute_log_prob over a "
+            raise MissingDependency("micro_batch_size / use_dynamic_bsz: verl batches in compute_log_prob over a "
                                   "DataProto, a TensorDict: the tensordict package is not installed (pip install "
                                   "'rl-sentinel[verl]')")
         n = int(mask.shape[0])

@@ -264,7 +264,13 @@ class DiffHunter(Hunt):
             s.empty_rounds += 1
             if s.empty_rounds >= 2:
                 s.status = "finished" if s.examples else "unsupported"
-                if not s.examples:
+                if not s.examples and s.errors and s.error_sample:
+                    # every example rejected on a side's error (an adapter defect, a missing dependency):
+                    # nothing was compared, and the option exists: an error, never `unsupported`
+                    s.status = "error"
+                    s.reason = ("no example compared: a side raised on every drawn example: "
+                                f"{s.error_sample['type']}: {s.error_sample['message'][:300]}")
+                elif not s.examples:
                     s.reason = "no example both sides run: " + "; ".join(r for r, _ in s.reasons.most_common(3))
         self.emit({"event": "round", "property": s.prop.name, "status": s.status, "examples": s.examples,
                    "hunt_elapsed_s": time.perf_counter() - self.t_search, "round": s.rounds,
