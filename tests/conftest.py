@@ -35,35 +35,32 @@ def _session_bytecode():
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def _session_folder(variable: str, prefix: str):
+    """`variable` names a folder of this session, removed after it; a value the caller set is kept."""
+    if os.environ.get(variable):
+        yield
+        return
+    folder = tempfile.mkdtemp(prefix=prefix)
+    os.environ[variable] = folder
+    try:
+        yield
+    finally:
+        os.environ.pop(variable, None)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _session_hypothesis_home():
     """A command that runs targets keeps Hypothesis's files in ./.sentinel/hypothesis
     (process.keep_hypothesis_home) unless HYPOTHESIS_STORAGE_DIRECTORY says where: the session's
     CLI calls made from the checkout left them there; they go to a folder of this session."""
-    if os.environ.get("HYPOTHESIS_STORAGE_DIRECTORY"):
-        yield
-        return
-    folder = tempfile.mkdtemp(prefix="sentinel-test-hypothesis-")
-    os.environ["HYPOTHESIS_STORAGE_DIRECTORY"] = folder
-    try:
-        yield
-    finally:
-        os.environ.pop("HYPOTHESIS_STORAGE_DIRECTORY", None)
-        shutil.rmtree(folder, ignore_errors=True)
+    yield from _session_folder("HYPOTHESIS_STORAGE_DIRECTORY", "sentinel-test-hypothesis-")
 
 
 @pytest.fixture(scope="session", autouse=True)
 def _session_checkout_cache():
-    if os.environ.get("SENTINEL_CACHE_DIR"):  # the caller chose one (CI, a developer): keep it
-        yield
-        return
-    folder = tempfile.mkdtemp(prefix="sentinel-test-cache-")
-    os.environ["SENTINEL_CACHE_DIR"] = folder
-    try:
-        yield
-    finally:
-        os.environ.pop("SENTINEL_CACHE_DIR", None)
-        shutil.rmtree(folder, ignore_errors=True)
+    # the caller's SENTINEL_CACHE_DIR (CI, a developer) is kept
+    yield from _session_folder("SENTINEL_CACHE_DIR", "sentinel-test-cache-")
 
 
 # Modules that watch the CLI's own process tree (a worker must be the CLI's descendant to be

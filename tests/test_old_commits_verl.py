@@ -33,17 +33,10 @@ def test_policy_loss_runs_where_the_optimizer_config_had_no_default_learning_rat
 @pytest.mark.slow
 @pytest.mark.skipif(not os.environ.get("SENTINEL_VERL_REPO"),
                     reason="SENTINEL_VERL_REPO (path of a verl checkout) is not set")
-def test_policy_loss_runs_before_agg_loss():
-    res = probe("a1dd9224b", ["policy_loss"], target="verl")
-    assert res["policy_loss"].verdict in ("holds", "violated"), why(res["policy_loss"])
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(not os.environ.get("SENTINEL_VERL_REPO"),
-                    reason="SENTINEL_VERL_REPO (path of a verl checkout) is not set")
-def test_metrics_run_before_agg_loss():
-    res = probe("a1dd9224b", ["metrics"], target="verl")
-    assert res["metrics"].verdict in ("holds", "violated"), why(res["metrics"])
+@pytest.mark.parametrize("boundary", ["policy_loss", "metrics"])
+def test_runs_before_agg_loss(boundary):
+    res = probe("a1dd9224b", [boundary], target="verl")
+    assert res[boundary].verdict in ("holds", "violated"), why(res[boundary])
 
 
 _DISABLE = """
