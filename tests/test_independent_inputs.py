@@ -20,6 +20,7 @@ import torch
 from drawn import drawn
 from sentinel import hunt as H
 from sentinel import strategies as S
+from sentinel.invariants.base import is_extra
 from sentinel.runner import TargetSpec
 from sentinel_adapters.reference.adapter import ReferenceAdapter
 from untimed import DIFFERENTIAL, DIFFERENTIAL_SECONDS
@@ -90,8 +91,12 @@ def test_trl_opsm_without_the_sampling_log_probs_is_found_only_when_they_are_han
 def test_areal_kl_from_the_rollout_log_probs_under_recompute_is_found_only_when_they_differ(tmp_path):
     pins = {"trainer:recompute_logprob": True, "kl_coef": 0.1, "estimator": "gae"}
     assert _hunt(tmp_path, "Areal*", AREAL_REPO, "advantages", config=pins, n=150)
-    assert _hunt(tmp_path, "Areal*Bound", AREAL_REPO, "advantages", config=pins, n=150) == [], \
-        "with the rollout's log-probs equal to the recomputed ones the plant reads the same values"
+    # bound, the KL reads the same values at every valid position: no output differs. The plant's
+    # roll still moves junk into the masked head of the returned prox_logp (1.0 where AReaL keeps
+    # 0.0), an extras-only difference, reported since they are no longer held back 64 examples
+    canonical = [f for f in _hunt(tmp_path, "Areal*Bound", AREAL_REPO, "advantages", config=pins, n=150)
+                 if not is_extra(f.signature.observable)]
+    assert canonical == [], "with the rollout's log-probs equal to the recomputed ones the plant reads the same values"
 
 
 def _has(repo: str, commit: str) -> bool:
@@ -118,9 +123,9 @@ def test_verl_tis_on_rollout_log_probs_bound_by_its_own_name_is_found(tmp_path):
 @pytest.mark.skipif(not TRL_REPO, reason="set SENTINEL_TRL_REPO to a TRL clone (its GRPOTrainer at HEAD)")
 def test_trl_opsm_fallback_for_a_batch_without_sampling_log_probs_is_found_only_through_absent(tmp_path, monkeypatch):
     # the plant changes only what OPSM uses where the batch has no sampling log-probs
-    assert _hunt(tmp_path, "TrlAbsent*", TRL_REPO, "opsm_mask", n=400)
+    assert _hunt(tmp_path, "TrlAbsent*", TRL_REPO, "opsm_mask", n=1500)
     monkeypatch.setattr(S, "RELATIONS", tuple(r for r in S.RELATIONS if r != "absent"))
-    assert _hunt(tmp_path, "TrlAbsent*", TRL_REPO, "opsm_mask", n=400) == [], "never absent: the fallback never runs"
+    assert _hunt(tmp_path, "TrlAbsent*", TRL_REPO, "opsm_mask", n=1500) == [], "never absent: the fallback never runs"
 
 
 AREAL_FULL_MASK = "801bf5c6"  # 79b742c1^ (2025-12): grpo_loss_fn gathers log-probs and reads full_loss_mask
