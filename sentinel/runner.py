@@ -214,7 +214,7 @@ def run_group(scenarios: list[Scenario], spec: TargetSpec, timeout: float = 60.0
                 target.version, target.stubs = info.get("version"), info.get("stubs", [])
                 target.import_s, target.device = info.get("import_s"), env.get("device", spec.device)
                 # pipelined: every job goes out now, answers are evaluated as they come back
-                worker.send_all([job(sc, runs) for sc, runs in planned])
+                worker.send_all([{"type": "batch", "jobs": [job(sc, runs) for sc, runs in planned]}])
             sc, runs = planned[0]
             try:
                 res = worker.receive(timeout + 30)

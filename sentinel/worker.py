@@ -5,9 +5,18 @@ then one job per scenario; the worker answers {"event": "phase"} notes while it 
 (so a load that blocks is reported by phase), {"event": "ready" | "load_error"}, then one
 {"event": "result"} per job. Every answer is a line signed with the header's key, and a forked
 child signs its lines with a key of its own (sentinel/channel.py): what target code writes on
-a file descriptor it inherited is never taken for an answer. On CPU each job runs in a forked child of the warmed worker,
+a file descriptor it inherited is never taken for an answer. Each job runs in a forked child of the warmed worker,
 so a crash, `sys.exit` or hang costs one scenario, and module-level state a target mutates
-dies with the child instead of leaking into the next scenario.
+dies with the child instead of leaking into the worker.
+
+{"type": "batch", "jobs": [...]} (what the runner sends) runs many scenarios in one forked
+child, one result each as it comes: a fork per scenario cost ~15 ms of copy-on-write faults
+and teardown against ~2 ms of the scenario itself (benchmarks/bench_gate.py). A crash, exit,
+hang or forged line still costs only the scenario that was running: it gets the answer a fork
+of its own would have given, and the scenarios after it run on in a fresh fork; so do they
+after a scenario that left something behind the next could see (sentinel/leftovers.py). The
+child waits for the worker to pass each answer on before it starts the next scenario: one
+that kills the worker costs no answer already given.
 
 Job types (`JOBS`, the one dispatch): a scenario (no type, or "scenario") runs its boundary
 calls; {"type": "hunt"} is one round of `sentinel hunt` (sentinel/hunt/worker/round.py): the
@@ -48,6 +57,7 @@ os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
 from . import channel, reaper, targets  # noqa: E402
 # imported here, not in each scenario's child, where an import is paid again per scenario
 from .coverage import measuring  # noqa: E402
+from .leftovers import Baseline  # noqa: E402
 from .adapters.defects import as_error  # noqa: E402
 from .observe import observe  # noqa: E402
 from .tensors import decode, encode  # noqa: E402
@@ -189,6 +199,32 @@ class Worker:
                                            f"target code ran past the {timeout:g} s timeout",
                                            "before returning a result")}
 
+    def batch(self, job: dict[str, Any]) -> None:
+        """Scenario jobs in one forked child (see the module docstring), each answered as it ends.
+        Under coverage or a mutant each keeps a fork of its own (their per-job set-up)."""
+        todo = list(job["jobs"])
+        if self.header.get("coverage") or any(j.get("mutant") for j in todo):
+            for j in todo:
+                self._answer(j, self.isolated(j))
+            return
+        timeout = float(self.header.get("timeout", 60))
+        while todo:
+            def run_all(emit: Callable[[dict[str, Any]], None], jobs: tuple = tuple(todo)) -> dict[str, Any]:
+                start = Baseline(self.torch, self.adapter)
+                for j in jobs:
+                    start.restore()
+                    if not emit({**self.execute(j), "event": "answer"}) or start.left():
+                        break  # the next scenario gets a fresh fork
+                return {"status": "ok", "event": "batch-end"}
+
+            res = self._forked(run_all, timeout, f"target code ran past the {timeout:g} s timeout",
+                               "before returning a result", each=lambda msg: self._answer(todo.pop(0), msg))
+            if res.get("event") != "batch-end":  # it ended the scenario running then; the rest go on
+                self._answer(todo.pop(0), {"runs": {}, **res})
+
+    def _answer(self, job: dict[str, Any], result: dict[str, Any]) -> None:
+        self.send({**result, "event": "result", "scenario": job["scenario"]})
+
     def _measured(self, job: dict[str, Any]) -> dict[str, Any]:
         """execute(job), under branch coverage of the trainer's files where the header names a
         coverage folder (`sentinel hunt --coverage` runs the catalog this way first)."""
@@ -236,26 +272,33 @@ class Worker:
                             "while reading the mapped functions")
 
     def _forked(self, fn: Callable[[Callable[[dict[str, Any]], None]], dict[str, Any]], timeout: float,
-                timeout_message: str, crash_when: str) -> dict[str, Any]:
+                timeout_message: str, crash_when: str,
+                each: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
         """fn(emit) in a forked child: its {"event": "progress"} messages are forwarded to the
         runner as they come, its return value is the result. An exception, exit, crash or a
         child still running after `timeout` s is an {"status": "error"} result. Without fork
         (no os.fork, or CUDA initialised at load) fn runs here and an exception is the error
         result. The child runs in its own process group, killed once it has answered, and then
-        every descendant it left (one that left the group too) is killed."""
+        every descendant it left (one that left the group too) is killed. each: called with every
+        {"event": "answer"} line (a batch's per-scenario result), which restarts the timeout."""
         if not getattr(self, "fork_ok", hasattr(os, "fork")):
+            def here(msg: dict[str, Any]) -> None:
+                (each if each is not None and msg.get("event") == "answer" else self.send)(msg)
             try:
-                return fn(self.send)
+                return fn(here)
             except Exception as e:  # noqa: BLE001
                 return {"status": "error", "error": _error(e)}
         key = channel.new_key()
         before = frozenset(reaper.descendants(os.getpid()))  # processes the adapter's load() started
         r, w = os.pipe()
+        ack_r, ack_w = os.pipe() if each is not None else (None, None)
         pid = os.fork()
         if pid == 0:  # child
             os.setpgid(0, 0)  # its own group: whatever it forks is killed with it
             _die_with_parent()
             os.close(r)
+            if ack_w is not None:
+                os.close(ack_w)
             # the worker's job stream and protocol pipe are not the child's: target code can
             # neither read the next jobs nor write on the protocol, and if the worker dies the
             # runner sees EOF at once, not when this child finishes
@@ -263,9 +306,18 @@ class Worker:
                 os.close(fd)
             sink = os.fdopen(w, "wb")
 
-            def emit(msg: dict[str, Any]) -> None:
+            def emit(msg: dict[str, Any]) -> bool:
+                """Send msg; for an answer, wait until the worker passed it on (False: it could not say)."""
                 sink.write(channel.frame(key, msg))
                 sink.flush()
+                if ack_r is None or msg.get("event") != "answer":
+                    return True
+                try:
+                    if not os.read(ack_r, 1):
+                        os._exit(0)  # the worker is gone: nobody reads on
+                except OSError:  # target code closed it: the scenarios after run in a fresh fork
+                    return False
+                return True
             try:
                 try:
                     line = channel.frame(key, fn(emit))
@@ -276,11 +328,15 @@ class Worker:
             finally:
                 os._exit(0)
         os.close(w)
+        if ack_r is not None:
+            os.close(ack_r)
         deadline = time.monotonic() + timeout
         try:
-            how, value, status = self._collect(r, pid, key, deadline)
+            how, value, status = self._collect(r, pid, key, deadline, each, timeout, ack_w)
         finally:
-            os.close(r)
+            for fd in (r, ack_w):
+                if fd is not None:
+                    os.close(fd)
         if how == "ended" and status is None:  # EOF: the child is ending, or closed the pipe and runs on
             status = _wait_child(pid, deadline)
             how = "timeout" if status is None else how
@@ -301,12 +357,15 @@ class Worker:
         return {"status": "error", "error": {
             "type": "Crash", "message": f"the target process {how} {crash_when}", "traceback": ""}}
 
-    def _collect(self, r: int, pid: int, key: bytes, deadline: float) -> tuple[str, Any, int | None]:
+    def _collect(self, r: int, pid: int, key: bytes, deadline: float,
+                 each: Callable[[dict[str, Any]], None] | None = None, timeout: float = 0.0,
+                 ack: int | None = None) -> tuple[str, Any, int | None]:
         """Read the child's signed lines, forwarding progress, until one of: ("result", msg);
         ("forged", Forged) a line the child did not sign; ("timeout", None) past the deadline;
         ("ended", None) EOF, or the child exited with nothing more in the pipe (a grandchild
         may hold it open: its exit is not waited past). The third item: the child's wait
-        status, when it was reaped here."""
+        status, when it was reaped here. An "answer" line goes to `each`, is acknowledged on `ack`
+        and gives `timeout` s more."""
         buf, status, pidfd = b"", None, _pidfd(pid)
         try:
             while True:
@@ -329,9 +388,14 @@ class Worker:
                             msg = channel.unframe(key, line)
                         except channel.Forged as e:
                             return "forged", e, status
-                        if msg.get("event") != "progress":
+                        if each is not None and msg.get("event") == "answer":
+                            each(msg)
+                            _acknowledge(ack)
+                            deadline = time.monotonic() + timeout
+                        elif msg.get("event") != "progress":
                             return "result", msg, status  # no need to wait for an EOF a grandchild may hold back
-                        self.send(msg)
+                        else:
+                            self.send(msg)
                 elif status is not None:
                     return "ended", None, status
                 elif pidfd is None or pidfd in ready:
@@ -343,9 +407,18 @@ class Worker:
                 os.close(pidfd)
 
 
-# every job type the worker serves (see the module docstring)
+# every job type the worker serves (see the module docstring); "batch" answers for itself
 JOBS: dict[str, Callable[[Worker, dict[str, Any]], dict[str, Any]]] = {
     "scenario": Worker.isolated, "hunt": Worker.hunt, "session": Worker.session, "mutate-sources": Worker.mutate_sources}
+
+
+def _acknowledge(fd: int | None) -> None:
+    if fd is None:
+        return
+    try:
+        os.write(fd, b".")
+    except OSError:  # the child is gone, or closed it: its end is noticed by the reader
+        pass
 
 
 def _pidfd(pid: int) -> int | None:
@@ -398,6 +471,9 @@ def main() -> None:
         return
     for line in jobs:
         job = json.loads(line)
+        if job.get("type") == "batch":
+            worker.batch(job)
+            continue
         result = JOBS[job.get("type") or "scenario"](worker, job)
         result.update(event="result", scenario=job["scenario"])
         worker.send(result)

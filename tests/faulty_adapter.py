@@ -68,7 +68,9 @@ MODES = ("ok", "raise", "exit", "segv", "hang", "kill-parent", "mutate", "read-s
          # misbehaviour around a correct answer: the answer must come back, and nothing may linger
          "grandchild", "thread-left-running", "stdout-flood", "stderr-flood", "chdir", "environ", "raise-in-del",
          # the worker's channel and process tree (issue 22)
-         "channel-json", "channel-bytes", "killpg", "kill-0", "setsid-crash", "setsid-grandchild", "setsid-hang")
+         "channel-json", "channel-bytes", "killpg", "kill-0", "setsid-crash", "setsid-grandchild", "setsid-hang",
+         # what a scenario run after "chdir" / "environ" in the same worker sees: 2.0 when untouched
+         "read-cwd", "read-environ")
 CODES = {m: 100.0 + i for i, m in enumerate(MODES)}  # mode -> the value that selects it
 
 
@@ -105,6 +107,12 @@ class FaultyAdapter(Adapter):
             raise Unsupported("planted: this target has no such loss_agg mode")
         if mode == "mutate":
             COUNTER += 1000
+        if mode == "read-cwd":
+            return BoundaryResult({"loss": torch.tensor(0.0 if os.getcwd() == "/" else 2.0)},
+                                  function=FunctionRef.of(_token_mean))
+        if mode == "read-environ":
+            return BoundaryResult({"loss": torch.tensor(0.0 if os.environ.get("PYTHONPATH") == "/nonexistent" else 2.0)},
+                                  function=FunctionRef.of(_token_mean))
         if mode == "read-state":
             return BoundaryResult({"loss": torch.tensor(float(COUNTER))}, function=FunctionRef.of(_token_mean))
         if mode in FAULTS:

@@ -27,7 +27,7 @@ AROUND_A_RIGHT_ANSWER = ("grandchild", "thread-left-running", "stdout-flood", "s
                          "raise-in-del", "print", "read-stdin", "setsid-grandchild")
 GRANDCHILDREN = ("grandchild", "setsid-grandchild", "setsid-crash", "setsid-hang")  # each writes its pid
 # a correct target: unsupported is its answer "no such function here", not a fault
-NOT_FAULTS = ("ok", "mutate", "read-state", "int-loss", "unsupported", *AROUND_A_RIGHT_ANSWER)
+NOT_FAULTS = ("ok", "mutate", "read-state", "read-cwd", "read-environ", "int-loss", "unsupported", *AROUND_A_RIGHT_ANSWER)
 FAULTS = [m for m in MODES if m not in NOT_FAULTS]
 TIMEOUT = 3.0
 # benchmarks/gpu_check.sh runs this corpus with SENTINEL_TEST_DEVICE=cuda on a GPU machine

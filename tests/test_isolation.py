@@ -124,6 +124,16 @@ def test_module_state_mutated_by_one_scenario_does_not_leak(misbehaving):
     assert by_id["reads-state"].observations["loss"] == 0.0
 
 
+def test_a_folder_or_environment_changed_by_one_scenario_does_not_leak(module_env):
+    """Scenarios share a forked child (sentinel/worker.py's batch): one that changes the current
+    folder or the environment ends it, and the next runs in a fresh fork."""
+    report = run(scenarios(("chdir", "chdir"), ("reads-cwd", "read-cwd"), ("environ", "environ"),
+                           ("reads-environ", "read-environ")), [TargetSpec(FAULTY, device=DEVICE)], timeout=5.0)
+    for r in report.results:
+        assert r.verdict == "holds", (r.id, r.reason)
+        assert r.observations["loss"] == 2.0, r.id
+
+
 def test_stdout_noise_does_not_break_the_protocol(misbehaving):
     r = misbehaving[1]["prints"]
     assert r.verdict == "holds", r.reason
