@@ -2,6 +2,7 @@
 
     SENTINEL_SLIME_REPO=~/src/slime python benchmarks/bench_history.py             # the 200 commits before 045310b2b
     python benchmarks/bench_history.py --repo ~/src/slime --until HEAD --commits 200 --scenarios scenarios/seeds
+    python benchmarks/bench_history.py --skip-ray --baseline DIR   # DIR: `git archive REV | tar -x -C DIR`
 
 Prints, for the range:
 - commits evaluated per minute per core (the local executor, no cache);
@@ -9,7 +10,11 @@ Prints, for the range:
 - scenario runs the scan needed against an exhaustive walk (every commit x every scenario;
   aim <= 1/5 on a 200-commit range);
 - the Ray executor's wall time against the local executor's, same range, same -j, no cache;
-- a re-scan answered from the cache, against the first scan (aim <= 5 s).
+- a re-scan answered from the cache, against the first scan (aim <= 5 s);
+- with --baseline DIR (a source tree of another commit), the same first scan run by that
+  tree's code (first on PYTHONPATH), interleaved with this tree's (baseline, this, baseline,
+  this: a change of load shows in both alike), each side's median, and whether both found
+  the same verdict per (commit, scenario) and the same flips.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -26,14 +32,20 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def scan(args: list[str], out: Path) -> tuple[float, dict]:
+def scan(args: list[str], out: Path, env: dict[str, str] | None = None) -> tuple[float, dict]:
     t0 = time.perf_counter()
     p = subprocess.run([sys.executable, "-m", "sentinel", "history", *args, "-o", str(out), "--format", "json"],
-                       capture_output=True, text=True)
+                       capture_output=True, text=True, env=env)
     wall = time.perf_counter() - t0
     if p.returncode not in (0, 1, 3):
         sys.exit(f"sentinel history {' '.join(args)} failed ({p.returncode}): {p.stderr[-2000:]}")
     return wall, json.loads(out.read_text())["history"]
+
+
+def verdicts(h: dict) -> tuple[list, list]:
+    """Each evaluated (commit, scenario)'s verdict, and the flips: what a before / after must keep."""
+    rows = sorted((c["id"], s, v) for c in h["commits"] for s, v in (c.get("verdicts") or {}).items())
+    return rows, [(f["scenario"], f["commit"]) for f in h["flips"]]
 
 
 def main() -> None:
@@ -45,6 +57,8 @@ def main() -> None:
     ap.add_argument("--scenarios", nargs="*", default=[], help="scenario files, folders or ids (default: the catalog)")
     ap.add_argument("--jobs", "-j", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--skip-ray", action="store_true")
+    ap.add_argument("--baseline", type=Path, help="also run the first scan with this source tree's code, interleaved")
+    ap.add_argument("--repeat", type=int, default=1, help="first scans per side (with --baseline)")
     a = ap.parse_args()
     if not a.repo:
         sys.exit("give --repo (or set SENTINEL_SLIME_REPO to a slime checkout)")
@@ -53,8 +67,21 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         tmp_p = Path(tmp)
         cache = ["--cache", str(tmp_p / "cache")]
+        loads = [os.getloadavg()[0]]
+        if a.baseline:
+            import compileall  # as bench_gate.py: both trees byte-compiled, as an installed one is
+            for tree in (ROOT / "sentinel", a.baseline / "sentinel"):
+                compileall.compile_dir(str(tree), quiet=1)
+            base_env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+                p for p in (str(a.baseline.resolve()), os.environ.get("PYTHONPATH", "")) if p)}
+            this_t, base_t = [], []
+            for i in range(a.repeat):
+                base_t.append(scan([*common, "--no-cache"], tmp_p / f"base{i}.json", base_env))
+                this_t.append(scan([*common, "--no-cache"], tmp_p / f"this{i}.json"))
+                loads.append(os.getloadavg()[0])
         local_s, h = scan([*common, *cache], tmp_p / "local.json")
         again_s, h2 = scan([*common, *cache], tmp_p / "again.json")
+        loads.append(os.getloadavg()[0])
         ray_s = None
         if not a.skip_ray:
             ray_s, hr = scan([*common, "--no-cache", "--executor", "ray"], tmp_p / "ray.json")
@@ -72,6 +99,15 @@ def main() -> None:
           f"(aim <= 0.2)  flips: {len(h['flips'])}")
     print(f"re-scan from cache      {again_s:.2f} s vs {local_s:.1f} s = {again_s / local_s:.3f}x "
           f"({h2['cost']['tasks']} tasks run; aim <= 5 s)")
+    if a.baseline:
+        med = lambda runs: statistics.median(s for s, _ in runs)  # noqa: E731
+        this_s, base_s = med(this_t), med(base_t)
+        same = all(verdicts(h_) == verdicts(base_t[0][1]) for _, h_ in this_t + base_t)
+        tasks = this_t[0][1]["cost"]["tasks"]
+        print(f"before / after (no cache, median of {a.repeat}, load average {min(loads):.1f}-{max(loads):.1f})")
+        print(f"  {a.baseline}: {base_s:.1f} s = {tasks / base_s * 60 / cores:.2f} commits / minute / core")
+        print(f"  this tree: {this_s:.1f} s = {tasks / this_s * 60 / cores:.2f} commits / minute / core; "
+              f"this / baseline = {this_s / base_s:.2f}x; same verdicts and flips: {'yes' if same else 'NO'}")
     if ray_s is not None:
         print(f"ray vs local executor   {ray_s:.1f} s vs {local_s:.1f} s = {ray_s / local_s:.2f}x "
               f"(same flips: {'yes' if same else 'NO'}; Ray's start included)")
