@@ -121,7 +121,7 @@ def main() -> None:
         print(f"sentinel gate of {args.baseline}  {base_s:8.3f} s   ratio {base_s / torch_s:.2f}x; "
               f"this tree / baseline = {gate_s / base_s:.2f}x")
     print(f"one scenario, whole harness     {single_s:8.3f} s   (worker start + import + call + verdict; {rep.results[0].verdict})")
-    print(f"one scenario inside the worker  {per_scenario * 1e3:8.2f} ms  (median over the catalog; all runs + fork)")
+    print(f"one scenario inside the worker  {per_scenario * 1e3:8.2f} ms  (median over the catalog: its runs, timed in the batch's child)")
     print(f"direct reference call (opsm)    {direct * 1e3:8.3f} ms  ratio in-worker / direct = {per_scenario / direct:.0f}x")
 
 
