@@ -6,6 +6,7 @@ dataclasses built with the fields a version has)."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import uuid
 from typing import Any
@@ -191,7 +192,8 @@ OPTION_DOMAINS = {
         "eps_clip": (1.0,),
         "trainer:rollout_is": ("token", "sequence"),
         "trainer:rollout_is_batch_normalize": (False, True),
-        "trainer:rollout_rs": (None, "token_k1", "token_k2", "seq_sum_k1", "seq_mean_k3", "seq_max_k2",
+        "trainer:rollout_rs": (None, "token_k1", "token_k2", "seq_sum_k1", "seq_sum_k3", "seq_mean_k2", "seq_mean_k3",
+                               "seq_max_k2",
                                "token_k3,seq_sum_k2", "seq_mean_k1,seq_max_k3"),  # chained: every one must pass
     },
 }
@@ -202,8 +204,10 @@ PINNED = (
                                             "replacement): the advantages it returns are not those of the drawn rows"),
 )
 # rollout_rs -> its rollout_rs_threshold: a k1 criterion bounds the ratio ("lower_upper"), a k2 /
-# k3 one bounds the divergence from above
-RS_THRESHOLDS = {"k1": "0.5_2.0", "k2": 0.5, "k3": 0.5}
+# k3 one bounds the divergence from above. The bounds sit where drawn inputs land on them (log-probs
+# on a 1/8 grid): k1's log bounds are -0.5 and 1.0 (e^-0.5, e^1; asymmetric, so a flipped log-ratio
+# or swapped bounds moves the mask), k2's 0.5 is |log-ratio| = 1, so `<=` against `<` is seen.
+RS_THRESHOLDS = {"k1": f"{math.exp(-0.5)!r}_{math.exp(1.0)!r}", "k2": 0.5, "k3": 0.5}
 
 
 def rollout_rs(name: str | None) -> dict[str, Any]:
