@@ -20,6 +20,18 @@ from sentinel.spec import load_paths
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
 KL = REPO / "scenarios" / "kl" / "kl-estimators.yaml"
+
+
+def _function_mutants(path: Path, name: str, operator: str) -> list:
+    """The `operator` mutants of the top-level function `name` ("module:function") in `path`."""
+    import ast
+    from sentinel.mutate.mutants import Function, mutants
+    text = path.read_text()
+    node = next(n for n in ast.parse(text).body if isinstance(n, ast.FunctionDef) and n.name == name.split(":")[1])
+    lines = text.splitlines(keepends=True)[node.lineno - 1:node.end_lineno]
+    return mutants(Function(name, "".join(lines), node.lineno), [operator])
+
+
 TOY = "mutate_toy:ToyAdapter"
 EQUIVALENT = "e2e7f5006d"  # .detach() removed from loss_mask.bool(): a bool tensor has no gradient
 KILLED_CLAIM = "b08aee41aa"  # log_probs - ref -> log_probs + ref: killed, so its claim is stale
@@ -180,16 +192,11 @@ def test_areal_grpo_loss_fn_options_reach_its_branches(operator, added, tmp_path
     CISPO branches are keyword options and batch keys the boundary never set, and its loss's gradient
     was not observed. The AReaL adapter draws them now (options.actor_loss_options) with the teacher's
     and the behaviour policy's log-probs drawn apart, and observes `loss_grad:log_probs`."""
-    import ast
     from sentinel.catalog import catalog_path
-    from sentinel.mutate.mutants import Function, mutants
     monkeypatch.setenv("HYPOTHESIS_STORAGE_DIRECTORY", str(tmp_path / "hypothesis"))
     path = Path(AREAL_REPO) / "areal" / "trainer" / "ppo" / "actor.py"
-    text = path.read_text()
-    node = next(n for n in ast.parse(text).body if isinstance(n, ast.FunctionDef) and n.name == "grpo_loss_fn")
-    name = "areal.trainer.ppo.actor:grpo_loss_fn"
-    lines = text.splitlines(keepends=True)[node.lineno - 1:node.end_lineno]
-    ids = [m.id for m in mutants(Function(name, "".join(lines), node.lineno), [operator]) if added in m.diff + "\n"]
+    ids = [m.id for m in _function_mutants(path, "areal.trainer.ppo.actor:grpo_loss_fn", operator)
+           if added in m.diff + "\n"]
     assert len(ids) == 1, f"{operator} mutants adding {added!r}: {ids}"
     # bounded by examples, not by the clock (a 30 s budget let the sign mutant survive on a loaded CI run)
     rep = mutate(load_paths([catalog_path()]), Options("areal", repo=AREAL_REPO, boundaries=["metrics"],
@@ -306,5 +313,28 @@ def test_verl_functions_the_hunt_never_called_are_reached(function, boundary, re
     one = next(m.id for m in mutants(Function(function, "".join(lines), first), ["sign"]) if m.replacement == replacement)
     rep = mutate(load_paths([catalog_path()]), Options("verl", repo=None if installed else root, boundaries=[boundary],
                                                         operators=["sign"], only=[one], budget=10, cache=None))
+    m, = rep.mutate.mutants
+    assert m.verdict == "killed", m
+
+
+SLIME_REPO = os.environ.get("SENTINEL_SLIME_REPO")
+
+
+@pytest.mark.slow  # one slime prepare and one mutant
+@pytest.mark.skipif(not SLIME_REPO, reason="needs a slime checkout in SENTINEL_SLIME_REPO")
+def test_slime_logged_loss_metrics_are_observed(tmp_path, monkeypatch):
+    """policy_loss_function's reported metrics (kl_loss, ois, pg_clipfrac, ...) reach the hunt only
+    through loss_function's logging dict, which the slime adapter dropped: a deleted
+    `reported_loss["kl_loss"]` survived. The adapter now returns the dict as `returned:logged.*`."""
+    from sentinel.catalog import catalog_path
+    monkeypatch.setenv("HYPOTHESIS_STORAGE_DIRECTORY", str(tmp_path / "hypothesis"))
+    path = Path(SLIME_REPO) / "slime" / "backends" / "megatron_utils" / "loss.py"
+    ids = [m.id for m in _function_mutants(path, "slime.backends.megatron_utils.loss:policy_loss_function", "delete")
+           if m.original.startswith("reported_loss['kl_loss']")]
+    assert len(ids) == 1, ids
+    # bounded by examples, not by the clock (kl_loss is reported only where use_kl_loss is drawn on)
+    rep = mutate(load_paths([catalog_path()]), Options("slime", repo=SLIME_REPO, boundaries=["policy_loss"],
+                                                        operators=["delete"], only=ids, budget=900, hunt_examples=300,
+                                                        cache=None))
     m, = rep.mutate.mutants
     assert m.verdict == "killed", m

@@ -186,11 +186,11 @@ class SlimeAdapter(EntryLoss, Surfaces, TrainerAdapter):
                                     "advantages": adv, "loss_masks": masks})
         opsm_mask, opsm_clipfrac = fn(**kw)
         masked = pg_loss * opsm_mask
-        reduced, entry = self._entry_loss("opsm_mask", config, flat, lengths, totals, given_old, adv, masks, masked,
+        reduced, entry, logged = self._entry_loss("opsm_mask", config, flat, lengths, totals, given_old, adv, masks, masked,
                                           batch_extra=roll, use_opsm=True, opsm_delta=args.opsm_delta, **clip)
         return self._loss_result(fn, entry, inputs, mask, lengths, {"opsm_mask": opsm_mask, "pg_loss": masked},
                                  {"opsm_clipfrac": opsm_clipfrac, "reduced_policy_loss": reduced},
-                                 {"log_probs": lp, "old_log_probs": given_old, "advantages": adv, **roll})
+                                 {"log_probs": lp, "old_log_probs": given_old, "advantages": adv, **roll}, logged)
 
     @implements("policy_loss", calls=(f"{PPO_UTILS}:compute_policy_loss", f"{PPO_UTILS}:compute_gspo_kl",
                                       *ENTRY_CALLS), steps=ENTRY_STEPS)
@@ -218,10 +218,10 @@ class SlimeAdapter(EntryLoss, Surfaces, TrainerAdapter):
             estimator = {"advantage_estimator": "gspo"}
         pg_loss, clipfrac, fn = self._ppo_token_loss("policy_loss", flat, torch.cat(old), torch.cat(adv), **clip,
                                                      ppo_kl=ppo_kl)
-        loss, entry = self._entry_loss("policy_loss", config, flat, lengths, totals, old, adv, masks, pg_loss,
+        loss, entry, logged = self._entry_loss("policy_loss", config, flat, lengths, totals, old, adv, masks, pg_loss,
                                        batch_extra=self._rollout(inputs, mask), **clip, **estimator)
         return self._loss_result(fn, entry, inputs, mask, lengths, {"pg_loss": pg_loss, "clipfrac": clipfrac},
-                                 {"loss": loss}, {"log_probs": lp, "old_log_probs": old, "advantages": adv})
+                                 {"loss": loss}, {"log_probs": lp, "old_log_probs": old, "advantages": adv}, logged)
 
     @implements("cispo_loss", calls=(f"{PPO_UTILS}:compute_cispo_loss", *ENTRY_CALLS), steps=ENTRY_STEPS)
     def b_cispo_loss(self, inputs, config):
@@ -236,10 +236,10 @@ class SlimeAdapter(EntryLoss, Surfaces, TrainerAdapter):
         kw = bind(fn, "cispo_loss", {"ppo_kl": old_c - lp_c, "log_probs": lp_c, "advantages": torch.cat(adv),
                                      "eps_clip": eps_clip, "eps_clip_high": eps_high})
         pg_loss, clipfrac = fn(**kw)[:2]
-        loss, entry = self._entry_loss("cispo_loss", config, lp_c, lengths, totals, old, adv, masks, pg_loss,
+        loss, entry, logged = self._entry_loss("cispo_loss", config, lp_c, lengths, totals, old, adv, masks, pg_loss,
                                        batch_extra=self._rollout(inputs, mask), advantage_estimator="cispo", eps_clip=eps_clip, eps_clip_high=eps_high)
         return self._loss_result(fn, entry, inputs, mask, lengths, {"pg_loss": pg_loss, "clipfrac": clipfrac},
-                                 {"loss": loss}, {"log_probs": lp, "old_log_probs": old, "advantages": adv})
+                                 {"loss": loss}, {"log_probs": lp, "old_log_probs": old, "advantages": adv}, logged)
 
     @implements("gspo_kl", calls=(f"{PPO_UTILS}:compute_gspo_kl",))
     def b_gspo_kl(self, inputs, config):
@@ -534,11 +534,11 @@ class SlimeAdapter(EntryLoss, Surfaces, TrainerAdapter):
         weights = fn(**{**kw, "pg_loss": torch.ones_like(pg_loss.detach())})[0]
         watch = Watch(args)
         corrected, out_masks, metrics = fn(**kw)
-        loss, entry = self._entry_loss("is_correction", config, flat, lengths, totals, old, adv, masks, corrected,
+        loss, entry, logged = self._entry_loss("is_correction", config, flat, lengths, totals, old, adv, masks, corrected,
                                        reducer_masks=list(out_masks), batch_extra={"rollout_log_probs": roll},
                                        **tis, **clip)
         res = self._loss_result(fn, entry, inputs, mask, lengths, {"weights": weights, "pg_loss": corrected},
                                 {"loss": loss}, {"log_probs": lp, "old_log_probs": old, "rollout_log_probs": roll,
                                                  "advantages": adv})
-        res.extras = {**returned({"metrics": metrics, "masks": out_masks}), **watch.changes()}  # the hook's logged metrics
+        res.extras = {**logged, **returned({"metrics": metrics, "masks": out_masks}), **watch.changes()}  # the hook's logged metrics
         return res

@@ -23,6 +23,7 @@ import torch
 from sentinel.adapters.binding import bind, parameters, signature_text
 from sentinel.adapters.composing import trainer_step
 from sentinel.adapters.contract import BoundaryResult, FunctionRef
+from sentinel.adapters.observables import returned
 from sentinel.adapters.options import trainer_options
 from sentinel.adapters.spying import composes
 from sentinel.errors import Unsupported
@@ -79,6 +80,19 @@ def loss_function_scale(total: torch.Tensor, masks: list[torch.Tensor], per_toke
     return total / max(len(masks), 1)
 
 
+def logged(log: Any) -> dict[str, torch.Tensor]:
+    """loss_function's logging dict as observables (``returned:logged.<metric>``): the metrics
+    policy_loss_function reports (pg_clipfrac, ppo_kl, ois, kl_loss, ...), named by its ``keys``
+    where it pairs them with a ``values`` tensor (the leading value is the reporting count), and
+    that tensor whole (``logged.values``: a metric dropped or added changes its length, which a
+    comparison by name would pass over)."""
+    if isinstance(log, dict) and isinstance(log.get("keys"), list) and isinstance(log.get("values"), torch.Tensor):
+        keys, values = log["keys"], log["values"].reshape(-1)
+        lead = values.numel() - len(keys)
+        log = {"count": values[:lead], **dict(zip(keys, values[lead:])), "values": values}
+    return returned({"logged": log})
+
+
 class GradAt(torch.autograd.Function):
     """Adds 0 to the loss and ``g`` to the gradient of ``x``: the gradient at tokens where the
     logits route saturates, taken from slime's own per-token functions."""
@@ -129,12 +143,12 @@ class EntryLoss:
                     totals: list[int], old: list[torch.Tensor], adv: list[torch.Tensor], masks: list[torch.Tensor],
                     pg_loss: torch.Tensor, reducer_masks: list[torch.Tensor] | None = None,
                     batch_extra: dict[str, Any] | None = None,
-                    **options: Any) -> tuple[torch.Tensor, tuple[FunctionRef, ...]]:
+                    **options: Any) -> tuple[torch.Tensor, tuple[FunctionRef, ...], dict[str, torch.Tensor]]:
         """The loss slime trains on: ``loss_function`` -> ``policy_loss_function`` on one packed
         micro-batch (a one-token prompt per sample, logits from `_logits_for`), divided by the
-        normaliser it hands Megatron. The same loss composed from the per-token `pg_loss`
-        (`_reduce`) lends its gradient to tokens with log-prob 0 (see `_logits_for`), never
-        its value. `flat`: the concatenated log-probs `pg_loss` was computed from;
+        normaliser it hands Megatron, and the metrics loss_function logs beside it (`logged`).
+        The same loss composed from the per-token `pg_loss` (`_reduce`) lends its gradient to
+        tokens with log-prob 0 (see `_logits_for`), never its value. `flat`: the concatenated log-probs `pg_loss` was computed from;
         `batch_extra`: more ``batch`` keys (``rollout_log_probs`` for TIS); `options`: slime ``args``."""
         mode = config["loss_agg"]
         composed = self._reduce(boundary, pg_loss, masks, lengths, totals, mode, reducer_masks)
@@ -163,14 +177,16 @@ class EntryLoss:
             required["step_global_batch_size"] = n
         kw = bind(entry, boundary, required)
         self._ensure_process_group()  # before 2026-06-29 slime's entropy all-reduces unconditionally
-        loss, normaliser = entry(**kw)[:2]
+        out = entry(**kw)
+        loss, normaliser = out[:2]
+        metrics = logged(out[2]) if len(out) > 2 else {}
         loss = megatron_normalise(loss, normaliser)
         saturated = (flat.detach().exp() >= 1) & torch.isfinite(flat.detach())
         if flat.requires_grad and composed.requires_grad and bool(saturated.any()):
             (g,) = torch.autograd.grad(composed, flat, retain_graph=True, allow_unused=True)
             if g is not None:
                 loss = loss + GradAt.apply(flat, torch.where(saturated, g, torch.zeros_like(g)))
-        return loss, (self._ref(entry), self._ref(self._fn("policy_loss_function", LOSS, boundary=boundary)))
+        return loss, (self._ref(entry), self._ref(self._fn("policy_loss_function", LOSS, boundary=boundary))), metrics
 
     def _policy_loss_fn(self, boundary: str):
         return self._fn("compute_policy_loss", PPO_UTILS, boundary=boundary)
@@ -183,11 +199,12 @@ class EntryLoss:
 
     def _loss_result(self, fn: Callable, entry: tuple[FunctionRef, ...], inputs: dict[str, torch.Tensor],
                      mask: torch.Tensor, lengths: list[int], per_token: dict[str, torch.Tensor],
-                     scalars: dict[str, Any], given: dict[str, list[torch.Tensor]]) -> BoundaryResult:
+                     scalars: dict[str, Any], given: dict[str, list[torch.Tensor]],
+                     extras: dict[str, torch.Tensor] | None = None) -> BoundaryResult:
         """A loss boundary's result: per-token outputs back in [B, T], the state of what slime
-        got, and the functions called (`fn`, then the loss entry)."""
+        got, the functions called (`fn`, then the loss entry) and `extras` (what the entry logged)."""
         return BoundaryResult({**{k: self._back(v, lengths, mask) for k, v in per_token.items()}, **scalars},
-                              self._after(inputs, given, mask), self._ref(fn).with_also(*entry))
+                              self._after(inputs, given, mask), self._ref(fn).with_also(*entry), extras or {})
 
     def _ppo_token_loss(self, boundary: str, lp: torch.Tensor, old: torch.Tensor, adv: torch.Tensor,
                         eps_clip: float, eps_clip_high: float, eps_clip_c: float | None,
