@@ -24,6 +24,11 @@ Sections (--sections, comma separated; default all that the given targets allow)
   milliseconds per example of `find` over every property's batches with a condition that never
   fails (the generate phase, 60 test cases a property, seed 0); with --baseline, of both trees,
   each in its own process, interleaved --repeat times.
+- `rounds` (not in the default list): every property's first round (probe on, --quota examples,
+  seed 0) in-process, one after another: examples per CPU second and CPU milliseconds per round,
+  the worker's fork and IPC left out; with --baseline, of both trees, each in its own process,
+  interleaved --repeat times. CPU time, so a loaded machine that starves the throughput section's
+  short rounds still gives a before / after.
 - `profile` (not in the default list): cProfile of in-process hunt rounds on the reference:
   the share of an example's time in the trainer's call, observe, plan, invariant evaluation,
   drawing, and Hypothesis's engine with the search's bookkeeping, and the IPC per round.
@@ -214,21 +219,67 @@ def _throughput_in(tree: Path, seconds: float, tmp: Path) -> dict:
     return _in_tree(tree, _THROUGHPUT, tmp, str(seconds))
 
 
-def section_drawing(args, tmp: Path, result: dict) -> None:
-    print("\n## drawing alone (Hypothesis's engine included), every property, CPU ms per example")
+def _per_tree(args, tmp: Path, code: str, line, *argv: str) -> dict[str, list[dict]]:
+    """`code` run in this tree and, with --baseline, in the baseline tree, interleaved --repeat
+    times (a change of load shows in both columns alike); `line` words each run's result."""
     trees = {"this": HERE.parent, **({"baseline": args.baseline} if args.baseline else {})}
     rows: dict[str, list[dict]] = {k: [] for k in trees}
-    for _ in range(args.repeat if args.baseline else 1):  # interleaved
+    for _ in range(args.repeat if args.baseline else 1):
         for k, tree in trees.items():
-            r = _in_tree(tree, _DRAWING, tmp)
-            rows[k].append(r)
-            print(f"  {k:8s} {r['examples']:6d} examples of {r['properties']} properties: {r['cpu_s']:.2f} CPU s, "
-                  f"{r['ms_per_example']:.3f} ms per example (load average {r['load']})")
+            rows[k].append(_in_tree(tree, code, tmp, *argv))
+            print(f"  {k:8s} {line(rows[k][-1])}")
+    return rows
+
+
+def section_drawing(args, tmp: Path, result: dict) -> None:
+    print("\n## drawing alone (Hypothesis's engine included), every property, CPU ms per example")
+    rows = _per_tree(args, tmp, _DRAWING, lambda r: (
+        f"{r['examples']:6d} examples of {r['properties']} properties: {r['cpu_s']:.2f} CPU s, "
+        f"{r['ms_per_example']:.3f} ms per example (load average {r['load']})"))
     med = {k: statistics.median(r["ms_per_example"] for r in v) for k, v in rows.items()}
     result["drawing"] = {"runs": rows, "median_ms": med}
     if args.baseline:
         print(f"  median: this tree {med['this']:.3f} ms, baseline {med['baseline']:.3f} ms per example: "
               f"baseline / this = {med['baseline'] / med['this']:.2f}x")
+
+
+# every property's first round in-process, in a fresh process of whichever `sentinel` its PYTHONPATH
+# puts first: CPU per example and per round, the worker's fork and IPC left out (so a loaded machine,
+# which starves a 20 s hunt's short rounds, still gives a figure)
+_ROUNDS = """
+import json, os, sys, time
+import torch
+from sentinel import targets
+from sentinel.hunt import properties
+from sentinel.hunt.worker.round import run_round, warm
+torch.set_num_threads(1)
+adapter = targets.adapter_class("reference")(None, torch.device("cpu"), {})
+adapter.load()
+names = [p.name for p in properties.select()]
+for n in names:
+    warm(n)
+quota = int(sys.argv[1])
+examples, t0 = 0, time.process_time()
+for n in names:
+    job = {"property": n, "time_limit": 60.0, "max_examples": quota, "seed": "0", "db_key": n, "shrink_time": 0.5,
+           "probe": True}
+    examples += run_round(adapter, torch.device("cpu"), job, lambda e: None)["examples"]
+cpu = time.process_time() - t0
+print(json.dumps({"rounds": len(names), "examples": examples, "cpu_s": cpu, "per_cpu_s": examples / cpu,
+                  "ms_per_round": cpu / len(names) * 1e3, "load": round(os.getloadavg()[0], 1)}))
+"""
+
+
+def section_rounds(args, tmp: Path, result: dict) -> None:
+    print(f"\n## every property's first round in-process (probe on, quota {args.quota}, seed 0): CPU per example")
+    rows = _per_tree(args, tmp, _ROUNDS, lambda r: (
+        f"{r['examples']:6d} examples in {r['rounds']} rounds: {r['cpu_s']:.2f} CPU s, {r['per_cpu_s']:.0f} examples "
+        f"per CPU second, {r['ms_per_round']:.1f} ms per round (load average {r['load']})"), str(args.quota))
+    med = {k: statistics.median(r["per_cpu_s"] for r in v) for k, v in rows.items()}
+    result["rounds"] = {"runs": rows, "median_per_cpu_s": med}
+    if args.baseline:
+        print(f"  median: this tree {med['this']:.0f}, baseline {med['baseline']:.0f} examples per CPU second: "
+              f"this / baseline = {med['this'] / med['baseline']:.2f}x")
 
 
 def section_baseline(args, tmp: Path, result: dict) -> None:
@@ -430,8 +481,10 @@ def main() -> None:
     ap.add_argument("--budget", type=float, default=30.0, help="search budget per seed-bug hunt")
     ap.add_argument("--modes", default="property,boundary")
     ap.add_argument("--sections", default="throughput,differential,seeds,done",
-                    help="also: profile (the per-example split, cProfile), drawing (drawing alone)")
+                    help="also: profile (the per-example split, cProfile), drawing (drawing alone), "
+                         "rounds (first rounds in-process, CPU per example)")
     ap.add_argument("--profile-time", type=float, default=5.0, help="seconds per property in the profile section")
+    ap.add_argument("--quota", type=int, default=100, help="examples per round in the rounds section")
     ap.add_argument("--slime", default=os.environ.get("SENTINEL_SLIME_REPO"))
     ap.add_argument("--areal", action="store_true", help="hunt the installed areal package")
     ap.add_argument("--areal-repo", default=os.environ.get("SENTINEL_AREAL_REPO"))
@@ -444,7 +497,7 @@ def main() -> None:
     print(f"# sentinel hunt benchmark ({os.cpu_count()} CPUs)\n")
     sections = {"throughput": section_throughput, "differential": section_differential, "seeds": section_seeds,
                 "done": section_done, "profile": section_profile,
-                "drawing": section_drawing}
+                "drawing": section_drawing, "rounds": section_rounds}
     for name in args.sections.split(","):
         sections[name](args, tmp, result)
     if args.json:

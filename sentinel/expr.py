@@ -256,12 +256,25 @@ def check(source: str, names: Iterable[str], sample: dict[str, Any] | None = Non
     if unknown := read - set(names):
         raise UnknownName(sorted(unknown), "not an input or output")
     if sample is not None:
+        key = (source, tuple((n, np.shape(v), np.asarray(v).dtype.str) for n, v in sorted(sample.items())))
+        if key in _SAMPLED:
+            return
         try:
             evaluate(source, sample)
         except _LimitError:
             raise
         except ExprError:
-            pass  # value-dependent (a shape the target may not produce): decided when it runs
+            return  # value-dependent (a shape the target may not produce): decided when it runs
+        if len(_SAMPLED) < _SAMPLED_MAX:
+            _SAMPLED.add(key)
+
+
+# (expression, the sample's names, shapes and dtypes) whose sample evaluation passed: a hunt checks
+# each drawn example's scenario, and the limits depend on the shapes (every allowed call sizes
+# its result by its arguments' shapes; a boolean selection only shrinks one), not on the values;
+# an evaluation past a limit is still refused when it runs
+_SAMPLED: set[tuple[Any, ...]] = set()
+_SAMPLED_MAX = 4096
 
 
 def evaluate(source: str, namespace: dict[str, Any], time_limit: float = TIME_LIMIT_S) -> np.ndarray:

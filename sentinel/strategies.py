@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from hypothesis import strategies as st
+from hypothesis import reject, strategies as st
 
 from .adapters.options import is_trainer
 from .boundaries import BOUNDARIES, get as get_boundary
@@ -167,7 +167,7 @@ def _cells(spec, tensors: tuple[str, ...], vocab: int | None, values: dict[str, 
 
 
 def _row(cells: list[Cell], *, min_prompt: int, max_len: int, reward: bool, group: bool,
-         holes: bool) -> st.SearchStrategy[dict[str, Any]]:
+         holes: bool) -> tuple[st.SearchStrategy[bytes], Any]:
     """One sequence: prompt tokens (masked), then response tokens (trained, or holes: tool
     output, rejected spans), each token carrying a value for every token tensor; what its
     padding holds; its reward and group id. Drawn as one unit, so the shrinker can delete
@@ -183,7 +183,10 @@ def _row(cells: list[Cell], *, min_prompt: int, max_len: int, reward: bool, grou
 
     The row: {"prompt": its length, "response": a hole flag per response token, "cells": per
     tensor a list of per-position tuples (`width` values), "pad": per tensor one such tuple,
-    "reward", "group"}."""
+    "reward", "group"}.
+
+    Returned as (the row's bytes strategy, its decoder): the example decodes its rows itself, as a
+    `.map` per row was one more Hypothesis span per row, and a span costs about what a draw does."""
     offsets, w = [], 0
     for c in cells:
         offsets.append(w)
@@ -195,12 +198,13 @@ def _row(cells: list[Cell], *, min_prompt: int, max_len: int, reward: bool, grou
     if w > len(cells):  # vocab logits: a token's slot is one list element, which the shrinker deletes
         # wherever it is (in one string it truncates the end, and a token there is many bytes)
         blob_s = st.tuples(st.binary(min_size=fixed, max_size=fixed),
-                           st.lists(st.binary(min_size=stride, max_size=stride), max_size=max_len)).map(
-            lambda parts: parts[0] + b"".join(parts[1]))
+                           st.lists(st.binary(min_size=stride, max_size=stride), max_size=max_len))
     rewards = _order(VALUES["rewards"])
     laid = list(zip(cells, offsets))
 
-    def row(blob: bytes) -> dict[str, Any]:
+    def row(blob: Any) -> dict[str, Any]:
+        if isinstance(blob, tuple):  # vocab rows: the head, then one string per token slot
+            blob = blob[0] + b"".join(blob[1])
         p = min_prompt + blob[0] % (top - min_prompt + 1)
         r = min((len(blob) - fixed) // stride, max(0, max_len - p))
         starts = [fixed + j * stride for j in range(r)]
@@ -218,7 +222,7 @@ def _row(cells: list[Cell], *, min_prompt: int, max_len: int, reward: bool, grou
             out["group"] = blob[2] % 3
         return out
 
-    return blob_s.map(row)
+    return blob_s, row
 
 
 def _len(r: dict[str, Any]) -> int:
@@ -234,6 +238,13 @@ def configs(boundary: str, **choices: list[Any]) -> st.SearchStrategy[dict[str, 
 
     One integer draw picks the whole config (mixed radix, the first key most significant):
     shrinking it moves keys to their first choice, the boundary's usual setting."""
+    raw, pick = _configs(boundary, **choices)
+    return raw.map(pick)
+
+
+def _configs(boundary: str, **choices: list[Any]) -> tuple[st.SearchStrategy[Any], Any]:
+    """`configs` as (the strategy drawn, what makes its draw the config): an example decodes
+    its draws itself, one Hypothesis span fewer than a `.map`."""
     table = {**CONFIG_CHOICES[boundary], **choices}
     unknown = {k for k in table if not is_trainer(k)} - set(get_boundary(boundary).config)
     if unknown:
@@ -241,7 +252,7 @@ def configs(boundary: str, **choices: list[Any]) -> st.SearchStrategy[dict[str, 
     keys = list(table)
     sizes = [len(table[k]) for k in keys]
     if not keys or 0 in sizes:
-        return st.fixed_dictionaries({k: st.sampled_from(v) for k, v in table.items()})
+        return st.fixed_dictionaries({k: st.sampled_from(v) for k, v in table.items()}), dict
     total = int(np.prod(sizes, dtype=np.int64))
 
     def pick(i: int) -> dict[str, Any]:
@@ -252,13 +263,33 @@ def configs(boundary: str, **choices: list[Any]) -> st.SearchStrategy[dict[str, 
         # a trainer option at its default (its first value) is left out: the config a scenario has
         return {k: out[k] for k in keys if not (is_trainer(k) and out[k] == table[k][0])}
 
-    return st.integers(0, total - 1).map(pick)
+    return st.integers(0, total - 1), pick
 
 
 def _repaired(rows: list, min_batch: int, simple: Any) -> list:
     """At least `min_batch` rows: the simplest row appended. A length filter would reject
     whole batches; a `min_size` would force rows the shrinker could not delete."""
     return rows + [simple] * (min_batch - len(rows)) if len(rows) < min_batch else rows
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """A batch's rows: a list of each row's raw draw (`_row`'s bytes), decoded, made up to the
+    minimum batch (`fill`: the simplest rows, appended), and accepted by `ok`, as
+    `st.lists(row).map(fill).filter(ok)` would, without a span per row's `.map` and the list's
+    `.map` and `.filter` (a span costs about what a draw does)."""
+
+    raw: st.SearchStrategy[list[Any]]
+    decode: Any  # a row's draw -> the row
+    fill: Any  # the decoded rows -> at least the minimum batch
+    ok: Any  # the rows -> whether this layout is one to draw
+
+    def draw(self, draw) -> list[Any]:
+        for _ in range(3):  # as Hypothesis's filter: three tries, then the test case is invalid
+            rows = self.fill([self.decode(b) for b in draw(self.raw)])
+            if self.ok(rows):
+                return rows
+        reject()
 
 
 def _uses_groups(boundary: str, cfg: dict[str, Any]) -> bool:
@@ -365,6 +396,7 @@ RELATIONS = ("independent", "on_policy", "behaviour_is_old", "clip_edge", "far",
 
 _VOCAB, _EXTRA, _RELATION, _PICK = range(4)  # byte offsets
 _SMALL = st.binary(min_size=4, max_size=4)
+_ROW3 = st.binary(min_size=3, max_size=3)  # reward_norm's row: reward, dropped, group
 _SIGNS = st.binary(min_size=(MAX_BATCH + 2) * (MAX_LEN + 2), max_size=(MAX_BATCH + 2) * (MAX_LEN + 2)).map(
     lambda b: [1 - 2 * (x % 2) for x in b])
 _PERMS = {n: st.binary(min_size=n - 1, max_size=n - 1) for n in range(1, 2 * MAX_BATCH + 3)}
@@ -407,23 +439,23 @@ def examples(boundary: str, *, config: dict[str, list[Any]] | None = None, min_b
 
     Sub-strategies are built here once, not per draw (Hypothesis validates each new one).
     """
-    cfg_s = configs(boundary, **(config or {}))
+    cfg_s, cfg_pick = _configs(boundary, **(config or {}))
     spec = get_boundary(boundary)
     has_group = spec.input("group") is not None
     if eos == "mixed" or variant or perm:
         min_batch = max(min_batch, 2)
-    rows_s: dict[Any, st.SearchStrategy] = {}  # reward_norm: by groups; else by (groups, vocab)
+    rows_s: dict[Any, _Rows] = {}  # reward_norm: by groups; else by (groups, vocab)
     junk_values = {"finite": JUNK_VALUES, "wild": WILD_VALUES}[junk]
     drops = variant == "masked_row_rewards" or row_mask
     if boundary == "reward_norm":  # a row-only boundary: (reward, dropped, group) from three bytes
         rewards = _order(VALUES["rewards"])
         for g in (False, True):
-            row = st.binary(min_size=3, max_size=3).map(
-                lambda b, g=g: (rewards[b[0] % len(rewards)], drops and b[1] % 2 == 1, b[2] % 3 if g else 0))
             # min_size 0 and a repair: Hypothesis forces the first `min_size` elements, and a
             # forced element cannot be deleted by the shrinker
-            rows_s[g] = st.lists(row, max_size=max_batch + 2).map(
-                lambda rs: _repaired(rs, min_batch, (0.0, False, len(rs) % 3))).filter(
+            rows_s[g] = _Rows(
+                st.lists(_ROW3, max_size=max_batch + 2),
+                lambda b, g=g: (rewards[b[0] % len(rewards)], drops and b[1] % 2 == 1, b[2] % 3 if g else 0),
+                lambda rs: _repaired(rs, min_batch, (0.0, False, len(rs) % 3)),
                 lambda rs, g=g: (variant != "masked_row_rewards" or 0 < sum(r[1] for r in rs) < len(rs))
                 and (not row_mask or sum(r[1] for r in rs) < len(rs))
                 and (not g or len({r[2] for r in rs}) >= min(min_groups, len(rs))))
@@ -436,7 +468,8 @@ def examples(boundary: str, *, config: dict[str, list[Any]] | None = None, min_b
         for vocab in (VOCAB_SIZES if any(p.kind == "vocab" for p in spec.inputs) else (None,)):
             cells = cells_of[vocab] = _cells(spec, tensors, vocab, values, junk_values)
             for g in (False, True):
-                row = _row(cells, min_prompt=min_prompt, max_len=max_len, reward=has_rewards, group=g, holes=holes)
+                row_s, row = _row(cells, min_prompt=min_prompt, max_len=max_len, reward=has_rewards, group=g,
+                                  holes=holes)
 
                 def simple(i: int, g: bool = g, cells: list[Cell] = cells) -> dict[str, Any]:
                     out = {"prompt": min_prompt, "response": [False], "pad": [(c.valid[0],) * c.width for c in cells],
@@ -451,23 +484,23 @@ def examples(boundary: str, *, config: dict[str, list[Any]] | None = None, min_b
                         return False
                     return not g or len({r["group"] for r in rs}) >= min(min_groups, len(rs))
 
-                rows_s[(g, vocab)] = st.lists(row, max_size=max_batch).map(
-                    lambda rs, simple=simple: rs + [simple(len(rs) + i) for i in range(min_batch - len(rs))]
-                ).filter(ok)
+                rows_s[(g, vocab)] = _Rows(
+                    st.lists(row_s, max_size=max_batch), row,
+                    lambda rs, simple=simple: rs + [simple(len(rs) + i) for i in range(min_batch - len(rs))], ok)
     unknown = set(relations) - set(RELATIONS)
     if unknown:
         raise KeyError(f"unknown relation(s) {sorted(unknown)} (known: {', '.join(RELATIONS)})")
 
     @st.composite
     def draw_example(draw) -> Example:
-        cfg = draw(cfg_s)
+        cfg = cfg_pick(draw(cfg_s))
         xb = draw(_SMALL)
         want_groups = has_group and (groups == "always" or (groups == "auto" and _uses_groups(boundary, cfg)))
         if boundary == "reward_norm":
-            rows = draw(rows_s[want_groups])
+            rows = rows_s[want_groups].draw(draw)
         else:
             vocab = VOCAB_SIZES[xb[_VOCAB] % len(VOCAB_SIZES)] if (False, VOCAB_SIZES[0]) in rows_s else None
-            rows = draw(rows_s[(want_groups, vocab)])
+            rows = rows_s[(want_groups, vocab)].draw(draw)
         inputs: dict[str, np.ndarray] = {}
         variants: dict[str, dict[str, np.ndarray]] = {}
         params: dict[str, Any] = {}

@@ -46,6 +46,13 @@ BATCH_MEAN = 5  # about how many it draws on average (Hypothesis's list sizes)
 
 # --- the config choices a target lacks ----------------------------------------------------
 
+class _Probed(BaseException):
+    """The probe's first runnable example is found: it ends `find` there. A True answer instead
+    makes Hypothesis run the example once more to print it (the target called twice, and the
+    example pretty-printed), a few milliseconds of every property's first round. A
+    BaseException, as Hypothesis takes an Exception for a failing test (see search.RoundOver)."""
+
+
 def probe_config(checker: Checker, reasons: dict[str, str] | None = None) -> tuple[dict[str, list[Any]], str | None]:
     """Which config choices does the target not have? From the property's simplest
     applicable example, try each other choice of each config key alone; the ones the
@@ -65,7 +72,7 @@ def probe_config(checker: Checker, reasons: dict[str, str] | None = None) -> tup
         else the drawn config; Unsupported for all of them is a decline."""
         if seen["declined"] >= PROBE_GIVE_UP:  # the target declines whatever is drawn: stop here
             seen["gave_up"] = True
-            return True
+            raise _Probed
         configs = [default, ex.config]
         if seen["declined"] == 0:  # the default declined on a first input: try it with one key changed
             configs[1:1] = [{**default, k: v} for k, vs in choices.items() for v in vs[1:]]
@@ -85,15 +92,16 @@ def probe_config(checker: Checker, reasons: dict[str, str] | None = None) -> tup
                 seen.setdefault("skipped", outcome.message)
                 continue
             seen["base"] = cand
-            return True
+            raise _Probed  # found: `find` would run it again to print it (a second target call)
         seen["declined"] += 1
         return False
 
     try:
         find(prop.strategy(pin=checker.pin), runs, settings=settings(  # the first runnable example; no shrinking
             max_examples=200, database=None, deadline=None, phases=(Phase.generate,),
-            suppress_health_check=list(HealthCheck)))
-    except HypothesisException:
+            suppress_health_check=list(HealthCheck)), random=random.Random(0))  # seeded: ended by _Probed, an
+        # unseeded `find` prints how to reproduce it with its generated seed
+    except (HypothesisException, _Probed):
         pass
     base = seen.get("base")
     if base is None:  # nothing ran: not applicable if the target only ever declined
