@@ -184,7 +184,7 @@ class TRLAdapter(ActorSurface, TrainerAdapter):
             # versions that score the reference model inside the loss
             values["ref_model"] = CanonicalPolicy(inputs["ref_log_probs"]).eval()
         model = CanonicalPolicy(lp)
-        model.train()
+        model.train(bool(values.pop("model.training", True)))  # a trainer option, read as self.model.training
         trainer = bare_trainer(self.trainer_cls, self.mods[CONFIG].GRPOConfig, model, loss_type=loss_type,
                                epsilon=eps_low, epsilon_low=eps_low, epsilon_high=eps_high, beta=beta,
                                max_completion_length=T, **values)
@@ -204,7 +204,9 @@ class TRLAdapter(ActorSurface, TrainerAdapter):
         seen = frames[-1] if frames else {}
         full = lambda t: t.expand(B, T) if t is not None and t.dim() == 2 else t  # noqa: E731 - (B, 1) -> [B, T]
         # the loss, the metrics the call logged (trainer._metrics) and what it changed in args
-        observed = extras({"value": loss, "logged": getattr(trainer, "_metrics", None)}, watch)
+        # and the adaptive entropy controller's state, which the next step reads
+        state = {k: getattr(trainer, k, None) for k in ("entropy_coef", "_last_world_entropy")}
+        observed = extras({"value": loss, "logged": getattr(trainer, "_metrics", None), "state": state}, watch)
         kl = next((f["avg_seq_kl"] for f in frames if isinstance(f.get("avg_seq_kl"), torch.Tensor)), None)
         if kl is not None:  # [B, 1]: the KL each sequence's keep / drop decision compared with the threshold
             observed["local:avg_seq_kl"] = kl.detach()
