@@ -215,22 +215,41 @@ def test_trl_opsm_sequence_kl_is_observed(tmp_path, monkeypatch):
     """TRL's get_off_policy_mask with the sign of its KL flipped survived 10 opsm_mask examples: only the
     keep / drop decision was observed, and it flips only for a negative-advantage row near the threshold.
     The adapter now reads avg_seq_kl at the function's return (local:avg_seq_kl)."""
-    import ast
     from sentinel.catalog import catalog_path
-    from sentinel.mutate.mutants import Function, mutants
     monkeypatch.setenv("HYPOTHESIS_STORAGE_DIRECTORY", str(tmp_path / "hypothesis"))
-    path = Path(TRL_REPO) / "trl" / "trainer" / "grpo_trainer.py"
-    text = path.read_text()
-    cls = next(n for n in ast.parse(text).body if isinstance(n, ast.ClassDef) and n.name == "GRPOTrainer")
-    node = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "get_off_policy_mask")
-    first = node.decorator_list[0].lineno if node.decorator_list else node.lineno
-    name = "trl.trainer.grpo_trainer:GRPOTrainer.get_off_policy_mask"
-    lines = text.splitlines(keepends=True)[first - 1:node.end_lineno]
-    ids = [m.id for m in mutants(Function(name, "".join(lines), first), ["sign"])
-           if "+    kl_div = sampling_per_token_logps + per_token_logps.detach()" in m.diff]
-    assert len(ids) == 1, ids
+    ids = _trl_mutants("get_off_policy_mask", "sign", "+    kl_div = sampling_per_token_logps + per_token_logps.detach()")
     rep = mutate(load_paths([catalog_path()]), Options("trl", repo=TRL_REPO, boundaries=["opsm_mask"],
                                                         operators=["sign"], only=ids, budget=10, cache=None))
+    m, = rep.mutate.mutants
+    assert m.verdict == "killed", m
+
+
+def _trl_mutants(method: str, operator: str, changed: str) -> list[str]:
+    """The one mutant of GRPOTrainer.`method` at the TRL checkout whose diff holds `changed`."""
+    import ast
+    from sentinel.mutate.mutants import Function, mutants
+    text = (Path(TRL_REPO) / "trl" / "trainer" / "grpo_trainer.py").read_text()
+    cls = next(n for n in ast.parse(text).body if isinstance(n, ast.ClassDef) and n.name == "GRPOTrainer")
+    node = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == method)
+    first = node.decorator_list[0].lineno if node.decorator_list else node.lineno
+    lines = text.splitlines(keepends=True)[first - 1:node.end_lineno]
+    fn = Function(f"trl.trainer.grpo_trainer:GRPOTrainer.{method}", "".join(lines), first)
+    ids = [m.id for m in mutants(fn, [operator]) if changed in m.diff]
+    assert len(ids) == 1, ids
+    return ids
+
+
+@pytest.mark.slow  # one TRL prepare and one mutant, a 20 s hunt on policy_loss: a few minutes on a loaded machine
+@pytest.mark.skipif(not TRL_REPO, reason="needs a TRL checkout in SENTINEL_TRL_REPO")
+def test_trl_adaptive_entropy_gate_is_reached(tmp_path, monkeypatch):
+    """TRL's adaptive entropy bonus is gated by the last step's window entropy against entropy_target;
+    the bare trainer's 0.0 lay below every target, so a wrong closed-gate coefficient (0.0 -> 1.0)
+    survived 244 policy_loss examples. The adapter now draws trainer:_last_world_entropy."""
+    from sentinel.catalog import catalog_path
+    monkeypatch.setenv("HYPOTHESIS_STORAGE_DIRECTORY", str(tmp_path / "hypothesis"))
+    ids = _trl_mutants("_compute_loss", "constant", "self.args.entropy_target else 1.0")
+    rep = mutate(load_paths([catalog_path()]), Options("trl", repo=TRL_REPO, boundaries=["policy_loss"],
+                                                        operators=["constant"], only=ids, budget=20, cache=None))
     m, = rep.mutate.mutants
     assert m.verdict == "killed", m
 

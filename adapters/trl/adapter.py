@@ -39,6 +39,10 @@ from .conventions import (
 )
 
 
+# the boundaries whose old log-probs are drawn (loss_agg and kl set them equal to the policy's)
+_DRAWN_OLD = ("policy_loss", "cispo_loss", "opsm_mask")
+
+
 def _tool() -> None:
     """A tool, so that versions which apply tool_mask only for a trainer with tools apply it."""
 
@@ -149,7 +153,9 @@ class TRLAdapter(ActorSurface, TrainerAdapter):
         tool = None
         if bool((real & ~mask.bool()).any()):
             if self._has('"tool_mask"'):
-                tool = mask.long()
+                # TRL pads tool_mask with 1 past each completion (generation's pad(..., padding_value=1)):
+                # only completion_mask masks the padding there
+                tool = torch.where(real, mask.long(), torch.ones_like(completion_mask))
             else:
                 completion_mask = mask.long()  # before tool_mask: the loss mask is the completion mask
         batch: dict[str, Any] = {
@@ -162,6 +168,11 @@ class TRLAdapter(ActorSurface, TrainerAdapter):
             "num_items_in_batch": mask.sum().float(),
             **more,
         }
+        if boundary in _DRAWN_OLD and self._has("old_per_token_logps is None") and torch.equal(
+                inputs["old_log_probs"].detach(), lp.detach()):
+            # on policy (one iteration per generation) TRL's generation stores no old log-probs and
+            # _compute_loss takes per_token_logps.detach() in their place
+            del batch["old_per_token_logps"]
         if inputs.get("rollout_log_probs") is not None:  # vLLM's own log-probs, kept by generation beside
             batch["sampling_per_token_logps"] = inputs["rollout_log_probs"]  # the old ones (OPSM reads them)
         values: dict[str, Any] = dict(extra or {})
@@ -173,7 +184,7 @@ class TRLAdapter(ActorSurface, TrainerAdapter):
             # versions that score the reference model inside the loss
             values["ref_model"] = CanonicalPolicy(inputs["ref_log_probs"]).eval()
         model = CanonicalPolicy(lp)
-        model.train()
+        model.train(bool(values.pop("model.training", True)))  # a trainer option, read as self.model.training
         trainer = bare_trainer(self.trainer_cls, self.mods[CONFIG].GRPOConfig, model, loss_type=loss_type,
                                epsilon=eps_low, epsilon_low=eps_low, epsilon_high=eps_high, beta=beta,
                                max_completion_length=T, **values)
@@ -193,7 +204,9 @@ class TRLAdapter(ActorSurface, TrainerAdapter):
         seen = frames[-1] if frames else {}
         full = lambda t: t.expand(B, T) if t is not None and t.dim() == 2 else t  # noqa: E731 - (B, 1) -> [B, T]
         # the loss, the metrics the call logged (trainer._metrics) and what it changed in args
-        observed = extras({"value": loss, "logged": getattr(trainer, "_metrics", None)}, watch)
+        # and the adaptive entropy controller's state, which the next step reads
+        state = {k: getattr(trainer, k, None) for k in ("entropy_coef", "_last_world_entropy")}
+        observed = extras({"value": loss, "logged": getattr(trainer, "_metrics", None), "state": state}, watch)
         kl = next((f["avg_seq_kl"] for f in frames if isinstance(f.get("avg_seq_kl"), torch.Tensor)), None)
         if kl is not None:  # [B, 1]: the KL each sequence's keep / drop decision compared with the threshold
             observed["local:avg_seq_kl"] = kl.detach()

@@ -52,6 +52,11 @@ _LOSS_OPTIONS = {
     # entropies lie in [0, ln 2], so a target of 0.6 puts the update on either side
     "trainer:use_adaptive_entropy": (False, True),
     "trainer:entropy_target": (0.2, 0.6),
+    # the controller's state from the last optimizer step, which gates this step's bonus (the bare
+    # trainer's 0.0 lies below every target: the gate never closed)
+    "trainer:_last_world_entropy": (0.0, 0.4, 0.6),
+    # evaluation (prediction_step) too: no accumulation normaliser, no controller update
+    "trainer:model.training": (True, False),
     "trainer:use_vllm": (False, True),
     "trainer:vllm_importance_sampling_correction": (False, True),
     "trainer:sapo_temperature_pos": (1.0, 0.5),
