@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from sentinel_adapters.slime.entry import GradAt, logits_for
+from sentinel_adapters.slime.entry import GradAt, logged, logits_for
 from sentinel_adapters.slime.megatron import one_rank_cross_entropy
 
 LP = [-1.5, -0.7, -0.125, -1e-3, 0.0, -30.0]
@@ -48,3 +48,14 @@ def test_one_rank_cross_entropy_is_minus_log_softmax():
     target = torch.tensor([[1], [4], [0]])
     want = -torch.log_softmax(logits, -1).gather(-1, target[..., None])[..., 0]
     assert torch.allclose(one_rank_cross_entropy(logits, target, None), want)
+
+
+def test_the_logged_metrics_are_observed_by_name_and_together_but_not_the_reporting_count():
+    # slime 7405851 made the leading count a 0 placeholder (no --calculate-per-token-loss), loss and
+    # metrics unchanged: a history across it must not see a difference there
+    log = lambda count: {"keys": ["pg_clipfrac", "kl_loss"], "values": torch.tensor([count, 0.25, 0.5])}  # noqa: E731
+    a, b = logged(log(2.0)), logged(log(0.0))
+    assert sorted(a) == ["returned:logged.kl_loss", "returned:logged.pg_clipfrac", "returned:logged.values"]
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    dropped = logged({"keys": ["pg_clipfrac"], "values": torch.tensor([2.0, 0.25])})  # a metric deleted
+    assert dropped["returned:logged.values"].shape != a["returned:logged.values"].shape

@@ -83,13 +83,14 @@ def loss_function_scale(total: torch.Tensor, masks: list[torch.Tensor], per_toke
 def logged(log: Any) -> dict[str, torch.Tensor]:
     """loss_function's logging dict as observables (``returned:logged.<metric>``): the metrics
     policy_loss_function reports (pg_clipfrac, ppo_kl, ois, kl_loss, ...), named by its ``keys``
-    where it pairs them with a ``values`` tensor (the leading value is the reporting count), and
-    that tensor whole (``logged.values``: a metric dropped or added changes its length, which a
-    comparison by name would pass over)."""
+    where it pairs them with a ``values`` tensor, and the metrics together (``logged.values``: a
+    metric dropped or added changes its length, which a comparison by name would pass over). The
+    leading value is Megatron's reporting count, not a metric: left out (slime 7405851 made it a 0
+    placeholder without --calculate-per-token-loss, the loss and every metric unchanged)."""
     if isinstance(log, dict) and isinstance(log.get("keys"), list) and isinstance(log.get("values"), torch.Tensor):
         keys, values = log["keys"], log["values"].reshape(-1)
-        lead = values.numel() - len(keys)
-        log = {"count": values[:lead], **dict(zip(keys, values[lead:])), "values": values}
+        metrics = values[values.numel() - len(keys):]
+        log = {**dict(zip(keys, metrics)), "values": metrics}
     return returned({"logged": log})
 
 
