@@ -1,12 +1,14 @@
 """What a scenario leaves behind in the process that ran it, for a batch's forked child.
 
-A batch (sentinel/worker.py) runs many scenarios in one fork. Before each, `Baseline.restore`
-puts back what is cheap to put back (the random generators, grad mode, default dtype); after
-each, `Baseline.left` names what it cannot: a changed folder or environment, a thread or
-child process still running, a rebound global of the adapter's or the trainer's modules.
-Then the child ends after that scenario and the next ones run in a fresh fork, as each did in
-a fork of its own before. Not seen: a mutable global changed in place (a list appended to, a
-dict entry set), and state of modules outside those folders (torch's own).
+A batch (sentinel/worker.py) runs many scenarios in one fork, only for an adapter that
+declares its calls leave no state (`Adapter.stateless`: the reference), on CPU. Before each,
+`Baseline.restore` puts back what is cheap to put back (the random generators, grad and anomaly
+modes, default dtype); after each, `Baseline.left` names what it cannot: a changed folder or
+environment, a thread or child process still running, a timer or signal handler set, a rebound
+global of the adapter's or the trainer's modules. Then the child ends after that scenario and
+the next ones run in a fresh fork, as each did in a fork of its own before. Not seen, hence the
+declaration: a mutable global changed in place (a list appended to, a dict entry set), and state
+of modules outside those folders (torch's own).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import inspect
 import os
 import random
+import signal
 import sys
 import threading
 from typing import Any
@@ -35,8 +38,22 @@ def _modules(folders: tuple[str, ...]) -> list[Any]:
             if (path := getattr(m, "__file__", None)) and os.path.realpath(path).startswith(folders)]
 
 
-def _names(module: Any) -> dict[str, int]:
-    return {k: id(v) for k, v in list(vars(module).items())}
+def _names(module: Any) -> dict[str, Any]:
+    # the objects themselves, not their ids: a freed object's id can be reused by its replacement
+    return dict(vars(module))
+
+
+def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    return a.keys() == b.keys() and all(a[k] is b[k] for k in a)
+
+
+_SIGNALS = tuple(s for s in (signal.SIGALRM, signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGUSR1,
+                             signal.SIGUSR2, signal.SIGHUP))
+
+
+def _timers_and_handlers() -> tuple:
+    return (signal.getitimer(signal.ITIMER_REAL), signal.getitimer(signal.ITIMER_VIRTUAL),
+            signal.getitimer(signal.ITIMER_PROF), tuple(signal.getsignal(s) for s in _SIGNALS))
 
 
 class Baseline:
@@ -46,21 +63,30 @@ class Baseline:
         import numpy as np
         self.torch, self.np = torch, np
         self.saved = (torch.random.get_rng_state(), random.getstate(), np.random.get_state(),
-                      torch.is_grad_enabled(), torch.get_default_dtype())
+                      torch.is_grad_enabled(), torch.get_default_dtype(), torch.is_anomaly_enabled())
         self.cwd, self.environ = os.getcwd(), dict(os.environ)
         self.threads = threading.active_count()
+        self.signals = _timers_and_handlers()
         self.modules = [(m, _names(m)) for m in _modules(_folders(adapter))]
 
     def restore(self) -> None:
-        rng, py, npr, grad, dtype = self.saved
+        rng, py, npr, grad, dtype, anomaly = self.saved
         self.torch.random.set_rng_state(rng)
         random.setstate(py)
         self.np.random.set_state(npr)
         self.torch.set_grad_enabled(grad)
         self.torch.set_default_dtype(dtype)
+        self.torch.autograd.set_detect_anomaly(anomaly)
 
     def left(self) -> str | None:
-        """What the last scenario changed that the next one could see, or None."""
+        """What the last scenario changed that the next one could see, or None. A check that
+        raises (the current folder deleted) says so: it never reaches the next scenario."""
+        try:
+            return self._left()
+        except Exception as e:  # noqa: BLE001
+            return f"a state that could not be read ({type(e).__name__})"
+
+    def _left(self) -> str | None:
         if os.getcwd() != self.cwd:
             return "the current folder"
         if os.environ != self.environ:
@@ -69,5 +95,7 @@ class Baseline:
             return "a thread"
         if reaper.descendants(os.getpid()):
             return "a child process"
-        changed = next((m.__name__ for m, names in self.modules if _names(m) != names), None)
+        if _timers_and_handlers() != self.signals:
+            return "a timer or signal handler"
+        changed = next((m.__name__ for m, names in self.modules if not _same(_names(m), names)), None)
         return f"module {changed}'s globals" if changed else None

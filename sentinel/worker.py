@@ -200,10 +200,13 @@ class Worker:
                                            "before returning a result")}
 
     def batch(self, job: dict[str, Any]) -> None:
-        """Scenario jobs in one forked child (see the module docstring), each answered as it ends.
-        Under coverage or a mutant each keeps a fork of its own (their per-job set-up)."""
+        """Scenario jobs in one forked child (see the module docstring), each answered as it ends,
+        where the adapter declares its calls leave no state (`Adapter.stateless`) and on CPU (a
+        CUDA error can leave the context unusable for the rest of the process). Otherwise, and
+        under coverage or a mutant (their per-job set-up), each keeps a fork of its own."""
         todo = list(job["jobs"])
-        if self.header.get("coverage") or any(j.get("mutant") for j in todo):
+        if (self.header.get("coverage") or any(j.get("mutant") for j in todo)
+                or not getattr(self.adapter, "stateless", "") or self.device.type != "cpu"):
             for j in todo:
                 self._answer(j, self.isolated(j))
             return
@@ -219,7 +222,7 @@ class Worker:
 
             res = self._forked(run_all, timeout, f"target code ran past the {timeout:g} s timeout",
                                "before returning a result", each=lambda msg: self._answer(todo.pop(0), msg))
-            if res.get("event") != "batch-end":  # it ended the scenario running then; the rest go on
+            if res.get("event") != "batch-end" and todo:  # it ended the scenario running then; the rest go on
                 self._answer(todo.pop(0), {"runs": {}, **res})
 
     def _answer(self, job: dict[str, Any], result: dict[str, Any]) -> None:

@@ -70,7 +70,12 @@ MODES = ("ok", "raise", "exit", "segv", "hang", "kill-parent", "mutate", "read-s
          # the worker's channel and process tree (issue 22)
          "channel-json", "channel-bytes", "killpg", "kill-0", "setsid-crash", "setsid-grandchild", "setsid-hang",
          # what a scenario run after "chdir" / "environ" in the same worker sees: 2.0 when untouched
-         "read-cwd", "read-environ")
+         "read-cwd", "read-environ",
+         # left behind for the next scenario in a shared child: a pending alarm, a deleted current folder
+         "alarm", "slow-ok", "rmcwd",
+         # state changed in place (no rebinding: nothing outside can see it), and a scenario that reads it
+         "append-state", "read-list")
+SEEN: list[int] = []  # "append-state" appends in place
 CODES = {m: 100.0 + i for i, m in enumerate(MODES)}  # mode -> the value that selects it
 
 
@@ -113,6 +118,10 @@ class FaultyAdapter(Adapter):
         if mode == "read-environ":
             return BoundaryResult({"loss": torch.tensor(0.0 if os.environ.get("PYTHONPATH") == "/nonexistent" else 2.0)},
                                   function=FunctionRef.of(_token_mean))
+        if mode == "append-state":
+            SEEN.append(1)
+        if mode == "read-list":
+            return BoundaryResult({"loss": torch.tensor(2.0 * (1 + len(SEEN)))}, function=FunctionRef.of(_token_mean))
         if mode == "read-state":
             return BoundaryResult({"loss": torch.tensor(float(COUNTER))}, function=FunctionRef.of(_token_mean))
         if mode in FAULTS:
@@ -134,6 +143,13 @@ class FaultyAdapter(Adapter):
 
 def _recurse(n: int = 0) -> int:
     return _recurse(n + 1) + 1
+
+
+def _rmcwd() -> None:
+    import tempfile
+    folder = tempfile.mkdtemp()
+    os.chdir(folder)
+    os.rmdir(folder)
 
 
 class _Del:
@@ -251,6 +267,9 @@ FAULTS = {
     "stderr-flood": _flood(sys.stderr),
     "chdir": _then_right(lambda: os.chdir("/")),
     "environ": _then_right(lambda: os.environ.update(PYTHONPATH="/nonexistent")),
+    "alarm": _then_right(lambda: signal.alarm(1)),
+    "slow-ok": _then_right(lambda: time.sleep(1.5)),
+    "rmcwd": _then_right(_rmcwd),
     "channel-json": _then_right(lambda: write_every_fd(FORGED)),
     "channel-bytes": _then_right(lambda: write_every_fd(b"\x00\xffraw bytes, no newline")),
     "killpg": _then_right(lambda: (os.killpg(0, signal.SIGKILL), time.sleep(5))),
@@ -259,6 +278,14 @@ FAULTS = {
     "setsid-grandchild": _then_right(lambda: _setsid_grandchild("setsid-grandchild")),
     "setsid-hang": _then_right(lambda: (_setsid_grandchild("setsid-hang"), _sleep_forever())),
 }
+
+
+class SharedProcessFaultyAdapter(FaultyAdapter):
+    """FaultyAdapter declared stateless, untruthfully on purpose: its scenarios share one forked
+    child (sentinel/worker.py's batch), so the corpus checks what the batch path does with every
+    fault and with each thing a scenario can leave behind."""
+
+    stateless = "a test double: the fault corpus runs through the batch path"
 
 
 class BrokenLoadAdapter(FaultyAdapter):

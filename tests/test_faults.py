@@ -23,11 +23,14 @@ from faulty_adapter import CODES, MODES
 
 TESTS = Path(__file__).resolve().parent
 FAULTY = "faulty_adapter:FaultyAdapter"
+SHARED = "faulty_adapter:SharedProcessFaultyAdapter"  # the batch path: scenarios share a forked child
 AROUND_A_RIGHT_ANSWER = ("grandchild", "thread-left-running", "stdout-flood", "stderr-flood", "chdir", "environ",
                          "raise-in-del", "print", "read-stdin", "setsid-grandchild")
 GRANDCHILDREN = ("grandchild", "setsid-grandchild", "setsid-crash", "setsid-hang")  # each writes its pid
 # a correct target: unsupported is its answer "no such function here", not a fault
-NOT_FAULTS = ("ok", "mutate", "read-state", "read-cwd", "read-environ", "int-loss", "unsupported", *AROUND_A_RIGHT_ANSWER)
+NOT_FAULTS = ("ok", "mutate", "read-state", "read-cwd", "read-environ", "alarm", "slow-ok", "rmcwd", "append-state", "read-list",
+              "int-loss",
+              "unsupported", *AROUND_A_RIGHT_ANSWER)
 FAULTS = [m for m in MODES if m not in NOT_FAULTS]
 TIMEOUT = 3.0
 # benchmarks/gpu_check.sh runs this corpus with SENTINEL_TEST_DEVICE=cuda on a GPU machine
@@ -40,8 +43,8 @@ def scenario(mode: str) -> str:
             "invariants:\n  - close: {output: loss, expected: 2.0}\n")
 
 
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
+@pytest.fixture(scope="module", params=[FAULTY, SHARED])
+def corpus(tmp_path_factory, request):
     pid_dir = tmp_path_factory.mktemp("faults")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")])))
@@ -49,7 +52,7 @@ def corpus(tmp_path_factory):
         modes = [*FAULTS, *AROUND_A_RIGHT_ANSWER, "ok"]
         scs = load_text("---\n".join(scenario(m) for m in modes), "faults.yaml")
         t0 = time.monotonic()
-        report = run(scs, [TargetSpec(FAULTY, device=DEVICE)], timeout=TIMEOUT)
+        report = run(scs, [TargetSpec(request.param, device=DEVICE)], timeout=TIMEOUT)
         return report, {r.id: r for r in report.results}, pid_dir, time.monotonic() - t0
 
 
@@ -106,7 +109,7 @@ def test_a_crash_is_a_crash_while_a_setsid_grandchild_holds_the_pipe(corpus):
 def test_what_target_code_writes_on_the_channel_is_an_error_naming_the_target(corpus, mode):
     r = corpus[1][mode]
     assert r.verdict == "error" and r.exception_info.type == "ChannelError", r.reason
-    assert FAULTY in r.reason and "result channel" in r.reason
+    assert next(iter(corpus[0].targets)) in r.reason and "result channel" in r.reason
 
 
 def test_signalling_the_own_process_group_costs_the_scenario_only(corpus):

@@ -16,6 +16,8 @@ from faulty_adapter import CODES
 
 TESTS = Path(__file__).resolve().parent
 FAULTY = "faulty_adapter:FaultyAdapter"
+# the same faults through the batch path: scenarios sharing one forked child
+SHARED = "faulty_adapter:SharedProcessFaultyAdapter"
 BROKEN = "faulty_adapter:BrokenLoadAdapter"
 # benchmarks/gpu_check.sh runs these with SENTINEL_TEST_DEVICE=cuda on a GPU machine
 DEVICE = os.environ.get("SENTINEL_TEST_DEVICE", "cpu")
@@ -45,8 +47,8 @@ def module_env():
         yield
 
 
-@pytest.fixture(scope="module")
-def misbehaving(module_env):
+@pytest.fixture(scope="module", params=[FAULTY, SHARED])
+def misbehaving(module_env, request):
     """One worker, every misbehaviour in a row, each followed by a healthy scenario."""
     scs = scenarios(
         ("ok-first", "ok"),
@@ -59,7 +61,7 @@ def misbehaving(module_env):
         ("unsupported", "unsupported"), ("after-unsupported", "ok"),
         ("kills-worker", "kill-parent"), ("after-worker-death", "ok"),
     )
-    report = run(scs, [TargetSpec(FAULTY, device=DEVICE)], timeout=2.0)
+    report = run(scs, [TargetSpec(request.param, device=DEVICE)], timeout=2.0)
     return report, {r.id: r for r in report.results}
 
 
@@ -67,7 +69,7 @@ def test_every_scenario_gets_a_result_in_order(misbehaving):
     report, by_id = misbehaving
     assert [r.id for r in report.results] == list(by_id)
     assert len(report.results) == 17
-    assert report.targets[FAULTY].version == "faulty-1"
+    assert next(iter(report.targets.values())).version == "faulty-1"
 
 
 def test_healthy_scenarios_hold_even_after_a_failure(misbehaving):
@@ -124,14 +126,36 @@ def test_module_state_mutated_by_one_scenario_does_not_leak(misbehaving):
     assert by_id["reads-state"].observations["loss"] == 0.0
 
 
-def test_a_folder_or_environment_changed_by_one_scenario_does_not_leak(module_env):
+@pytest.mark.parametrize("target", [FAULTY, SHARED])
+def test_a_folder_or_environment_changed_by_one_scenario_does_not_leak(module_env, target):
     """Scenarios share a forked child (sentinel/worker.py's batch): one that changes the current
     folder or the environment ends it, and the next runs in a fresh fork."""
     report = run(scenarios(("chdir", "chdir"), ("reads-cwd", "read-cwd"), ("environ", "environ"),
-                           ("reads-environ", "read-environ")), [TargetSpec(FAULTY, device=DEVICE)], timeout=5.0)
+                           ("reads-environ", "read-environ")), [TargetSpec(target, device=DEVICE)], timeout=5.0)
     for r in report.results:
         assert r.verdict == "holds", (r.id, r.reason)
         assert r.observations["loss"] == 2.0, r.id
+
+
+@pytest.mark.parametrize("target", [FAULTY, SHARED])
+def test_a_pending_alarm_or_a_deleted_folder_is_not_charged_to_the_next_scenario(module_env, target):
+    """A shared child ends after a scenario that left a timer set or whose current folder is gone
+    (reading it raises): the next scenario, in a fresh fork, is neither killed by the alarm nor
+    charged with the error."""
+    report = run(scenarios(("alarm", "alarm"), ("slow", "slow-ok"), ("rmcwd", "rmcwd"), ("after-rmcwd", "ok")),
+                 [TargetSpec(target, device=DEVICE)], timeout=5.0)
+    for r in report.results:
+        assert r.verdict == "holds", (r.id, r.reason)
+
+
+def test_a_trainer_adapters_scenarios_each_get_a_fork_of_their_own(module_env):
+    """State changed in place (a list appended to, a stats tracker) cannot be seen from outside: an
+    adapter that does not declare its calls stateless (every trainer's) runs each scenario in a
+    fork of its own, so the next one reads it untouched."""
+    report = run(scenarios(("appends", "append-state"), ("reads-list", "read-list")),
+                 [TargetSpec(FAULTY, device=DEVICE)], timeout=5.0)
+    for r in report.results:
+        assert r.verdict == "holds", (r.id, r.reason)
 
 
 def test_stdout_noise_does_not_break_the_protocol(misbehaving):

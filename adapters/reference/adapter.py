@@ -55,6 +55,8 @@ class ReferenceAdapter(Adapter):
     # the hunt draws the decoupled loss too (its weight and product were reached by scenarios only;
     # a trainer without it refuses it: Unsupported, excluded from a differential hunt against it)
     option_domains = {"policy_loss": {"use_decoupled_loss": (True,)}, "cispo_loss": {"use_decoupled_loss": (True,)}}
+    stateless = ("ops.py is functions of their arguments (no module state, no caches); the adapter object "
+                 "holds only its plant, set when the worker loads it, before any scenario")
     # each raises on a choice outside its boundary's declared option values, which a scenario
     # file or a hunt draw can never pass (spec.py refuses it when the file loads)
     _GUARD = "raises on an option value outside the boundary's declared choices, which no scenario can pass"

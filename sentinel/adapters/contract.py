@@ -259,6 +259,11 @@ class Adapter:
     # it jumps to" (one arc; without " -> ": every arc of the line) -> why no call from one CPU
     # process can take it}: `sentinel hunt --coverage` lists those apart
     unreachable: ClassVar[Mapping[str, Mapping[str, str]]] = {}
+    # why no call can leave state another call reads (module globals, the adapter object, torch's
+    # own): then the catalog's scenarios may share one forked child (sentinel/worker.py `batch`).
+    # Empty (every trainer adapter): one fork per scenario, since a trainer's in-place state (a
+    # list appended to, a stats tracker) cannot be seen from outside and would reach the next one
+    stateless: ClassVar[str] = ""
     _implemented: ClassVar[dict[str, Implementation]] = {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
