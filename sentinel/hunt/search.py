@@ -128,6 +128,8 @@ class Search:
                 if self.end_shrink:
                     raise ShrinkOver
                 return over
+            if not self.best:  # the quota is a cap: a batch judged whole is cut to what it leaves
+                chunk = chunk[:self.quota - self.st["examples"]]
             for ex, a in zip(chunk, self.judge.answers(chunk)):
                 if self._take(ex, a):
                     return True
