@@ -57,6 +57,18 @@ def test_list_boundaries_of_a_target_keeps_its_mapping(monkeypatch):
     assert "b_kl" in rows["kl"]
 
 
+@pytest.mark.parametrize("target", ["slime", "verl", "trl", "areal", "openrlhf"])
+def test_a_log_wide_table_still_names_each_boundary(monkeypatch, target):
+    """At the width of a CI log (not a terminal), the long reasons column once took every column's width:
+    the boundary, port and calls columns printed empty, so the table named nothing."""
+    monkeypatch.setattr(info, "out", Console(width=140, no_color=True))
+    r = CliRunner().invoke(app, ["list", "boundaries", "--target", target], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    firsts = {line.split("│")[1].strip() for line in r.stdout.splitlines() if line.count("│") > 2}
+    mapped = set(info.target_registry.adapter_class(target).mapping())
+    assert mapped <= firsts, mapped - firsts
+
+
 def test_the_scenario_schema_says_the_same_contracts():
     s = scenario_schema(ScenarioModel.model_json_schema())
     per_boundary = {c["if"]["properties"]["boundary"]["const"]: c["then"] for c in s["allOf"]}

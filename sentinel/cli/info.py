@@ -226,11 +226,13 @@ def _mapping_table(t: Table, target: str) -> None:
     except (TargetError, ImportError) as e:
         raise usage_error(str(e)) from None
     t.title = markup(f"boundaries on {target} ({target_registry.adapter_spec(target)}; port: kind [shape] dtype)")
-    for c in ("boundary", "inputs", "outputs", "calls", "adapter method"):
-        t.add_column(c, overflow="fold")
+    t.add_column("boundary", no_wrap=True)  # the row's key: never folded or squeezed out
+    for c in ("inputs", "outputs", "calls", "adapter method"):
+        t.add_column(c, overflow="fold", min_width=12)
     reach = {b: _reach(adapter, b) for b in adapter.mapping()}
     if any(reach.values()):  # only where the adapter pins options or adds hunt values
-        t.add_column("options pinned / hunt domains", no_wrap=True)  # a reason is read whole
+        # wrapped, not no_wrap: a long reason on one line squeezed every other column to nothing
+        t.add_column("options pinned / hunt domains", overflow="fold", ratio=2)
     for b, m in adapter.mapping().items():
         calls = "\n".join(m["calls"]) if m["calls"] else f"declined: {m['declined']}"
         # the steps of the trainer's chain the adapter runs itself, each with why (composing.trainer_step)
