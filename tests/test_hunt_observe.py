@@ -58,6 +58,19 @@ def test_a_config_attribute_only_one_side_changed_is_a_difference():
     assert d.observable == "config:kl_coef" and (d.base, d.head) == (0.0, 1.0)
 
 
+def test_a_value_on_one_side_only_differs_only_where_both_sides_are_one_code():
+    # a logged metric the head adds (a mutant logging entropy_coef where it should not; TRL
+    # 776940fc4d survived for this): two commits may log different metrics, a mutant may not
+    ex = Example("policy_loss", {}, {"loss_mask": np.ones((1, 2), np.float32)})
+    base = _answer(outputs={"loss": np.float32(1.0)}, extras={"returned:logged.kl": np.float32(0.1)})
+    head = _answer(outputs={"loss": np.float32(1.0), "clipfrac": np.zeros((1, 2), np.float32)},
+                   extras={"returned:logged.kl": np.float32(0.1), "returned:logged.entropy_coef": np.float32(0.0)})
+    assert D.differences("policy_loss", ex, base, head) == []
+    diffs = D.differences("policy_loss", ex, base, head, one_sided=True)
+    assert [(d.observable, d.base, d.head) for d in diffs] == [("clipfrac", 0.0, 1.0),
+                                                               ("returned:logged.entropy_coef", 0.0, 1.0)]
+
+
 def test_an_undetached_is_weight_is_found_through_the_old_log_probs_gradient(tmp_path):
     # the weights, the loss and its gradient w.r.t. log pi are the reference's: only the
     # gradient through old_log_probs (bypass modes pass log pi there) shows the leak

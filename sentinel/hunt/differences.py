@@ -7,8 +7,10 @@ positions too where one side zeroes them and the other does not: `masked_matters
 each input's state after the call, everywhere (a mutation of a masked position is a mutation),
 then the extras (`returned:...` values the function returned beyond the outputs, `config:...`
 changes it made to its args/config object; sentinel/adapters/observables.py). An output only one side
-produces is not a difference (an optional output); a config attribute only one side changed is. A side that raises where the other
-answers differs on `exception`.
+produces is not a difference (an optional output; two commits log different metrics), unless both
+sides are one trainer's code (`one_sided`: sentinel mutate), where an output or returned value (a
+logged metric) on one side only is the change; a config attribute only one side changed always is.
+A side that raises where the other answers differs on `exception`.
 """
 
 from __future__ import annotations
@@ -128,11 +130,11 @@ def not_run(*answers: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def differences(boundary: str, ex, a: dict[str, Any], b: dict[str, Any], atol: float = ATOL,
-                rtol: float = RTOL, masked: bool = True) -> list[Difference]:
+                rtol: float = RTOL, masked: bool = True, one_sided: bool = False) -> list[Difference]:
     """Every observable on which answers `a` (base) and `b` (head) to example `ex` differ (none
     where a side does not support the example: nothing to compare). `masked`: apply
     `masked_matters` (off against the reference, which zeroes every masked position as its own
-    convention)."""
+    convention). `one_sided`: an output or extra only one side has is a difference (see above)."""
     if not_run(a, b):
         return []
     if a["status"] == "error" or b["status"] == "error":
@@ -143,7 +145,10 @@ def differences(boundary: str, ex, a: dict[str, Any], b: dict[str, Any], atol: f
         if kind == "extras":  # a config attribute one side changed and the other left as it was
             ea, eb = a.get(kind, {}), b.get(kind, {})
             out += [Difference(n, [], float(n in ea), float(n in eb))
-                    for n in sorted(set(ea) ^ set(eb)) if n.startswith("config:") and not n.endswith(".value")]
+                    for n in sorted(set(ea) ^ set(eb)) if one_sided or n.startswith("config:") and not n.endswith(".value")]
+        elif kind == "outputs" and one_sided:
+            oa, ob = a.get(kind) or {}, b.get(kind) or {}
+            out += [Difference(n, [], float(n in oa), float(n in ob)) for n in sorted(set(oa) ^ set(ob))]
         for name in a.get(kind, {}):
             if name not in b.get(kind, {}):
                 continue

@@ -143,7 +143,8 @@ def _hunt(w: _Workers, m: dict[str, Any]) -> dict[str, Any]:
         return {"verdict": "killed", "stage": "hunt", "killed_by": "hunt: the mutant's session did not start"}
     settings = DiffSettings(boundaries=list(m["boundaries"]), time_budget=sh.budget, seed=sh.seed, first=True,
                             verify=False, shrink_time=SHRINK_S, timeout=sh.timeout,
-                            max_examples=sh.examples, min_examples=min(100, sh.examples), min_valid=0)
+                            max_examples=sh.examples, min_examples=min(100, sh.examples), min_valid=0,
+                            one_sided=True)  # a metric the mutant adds or drops is its change
     hunter = DiffHunter(w.spec, w.spec, settings, sides=Sides(base, w.head))
     hunter.start()
     hunter.search()

@@ -81,6 +81,7 @@ class DiffSettings:
     atol: float = ATOL
     rtol: float = RTOL
     min_valid: int = 1  # valid tokens in every drawn batch (see `_round`)
+    one_sided: bool = False  # both sides one trainer's code (a mutant): a value on one side only differs
 
     @property
     def minimum(self) -> int:
@@ -282,7 +283,8 @@ class DiffHunter(Hunt):
 
     def unexplained(self, b: str, ex, ra: dict, rb: dict) -> tuple[list[Difference], list[str]]:
         """The differences no declared deviation explains, and the deviations that explain the rest."""
-        diffs = differences(b, ex, ra, rb, self.settings.atol, self.settings.rtol, masked=not self.against)
+        diffs = differences(b, ex, ra, rb, self.settings.atol, self.settings.rtol, masked=not self.against,
+                            one_sided=self.settings.one_sided)
         devs, left = [], []
         for d in diffs:
             # a convention changes values; it does not make them NaN: a non-finite difference is never one
