@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from contextlib import contextmanager
 from enum import Enum
@@ -47,7 +48,10 @@ app = typer.Typer(
         "[cyan]sentinel --install-completion[/] (bash, zsh, fish, PowerShell; "
         "[cyan]--show-completion[/] prints the script instead)."),
 )
-out = Console() if sys.stdout.isatty() else Console(width=140)  # CI logs: wide enough for the tables
+# CI logs: wide enough for the tables (140), wider where COLUMNS asks (never narrower: rich's own
+# default off a terminal, and what some runners export, is 80, which folds every table)
+_COLUMNS = os.environ.get("COLUMNS", "")
+out = Console() if sys.stdout.isatty() else Console(width=max(140, int(_COLUMNS) if _COLUMNS.isdigit() else 0))
 err = Console(stderr=True)
 
 
