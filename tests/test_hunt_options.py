@@ -284,6 +284,18 @@ def test_a_default_trainer_option_is_left_out_of_the_drawn_config():
     assert sc.config["trainer:beta"] == 0.04
 
 
+def test_a_formula_does_not_judge_a_config_that_holds_a_trainer_option():
+    """A differential finding is explained only by properties that admit its config: a canonical
+    formula judging a trainer option's output (AReaL's rejection sampling masks tokens on purpose)
+    once labelled the unplanted side of a planted AReaL hunt the violator ("fixed")."""
+    from sentinel.hunt.properties import PROPERTIES
+    plain, optioned = {"metric_agg": "token-mean"}, {"metric_agg": "token-mean", "trainer:rejection_sampling": "x"}
+    assert PROPERTIES["metrics.ratio_mean"].admits(plain)
+    assert not PROPERTIES["metrics.ratio_mean"].admits(optioned)
+    finite = next(p for n, p in PROPERTIES.items() if n.startswith("metrics.") and p.family == "finite")
+    assert finite.admits(optioned)  # a family that holds whatever the option does still judges it
+
+
 @dataclasses.dataclass
 class _Holder:
     norm: _Cfg | None = None

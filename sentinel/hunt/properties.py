@@ -91,7 +91,13 @@ class Property:
         return REGISTRY[self.family].model_validate({**self.body(ex), **(overrides or {})})
 
     def admits(self, config: dict[str, Any]) -> bool:
-        """The config is one this property draws (its own restrictions of config choices)."""
+        """The config is one this property draws (its own restrictions of config choices; a
+        canonical family draws no trainer option, which a config holds only off its default).
+        A differential finding is judged only by the properties that admit its config: a
+        formula judging AReaL's metrics under rejection sampling (which masks tokens on purpose)
+        once labelled a planted bug `fixed` ("base violates metrics.ratio_mean")."""
+        if self.family in CANONICAL_FAMILIES and any(is_trainer(k) for k in config):
+            return False
         return all(k not in config or config[k] in vs for k, vs in self.draw.get("config", {}).items())
 
 
