@@ -46,7 +46,10 @@ _RS = ({"level": "token", "action": "mask", "metric": "ratio", "upper": 2.0},
        {"level": "sequence", "action": "mask", "metric": "kl_k2", "upper": 0.5, "agg": "max"},
        {"level": "sequence", "action": "mask", "metric": "kl_k1", "upper": 0.5, "lower": -0.5, "agg": "sum"})
 _LOSS = {"use_decoupled_loss": (True,), "rejection_sampling": _RS}
-_RS_NAMED = {"token-mask": _RS[0], "sequence-clamp": _RS[1]}  # a trainer option's values are plain
+# a trainer option's values are plain: each of _RS named, so the actor's loss step (metrics) draws
+# every metric (ratio, kl_k1/k2/k3), both bounds and every sequence aggregation as policy_loss does
+_RS_NAMED = {"token-mask": _RS[0], "sequence-clamp": _RS[1], "token-mask-k3": _RS[2],
+             "sequence-mask-k2-max": _RS[3], "sequence-mask-k1-sum": _RS[4]}
 # grpo_loss_fn's own keyword options and batch keys (the actor's loss step, metrics boundary;
 # surfaces.actor_loss_options): the surrogate (PPO, CISPO, SAPO), the ratio level, where the
 # proximal policy comes from, M2PO's mask, rejection sampling, the policy versions, and the joint
@@ -59,7 +62,7 @@ _ACTOR_LOSS = {
     "trainer:importance_sampling_level": ("token", "sequence"),
     "trainer:use_cispo_loss": (False, True),
     "trainer:use_sapo_loss": (False, True),
-    "trainer:rejection_sampling": (None, "token-mask", "sequence-clamp"),  # _RS_NAMED
+    "trainer:rejection_sampling": (None, *_RS_NAMED),
     "trainer:teacher_logp": (False, True),
     "trainer:rl_loss_weight": (1.0, 0.0, 0.5),
     "trainer:distill_loss_weight": (0.005, 0.5),
@@ -94,6 +97,10 @@ PINNED = (
     *pin("advantages", "adv_norm.mean_level", "adv_norm.group_size",
          reason="group-level advantage whitening (and its group size) needs group ids, which most advantages "
                 "properties do not draw; it is the same Normalization code as reward_norm's, drawn at group level"),
+    *pin("advantages", "reward_norm.group_size",
+         reason="Normalization.__init__ copies it; only group-level slicing without group sizes uses it, and the "
+                "advantages boundary's reward_norm is batch level (_NORMS); group-level reward normalisation, "
+                "group_size included, is drawn on the reward_norm boundary through the same Normalization"),
     *pin("is_correction", "rejection_sampling.level", "rejection_sampling.metric",
          reason="the is_correction boundary is AReaL's token-level ratio correction (vanilla_tis: clamp, icepop: "
                 "mask); policy_loss and cispo_loss draw every level, metric and aggregation"),
