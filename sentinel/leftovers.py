@@ -21,6 +21,8 @@ import sys
 import threading
 from typing import Any
 
+import numpy.random  # noqa: F401 - here, in the worker: imported in a batch's child it is paid per fork
+
 from . import reaper
 
 

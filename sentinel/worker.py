@@ -38,6 +38,7 @@ noticed even while such a grandchild holds its pipe open.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import platform
@@ -92,6 +93,13 @@ def _error(exc: BaseException) -> dict[str, Any]:
             "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-8000:]}
 
 
+
+@functools.cache
+def machine_facts() -> tuple[str, str]:
+    """The platform string and the CPU's name; the zygote asks first, so its forks inherit them
+    (the CPU's name runs `uname -p`, the platform string reads the interpreter's binary)."""
+    return platform.platform(), platform.processor() or platform.machine()
+
 class Worker:
     def __init__(self, header: dict[str, Any], out, key: bytes, private: tuple[int, ...] = ()):
         self.header, self.out, self.key = header, out, key
@@ -141,13 +149,13 @@ class Worker:
         self.fork_ok = hasattr(os, "fork") and not (self.device.type == "cuda" and torch.cuda.is_initialized())
         if not self.fork_ok:
             info["isolation"] = "in-process: the adapter initialised CUDA while loading"
-        env = {"python": platform.python_version(), "torch": torch.__version__, "platform": platform.platform(),
+        env = {"python": platform.python_version(), "torch": torch.__version__, "platform": machine_facts()[0],
                "device": str(self.device), "device_name": self._device_name()}
         self.send({"event": "ready", "target_info": info, "environment": env})
 
     def _device_name(self) -> str:
         if self.device.type != "cuda":
-            return platform.processor() or platform.machine()
+            return machine_facts()[1]
         # asked in a child, so that this process stays CUDA-free
         res = self._forked(lambda emit: {"status": "ok", "name": self.torch.cuda.get_device_name(self.device)},
                            120.0, "CUDA did not initialise within 120 s", "while initialising CUDA")

@@ -173,14 +173,15 @@ class Client:
             for fd in theirs:
                 os.close(fd)
 
-    def close(self) -> None:
+    def close(self, wait: bool = True) -> None:
         try:
             self.sock.close()
         except OSError:
             pass
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
-            self.proc.wait()
+            if wait:
+                self.proc.wait()
 
 
 def identity() -> dict[str, str]:
@@ -221,7 +222,8 @@ def start() -> Client | None:
     with _client_lock:
         if _client is None or not _client.alive or _client.owner != os.getpid():
             _client = Client()
-            atexit.register(_client.close)
+            # at exit, killed and not waited for: its teardown (torch's memory) is no part of the command
+            atexit.register(_client.close, False)
         return _client
 
 

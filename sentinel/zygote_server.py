@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import select
 import signal
 import socket
 import sys
@@ -34,11 +35,11 @@ def _import(names: list[str], done: set[str]) -> None:
 def _become_worker(sock: socket.socket, fds: list[int], request: dict[str, Any], start_cwd: str) -> None:
     """In the fork: the CLI's pipes as 0, 1, 2, its environment and folder; then the worker."""
     sock.close()
+    _unwake()
     os.setsid()
     for i, fd in enumerate(fds):
         os.dup2(fd, i)
         os.close(fd)
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     old_path = os.environ.get("PYTHONPATH", "")
     os.environ.clear()
     os.environ.update(request["env"])
@@ -63,7 +64,33 @@ def _ready() -> set[str]:
     os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")  # as the worker: no CUDA before fork
     imported: set[str] = set()
     _import(["torch", "sentinel.worker"], imported)
+    from .worker import machine_facts
+    machine_facts()  # cached here once (a `uname -p` child and a read of the interpreter), not per fork
     return imported
+
+
+_wake: tuple[int, int] | None = None  # a pipe that a SIGCHLD writes to: a worker's exit ends the wait at once
+
+
+def _wake_on_exit() -> int:
+    """The read end of a pipe that becomes readable when a fork exits: its exit is reported to
+    the CLI at once, not at the next poll (the CLI waits for it after every run)."""
+    global _wake
+    _wake = os.pipe()
+    for fd in _wake:
+        os.set_blocking(fd, False)
+    signal.set_wakeup_fd(_wake[1])
+    signal.signal(signal.SIGCHLD, lambda *_: None)  # a Python handler: the wakeup fd needs one
+    return _wake[0]
+
+
+def _unwake() -> None:
+    """In a fork: the zygote's SIGCHLD handling is not the worker's."""
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    if _wake is not None:
+        signal.set_wakeup_fd(-1)
+        for fd in _wake:
+            os.close(fd)
 
 
 def serve(sock: socket.socket, imported: set[str], start_cwd: str) -> None:
@@ -72,7 +99,7 @@ def serve(sock: socket.socket, imported: set[str], start_cwd: str) -> None:
     # the loop below notices the CLI's end instead
     parent = os.getppid()
     forks: set[int] = set()
-    sock.settimeout(0.2)
+    woken = _wake_on_exit()
     while True:
         for pid in list(forks):
             try:
@@ -84,10 +111,17 @@ def serve(sock: socket.socket, imported: set[str], start_cwd: str) -> None:
                 _send(sock, {"exit": pid, "status": status})
         if os.getppid() != parent:
             break
+        ready = select.select([sock, woken], [], [], 0.2)[0]
+        if woken in ready:
+            try:
+                while os.read(woken, 512):
+                    pass
+            except BlockingIOError:
+                pass
+        if sock not in ready:
+            continue
         try:
             data, fds, _, _ = socket.recv_fds(sock, MSG_BYTES, 3)
-        except TimeoutError:
-            continue
         except OSError:
             break
         if not data:

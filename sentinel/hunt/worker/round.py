@@ -302,6 +302,8 @@ def warm(prop: str | None = None, exclude: dict[str, list[Any]] | None = None, p
     strategy = S.batches(properties.get(prop, origin).strategy(exclude, pin), BATCH)
     strategy.validate()
     if not _WARM:
+        # imported lazily by the engine once a round scores its targets: else by every round's child
+        import hypothesis.internal.conjecture.optimiser  # noqa: F401
         try:
             find(strategy, lambda ex: False, settings=settings(max_examples=2, database=None, deadline=None,
                                                                 suppress_health_check=list(HealthCheck)))
