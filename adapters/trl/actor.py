@@ -10,7 +10,9 @@ canonical positions they score (`standin.scatter_back`). Since TRL 1.11 the meth
 for a fused LM head's log-probs instead (``fused_lm_head=True``): unsupported here, the stand-in
 returns logits, not hidden states and an lm_head. The method itself micro-batches (``batch_size``), calls the model, drops the last
 position, keeps ``logits_to_keep`` columns, divides by ``self.temperature`` and gathers: nothing of
-that is done here.
+that is done here. A vision-language batch (``trainer:vision_inputs``) adds the image inputs the method slices
+per micro-batch, made from each row's ids, and a stand-in that checks it got its own rows' images
+(`StandInVLM`).
 """
 
 from __future__ import annotations
