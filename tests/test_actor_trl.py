@@ -105,6 +105,16 @@ def test_the_vlm_stand_in_sees_another_rows_images(layout):
     assert model(input_ids=ids[:1], attention_mask=torch.ones(1, 3), **images).logits.isnan().all()
 
 
+def test_an_moe_models_aux_loss_is_the_mean_over_micro_batches(trl):
+    """trainer:aux_loss_enabled: the method asks each micro-batch's forward for router logits and
+    returns the mean of their aux losses (the stand-in's: mean squared probability)."""
+    config = {"temperature": 1.0, "micro_batch_size": 2, "trainer:aux_loss_enabled": True}
+    res = trl.call("actor_logprobs", dict(BATCH), config)
+    assert res.extras["returned:aux_loss"].item() > 0
+    one = trl.call("actor_logprobs", dict(BATCH), {**config, "micro_batch_size": None}).extras["returned:aux_loss"]
+    assert res.extras["returned:aux_loss"].item() != pytest.approx(one.item())  # 2 + 1 rows: a mean of two means
+
+
 def test_a_temperature_applied_twice_in_trls_path_is_seen(trl, monkeypatch):
     """TRL's method divides the model's logits by self.temperature, then calls its module's
     selective_log_softmax: dividing once more there is the plant `actor-temperature-twice` on

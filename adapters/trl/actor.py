@@ -25,6 +25,7 @@ import torch
 
 from sentinel.adapters.binding import bind
 from sentinel.adapters.contract import BoundaryResult, implements, refuse
+from sentinel.adapters.observables import extras
 from sentinel.adapters.standin import LogitsTable, StandInLM, actor_preconditions, prompt_response, scatter_back
 from sentinel.errors import Unsupported
 
@@ -60,7 +61,8 @@ class ActorSurface:
         ids, mask, keep, where = prompt_response(tokens, inputs["attention_mask"], inputs["loss_mask"])
         layout = config.get("trainer:vision_inputs")
         table = LogitsTable(logits, tokens, inputs["attention_mask"])
-        model = StandInVLM(table, layout) if layout else StandInLM(table)
+        moe = bool(config.get("trainer:aux_loss_enabled"))  # what _compute_loss passes as compute_aux_loss
+        model = StandInVLM(table, layout) if layout or moe else StandInLM(table)
         # what GRPOTrainer.__init__ reads off the model: the forward's keyword names
         keys = tuple(inspect.signature(model.forward).parameters)
         if config.get("trainer:model_kwarg_keys") == "no_logits_to_keep":  # a forward that cannot take it
@@ -78,14 +80,16 @@ class ActorSurface:
                               f"{bs} are not")
         kwargs = bind(method, ACTOR, {"model": model, "input_ids": ids, "attention_mask": mask, "logits_to_keep": keep},
                       {"batch_size": config["micro_batch_size"], "compute_entropy": True if entropies else None,
-                       **images}, absent={"batch_size": None, **{k: None for k in images}})
+                       "compute_aux_loss": True if moe else None, **images},
+                      absent={"batch_size": None, "compute_aux_loss": False, **{k: None for k in images}})
         out = method(**kwargs)
         logps, ent = (out[0], out[1]) if isinstance(out, tuple) else (out, None)
         shape = inputs["loss_mask"].shape
         outputs = {"log_probs": scatter_back(logps, where, shape)}
         if ent is not None:
             outputs["entropy"] = scatter_back(ent, where, shape)
-        return BoundaryResult(outputs, function=self._ref(fn))
+        aux = out[2] if isinstance(out, tuple) and len(out) > 2 else None  # the micro-batches' mean aux loss
+        return BoundaryResult(outputs, function=self._ref(fn), extras=extras({"aux_loss": aux}) if moe else {})
 
 
 # The per-sample pieces of each image layout _get_per_token_logps_and_entropies slices per micro-batch
@@ -128,22 +132,25 @@ class StandInVLM(StandInLM):
     """A vision-language stand-in: the logits of `StandInLM` for the rows it reads, when the image
     inputs it is given are those of those rows (`vision_batch` of its ids); a forward given other
     rows' images (or a piece too many or too few) answers NaN logits, as the table does for ids of
-    no row: a VLM's output depends on its images, and a wrong slice shows."""
+    no row: a VLM's output depends on its images, and a wrong slice shows. Asked for
+    ``output_router_logits`` (an MoE model), it returns an ``aux_loss`` of its micro-batch: the mean
+    squared probability of the logits it returns (no experts here; what the method does with it,
+    one per micro-batch then their mean, is what is observed)."""
 
-    def __init__(self, table: LogitsTable, layout: str):
+    def __init__(self, table: LogitsTable, layout: str | None):
         super().__init__(table)
         self.layout = layout
 
     def forward(self, input_ids=None, attention_mask=None, position_ids=None, logits_to_keep=0, **kwargs: Any):
         out = super().forward(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                               logits_to_keep=logits_to_keep)
-        want = {k: v for k, v in vision_batch(self.layout, input_ids).items() if k not in _COUNTS}
+        want = {k: v for k, v in vision_batch(self.layout, input_ids).items() if k not in _COUNTS} if self.layout else {}
         given = {k: kwargs[k] for k in kwargs if k in _IMAGE_KEYS}
         same = want.keys() == given.keys() and all(
             given[k].shape == v.shape and bool((given[k].to(v.dtype) == v).all()) for k, v in want.items())
-        if not same:
-            out = types.SimpleNamespace(logits=torch.full_like(out.logits, float("nan")), aux_loss=None)
-        return out
+        logits = out.logits if same else torch.full_like(out.logits, float("nan"))
+        aux = logits.softmax(-1).pow(2).mean() if kwargs.get("output_router_logits") else None
+        return types.SimpleNamespace(logits=logits, aux_loss=aux)
 
 
 _IMAGE_KEYS = ("pixel_values", "image_grid_thw", "image_position_ids", "pixel_attention_mask", "spatial_shapes",

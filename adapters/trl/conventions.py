@@ -99,6 +99,8 @@ OPTION_DOMAINS = {
     # with the entropy bonus on, _get_per_token_logps_and_entropies computes the entropies with their
     # gradient (a loss term); off, under no_grad (logging and the entropy mask only)
     "actor_logprobs": {"trainer:entropy_coef": (0.0, 0.01),
+                       # an MoE model: the method asks for router logits and averages the micro-batches' aux losses
+                       "trainer:aux_loss_enabled": (False, True),
                        # the forward's keyword names (GRPOTrainer.__init__ inspects them): "signature" takes
                        # logits_to_keep; "no_logits_to_keep" is a model that does not (SmolVLM, Idefics3)
                        "trainer:model_kwarg_keys": ("signature", "no_logits_to_keep"),
