@@ -75,6 +75,46 @@ def test_trl_micro_batches_through_the_stand_in(trl, monkeypatch, size, forwards
         assert torch.allclose(out[name][m], want[name][m], atol=1e-5), name
 
 
+LAYOUTS = ("pixel_values", "image_grid_thw", "image_position_ids", "spatial_shapes", "pixel_attention_mask",
+           "image_sizes", "token_type_ids", "mm_token_type_ids")
+
+
+@pytest.mark.parametrize("layout", (None, *LAYOUTS))
+@pytest.mark.parametrize("keys", ["signature", "no_logits_to_keep"])
+def test_trl_slices_image_inputs_per_micro_batch(trl, layout, keys):
+    """trainer:vision_inputs and trainer:model_kwarg_keys: TRL's method slices each image input
+    per micro-batch and, for a forward without logits_to_keep, cuts the full logits itself: the
+    stand-in VLM answers every micro-batch (NaN for another row's images) and the result is the
+    reference gather."""
+    config = {"temperature": 0.5, "micro_batch_size": 1, "trainer:vision_inputs": layout,
+              "trainer:model_kwarg_keys": keys}
+    out = trl.call("actor_logprobs", dict(BATCH), config).outputs
+    want = _reference({"temperature": 0.5, "micro_batch_size": 1})
+    m = BATCH["loss_mask"].bool()
+    assert torch.allclose(out["log_probs"][m], want["log_probs"][m], atol=1e-5)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_the_vlm_stand_in_sees_another_rows_images(layout):
+    from sentinel_adapters.trl.actor import StandInVLM, vision_batch
+
+    ids = torch.tensor([[1, 0, 2], [2, 2, 1]])
+    model = StandInVLM(standin.LogitsTable(torch.zeros(2, 3, 4), ids, torch.ones(2, 3)), layout)
+    images = {k: v for k, v in vision_batch(layout, ids[1:]).items() if not isinstance(v, list)}
+    assert not model(input_ids=ids[1:], attention_mask=torch.ones(1, 3), **images).logits.isnan().any()
+    assert model(input_ids=ids[:1], attention_mask=torch.ones(1, 3), **images).logits.isnan().all()
+
+
+def test_an_moe_models_aux_loss_is_the_mean_over_micro_batches(trl):
+    """trainer:aux_loss_enabled: the method asks each micro-batch's forward for router logits and
+    returns the mean of their aux losses (the stand-in's: mean squared probability)."""
+    config = {"temperature": 1.0, "micro_batch_size": 2, "trainer:aux_loss_enabled": True}
+    res = trl.call("actor_logprobs", dict(BATCH), config)
+    assert res.extras["returned:aux_loss"].item() > 0
+    one = trl.call("actor_logprobs", dict(BATCH), {**config, "micro_batch_size": None}).extras["returned:aux_loss"]
+    assert res.extras["returned:aux_loss"].item() != pytest.approx(one.item())  # 2 + 1 rows: a mean of two means
+
+
 def test_a_temperature_applied_twice_in_trls_path_is_seen(trl, monkeypatch):
     """TRL's method divides the model's logits by self.temperature, then calls its module's
     selective_log_softmax: dividing once more there is the plant `actor-temperature-twice` on

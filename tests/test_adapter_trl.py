@@ -136,16 +136,59 @@ def test_opsm_mask_is_per_sequence_with_grpo_advantages(trl):
     assert res.outputs["opsm_mask"].tolist() == [[0.0, 0.0, 0.0], [1.0, 1.0, 1.0]]
 
 
+def _state(res, name):
+    return res.extras[f"returned:state.{name}"]
+
+
+def test_moe_aux_loss_is_scaled_and_divided_by_the_accumulation_steps(trl):
+    """trainer:aux_loss_enabled: the stand-in's load-balancing loss (the mean squared probability)
+    enters the loss times router_aux_loss_coef over the accumulation steps, and is logged."""
+    steps = {"trainer:current_gradient_accumulation_steps": 2, "trainer:router_aux_loss_coef": 0.1}
+    off = trl.call("policy_loss", batch(), {"eps_clip": 0.2, **steps}).outputs["loss"].item()
+    res = trl.call("policy_loss", batch(), {"eps_clip": 0.2, "trainer:aux_loss_enabled": True, **steps})
+    aux = batch()["log_probs"].detach().exp().pow(2).mean().item()
+    assert res.outputs["loss"].item() - off == pytest.approx(0.1 * aux / 2, abs=1e-6)
+    assert res.extras["returned:logged.train.aux_loss.0"] == pytest.approx(aux, abs=1e-6)
+
+
+ADAPTIVE = {"eps_clip": 0.2, "trainer:use_adaptive_entropy": True, "trainer:entropy_coef": 0.01}
+
+
+def test_a_micro_batch_inside_the_window_only_accumulates(trl):
+    """trainer:accelerator.sync_gradients False: the controller keeps its coefficient and holds
+    this micro-batch's [entropy sum, tokens] for the window; synced after an earlier micro-batch
+    (trainer:_entropy_window_stats), the window's entropy counts both."""
+    res = trl.call("policy_loss", batch(), {**ADAPTIVE, "trainer:accelerator.sync_gradients": False})
+    total, count = _state(res, "_entropy_window_stats").tolist()
+    assert count == 2.0 and _state(res, "entropy_coef") == pytest.approx(0.01)
+    synced = trl.call("policy_loss", batch(), {**ADAPTIVE, "trainer:_entropy_window_stats": 0.5})
+    assert _state(synced, "_last_world_entropy") == pytest.approx((total + 0.5 * 4) / (count + 4), abs=1e-6)
+
+
+def test_the_adaptive_entropy_bound_binds(trl):
+    """Below the target 0.6 (the stand-in's mean entropy on this batch lies under it) the coefficient
+    steps up by entropy_coef_delta, to entropy_coef_max where that binds."""
+    up = trl.call("policy_loss", batch(), {**ADAPTIVE, "trainer:entropy_target": 0.6,
+                                           "trainer:entropy_coef_max": 0.012, "trainer:entropy_coef_delta": 0.05})
+    assert _state(up, "entropy_coef") == pytest.approx(0.012)
+
+
+def test_dr_grpo_divides_by_the_drawn_max_completion_length(trl):
+    res = trl.call("policy_loss", batch(), {"eps_clip": 0.2, "loss_agg": "seq-mean-token-mean",
+                                            "trainer:loss_type": "dr_grpo", "trainer:max_completion_length": 16})
+    assert res.outputs["loss"].item() == pytest.approx(-(R0 + R1) / 16, abs=1e-6)
+
+
 def test_missing_attribute_is_named(trl):
     from sentinel_adapters.trl.bare import ATTRIBUTES
 
-    saved = ATTRIBUTES.pop("aux_loss_enabled")
+    saved = ATTRIBUTES.pop("_entropy_bonus_enabled")  # one no trainer option sets (aux_loss_enabled is drawn)
     try:
-        with pytest.raises(RuntimeError, match="reads self.aux_loss_enabled, which the bare "
+        with pytest.raises(RuntimeError, match="reads self._entropy_bonus_enabled, which the bare "
                                                "trainer does not set"):
             trl.call("policy_loss", batch(), {})
     finally:
-        ATTRIBUTES["aux_loss_enabled"] = saved
+        ATTRIBUTES["_entropy_bonus_enabled"] = saved
 
 
 # --- the catalog, the planted copy, the hunt --------------------------------------------------

@@ -21,7 +21,8 @@ opsm_mask       ``_compute_loss`` with ``off_policy_mask_threshold``: the mask o
                 and the reduced loss
 kl              ``_compute_loss`` with beta 1: its ``per_token_kl`` (k3, unclamped)
 actor_logprobs  ``_get_per_token_logps_and_entropies`` on a bare trainer with a stand-in
-                model (``batch_size`` micro-batches, temperature, ``logits_to_keep``);
+                model (``batch_size`` micro-batches, temperature, ``logits_to_keep``, a forward
+                without it, the image inputs of a vision-language batch: actor.StandInVLM);
                 token-budget batching and packing: none in TRL; the fused LM head of
                 TRL >= 1.11 is not mapped (actor.py)
 ==============  ============================================================================
@@ -42,7 +43,7 @@ Conventions translated here
   2, so every version reads them); ``num_items_in_batch`` (dapo, cispo) is the batch's valid
   token count, one process, one accumulation step.
 - The model: `bare.CanonicalPolicy` (fused LM head, or logits whose log-softmax is the
-  canonical log-prob). The loss is what ``_compute_loss`` returns (divided by one
+  canonical log-prob; an MoE aux loss when asked for router logits). The loss is what ``_compute_loss`` returns (divided by one
   gradient-accumulation step).
 
 Import shims

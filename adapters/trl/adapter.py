@@ -36,6 +36,7 @@ from .conventions import (
     PIP_HINT,
     TOKEN_MEAN_TYPES,
     UNREACHABLE,
+    WINDOW_TOKENS,
 )
 
 
@@ -185,9 +186,17 @@ class TRLAdapter(ActorSurface, TrainerAdapter):
             values["ref_model"] = CanonicalPolicy(inputs["ref_log_probs"]).eval()
         model = CanonicalPolicy(lp)
         model.train(bool(values.pop("model.training", True)))  # a trainer option, read as self.model.training
+        sync = bool(values.pop("accelerator.sync_gradients", True))  # False: inside an accumulation window
+        limit = values.pop("max_completion_length", None) or T  # generation pads to the batch's longest
+        if limit < T:
+            raise Unsupported(f"completions of {T} tokens exceed max_completion_length {limit}")
+        if values.get("_entropy_window_stats") is not None:  # the window's earlier micro-batch: [sum, count]
+            values["_entropy_window_stats"] = torch.tensor(
+                [values["_entropy_window_stats"] * WINDOW_TOKENS, float(WINDOW_TOKENS)], dtype=lp.dtype, device=dev)
         trainer = bare_trainer(self.trainer_cls, self.mods[CONFIG].GRPOConfig, model, loss_type=loss_type,
                                epsilon=eps_low, epsilon_low=eps_low, epsilon_high=eps_high, beta=beta,
-                               max_completion_length=T, **values)
+                               max_completion_length=limit, **values)
+        trainer.accelerator.sync_gradients = sync
         trainer = recorded(trainer, instance=True)  # the options _compute_loss reads (self.*, self.args.*)
         fn = self.trainer_cls._compute_loss
         watch = Watch(getattr(trainer, "args", None) or {}, "config")
@@ -205,7 +214,7 @@ class TRLAdapter(ActorSurface, TrainerAdapter):
         full = lambda t: t.expand(B, T) if t is not None and t.dim() == 2 else t  # noqa: E731 - (B, 1) -> [B, T]
         # the loss, the metrics the call logged (trainer._metrics) and what it changed in args
         # and the adaptive entropy controller's state, which the next step reads
-        state = {k: getattr(trainer, k, None) for k in ("entropy_coef", "_last_world_entropy")}
+        state = {k: getattr(trainer, k, None) for k in ("entropy_coef", "_last_world_entropy", "_entropy_window_stats")}
         observed = extras({"value": loss, "logged": getattr(trainer, "_metrics", None), "state": state}, watch)
         kl = next((f["avg_seq_kl"] for f in frames if isinstance(f.get("avg_seq_kl"), torch.Tensor)), None)
         if kl is not None:  # [B, 1]: the KL each sequence's keep / drop decision compared with the threshold

@@ -12,6 +12,8 @@ that needs more says so instead of failing somewhere inside.
 - the fused LM head (``model(..., labels=..., fused_lm_head=True)`` returning per-token
   ``log_probs`` / ``entropy``, TRL 1.11 and later): the canonical log-probs at the label
   positions, 0 where the label is -100 (what TRL's ``add_fused_lm_head`` returns there);
+- asked for ``output_router_logits`` (an MoE policy, ``aux_loss_enabled``), an ``aux_loss``
+  (`CanonicalPolicy._aux`);
 - logits (before): two-token logits ``[lp, log(1 - exp(lp))]`` in float64 at the position
   that predicts each completion token, whose log-softmax at token 0 is the canonical
   log-prob (to 1e-15) with gradient 1; a log-prob above 0 cannot come out of a log-softmax
@@ -158,7 +160,7 @@ class CanonicalPolicy(torch.nn.Module):
         if fused_lm_head:  # per-token log-probs of the next token, [B, L - 1]; 0 where the label is -100
             out = torch.cat([lp.new_zeros(B, L - 1 - K), lp], dim=1)
             out = torch.where(labels[:, 1:] != -100, out, torch.zeros_like(out))
-            return types.SimpleNamespace(log_probs=out, entropy=torch.zeros_like(out), aux_loss=None)
+            return types.SimpleNamespace(log_probs=out, entropy=torch.zeros_like(out), aux_loss=self._aux(kwargs))
         high = lp.detach() > 0
         if bool(high.any()):
             where = [list(map(int, p)) for p in high.nonzero()[:3]]
@@ -170,4 +172,10 @@ class CanonicalPolicy(torch.nn.Module):
         logits = torch.cat([pair.new_zeros(B, L - K - 1, 2), pair, pair.new_zeros(B, 1, 2)], dim=1)
         if logits_to_keep:
             logits = logits[:, -int(logits_to_keep):]
-        return types.SimpleNamespace(logits=logits, aux_loss=None)
+        return types.SimpleNamespace(logits=logits, aux_loss=self._aux(kwargs))
+
+    def _aux(self, kwargs: dict[str, Any]) -> torch.Tensor | None:
+        """An MoE policy's load-balancing loss, asked for with ``output_router_logits``: the stand-in
+        has no experts, so it is the mean squared probability of the tokens it scores, a
+        differentiable scalar (what _compute_loss does with it, scaling, dividing, logging, is observed)."""
+        return self.log_probs.exp().pow(2).mean() if kwargs.get("output_router_logits") else None

@@ -42,7 +42,6 @@ OUTPUTS = ("per_token_loss", "per_token_kl", "is_region_clipped", "off_policy_ma
 # and bonus (static or adaptive), the vLLM IS ratio (exp(old - rollout)), the gradient-accumulation
 # normaliser and the off-policy mask. Each value is set on the bare trainer and, where GRPOConfig has the field, its args.
 _LOSS_OPTIONS = {
-    "trainer:loss_type": (None, "dr_grpo", "dapo", "sapo", "luspo", "vespo"),
     "trainer:beta": (0.0, 0.04),
     "trainer:use_bias_correction_kl": (False, True),
     "trainer:top_entropy_quantile": (1.0, 0.5),
@@ -67,10 +66,30 @@ _LOSS_OPTIONS = {
     "trainer:vespo_lambda_neg": (2.0, 1.0),
     "trainer:current_gradient_accumulation_steps": (1, 2),
     "trainer:off_policy_mask_threshold": (None, 0.5),
+    # the adaptive update's step and bounds: from a coefficient of 0.01, a step of 0.05 crosses either
+    # bound, and bounds of 0.008 / 0.012 bind after the default step of 0.005
+    "trainer:entropy_coef_delta": (0.005, 0.05),
+    "trainer:entropy_coef_min": (0.0, 0.008),
+    "trainer:entropy_coef_max": (1.0, 0.012),
+    # a micro-batch inside an accumulation window (the accelerator does not sync): the controller only
+    # accumulates; and the window's earlier micro-batches (None: this is the first; 0.5: one earlier
+    # micro-batch of WINDOW_TOKENS trained tokens whose mean entropy was 0.5)
+    "trainer:accelerator.sync_gradients": (True, False),
+    "trainer:_entropy_window_stats": (None, 0.5),
+    # an MoE policy (bare.CanonicalPolicy answers output_router_logits with a load-balancing loss)
+    "trainer:aux_loss_enabled": (False, True),
+    "trainer:router_aux_loss_coef": (0.001, 0.1),
+    # the generation limit dr_grpo divides by (None: the batch's width; 16: longer than every completion)
+    "trainer:max_completion_length": (None, 16),
+    # last: the hunt draws a config as one integer whose first keys are its most significant digits
+    # (sentinel/strategies.py _configs), and Hypothesis draws small integers far more often, so an
+    # option listed first stays at its default in ~90 % of examples; each loss type takes its own branches
+    "trainer:loss_type": (None, "dr_grpo", "dapo", "sapo", "luspo", "vespo"),
 }
+WINDOW_TOKENS = 4
 _LOSS_TYPE_PARAMETERS = ("trainer:loss_type", "trainer:sapo_temperature_pos", "trainer:sapo_temperature_neg",
                          "trainer:vespo_k_pos", "trainer:vespo_lambda_pos", "trainer:vespo_k_neg",
-                         "trainer:vespo_lambda_neg")  # read only under their loss type: policy_loss's draws
+                         "trainer:vespo_lambda_neg", "trainer:max_completion_length")  # read only under their loss type: policy_loss's draws
 _FIXED_LOSS_TYPE = {k: v for k, v in _LOSS_OPTIONS.items() if k not in _LOSS_TYPE_PARAMETERS}
 OPTION_DOMAINS = {
     "policy_loss": _LOSS_OPTIONS,
@@ -79,13 +98,29 @@ OPTION_DOMAINS = {
     "cispo_loss": _FIXED_LOSS_TYPE | {"trainer:importance_sampling_level": ("token", "sequence")},
     # with the entropy bonus on, _get_per_token_logps_and_entropies computes the entropies with their
     # gradient (a loss term); off, under no_grad (logging and the entropy mask only)
-    "actor_logprobs": {"trainer:entropy_coef": (0.0, 0.01)},
+    "actor_logprobs": {"trainer:entropy_coef": (0.0, 0.01),
+                       # an MoE model: the method asks for router logits and averages the micro-batches' aux losses
+                       "trainer:aux_loss_enabled": (False, True),
+                       # the forward's keyword names (GRPOTrainer.__init__ inspects them): "signature" takes
+                       # logits_to_keep; "no_logits_to_keep" is a model that does not (SmolVLM, Idefics3)
+                       "trainer:model_kwarg_keys": ("signature", "no_logits_to_keep"),
+                       # a vision-language batch: which image inputs the method slices per micro-batch (actor.py)
+                       "trainer:vision_inputs": (None, "pixel_values", "image_grid_thw", "image_position_ids",
+                                                 "spatial_shapes", "pixel_attention_mask", "image_sizes",
+                                                 "token_type_ids", "mm_token_type_ids")},
 }
 _LOGGING = "read for logging / profiling only (the metrics, never the loss)"
-_ONE_MODEL = "the stand-in policy (adapters/trl/bare.py) has no MoE router, liger kernel or sampling temperature"
+_ONE_MODEL = "the stand-in policy (adapters/trl/bare.py) has no liger kernel or sampling temperature"
+_OTHER_TERMS = "the MoE aux loss is a term of the reduced loss, drawn on policy_loss, cispo_loss and opsm_mask"
+_THE_ACTORS = ("the actor_logprobs boundary draws it (a forward with and without logits_to_keep): _compute_loss "
+               "only hands it to _get_per_token_logps_and_entropies")
 PINNED = (
     *pin("*", "args.report_to", "state.global_step", reason=_LOGGING),
-    *pin("*", "aux_loss_enabled", "temperature", reason=_ONE_MODEL),
+    *pin("*", "temperature", reason=_ONE_MODEL),
+    *pin("kl", "aux_loss_enabled", "router_aux_loss_coef", reason=_OTHER_TERMS),
+    *pin("loss_agg", "aux_loss_enabled", "router_aux_loss_coef", reason=_OTHER_TERMS),
+    *(p for b in ("policy_loss", "cispo_loss", "opsm_mask", "kl", "loss_agg")
+      for p in pin(b, "model_kwarg_keys", reason=_THE_ACTORS)),
     *pin("kl", "beta", "loss_type", "epsilon_low", "epsilon_high", "args.delta", "importance_sampling_level",
          "off_policy_mask_threshold", "top_entropy_quantile", "use_vllm", "args.use_bias_correction_kl",
          "current_gradient_accumulation_steps",
