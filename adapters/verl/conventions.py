@@ -47,10 +47,7 @@ _SCORED = "dead code: every index in id2score had a score appended to it just ab
 _RAISE = " -> raise ValueError"
 # Not drawn on actor_logprobs: actor.entropy_checkpointing and sum_pi_squared_checkpointing (their
 # reentrant torch.utils.checkpoint supports .backward() only, and the hunt observes gradients with
-# torch.autograd.grad: it raised on every such example); calculate_entropy off (it only skips work:
-# no branch of its own a bug could sit in); calculate_sum_pi_squared (its output differed under a
-# planted bug in 44 of 582 examples, but an extras-only difference is reported after 64: no finding
-# in 180 s). Their branches stay uncovered, not hidden.
+# torch.autograd.grad: it raised on every such example). Their branches stay uncovered, not hidden.
 UNREACHABLE = {
     f"{CORE}:compute_policy_loss_vanilla": {"if cliprange_low is None -> cliprange_low = cliprange": _FALLBACK,
                                             "if cliprange_high is None -> cliprange_high = cliprange": _FALLBACK},
@@ -194,6 +191,10 @@ _RC = {"trainer:rollout_correction": (None, "token_is", "sequence_is_token_k1_rs
 _TIS = {"trainer:tis_imp_ratio_cap": (TIS_OFF, 2.0), **_WORKER, **_RC}
 BYPASS_PPO_CLIP = {"bypass_mode": True, "loss_type": "ppo_clip", "rollout_is": "token", "rollout_is_threshold": 2.0}
 OPTION_DOMAINS = {
+    # the actor's calculate_entropy (the caller's argument: off, the log-probs alone, with
+    # inplace_backward for the fused cross-entropy) and its config's calculate_sum_pi_squared (the
+    # optimal token baseline's sum of squared probabilities, observed)
+    "actor_logprobs": {"trainer:calculate_entropy": (True, False), "trainer:calculate_sum_pi_squared": (False, True)},
     # the batch with or without the response_mask the trainer's fit adds (compute_advantage's fallback)
     "advantages": {"trainer:response_mask_in_batch": (True, False)},
     "reward_norm": {"mean_leave1out": (True,), "trainer:adv_estimator": ("grpo", "rloo")},
