@@ -163,3 +163,17 @@ def test_compute_log_probs_missing_gradient_is_a_declared_deviation_not_a_findin
     assert not rep.hunt.findings, [(f.property, f.message) for f in rep.hunt.findings]
     met = {d.name for d in rep.hunt.deviations}
     assert "compute-log-prob-without-gradient-micro_batch_size" in met, met
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_drawn_actor_options_entropy_off_and_sum_pi_squared(verl, packed):
+    """conventions.OPTION_DOMAINS on actor_logprobs: calculate_entropy off gives the log-probs alone
+    (the same ones, through verl's own inplace_backward branch), calculate_sum_pi_squared adds verl's
+    sum over the vocabulary of pi^2 at the temperature-scaled logits, observed."""
+    config = {"temperature": 0.5, "use_remove_padding": packed}
+    both = verl.call("actor_logprobs", dict(BATCH), config).outputs
+    alone = verl.call("actor_logprobs", dict(BATCH), {**config, "trainer:calculate_entropy": False})
+    assert "entropy" not in alone.outputs and torch.equal(alone.outputs["log_probs"][M], both["log_probs"][M])
+    pi = verl.call("actor_logprobs", dict(BATCH), {**config, "trainer:calculate_sum_pi_squared": True})
+    expect = torch.softmax(BATCH["logits"] / 0.5, -1).square().sum(-1)
+    assert torch.allclose(pi.extras["returned:sum_pi_squared"][M], expect[M], atol=1e-5)

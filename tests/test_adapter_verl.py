@@ -204,3 +204,41 @@ def test_drawn_trainer_options_reach_agg_loss_paths_rloo_and_bypass_mode(verl):
         return
     assert bypass.function.qualname == "compute_policy_loss_bypass_mode"
     assert bypass.outputs["loss"].item() == pytest.approx(plain.outputs["loss"].item())
+
+
+def test_drawn_rollout_correction_reinforce_and_derived_response_mask(verl):
+    """conventions.OPTION_DOMAINS' trainer options of issue 19's reach: algorithm.rollout_correction
+    on the policy losses (applied as the trainer's decoupled mode only where the batch holds
+    rollout_log_probs: IS weights into the loss, the rejection mask as its response mask),
+    bypass mode's REINFORCE loss_type, and compute_advantage deriving the response mask itself."""
+    lp = T([[-0.5, -1.0, -0.25, -0.75]])
+    policy = {"log_probs": lp, "old_log_probs": lp - 0.25, "advantages": T([[1.0, -1.0, 0.5, 2.0]]),
+              "loss_mask": T([[1, 1, 1, 0]])}
+    roll = {**policy, "rollout_log_probs": T([[-0.5, -2.5, -0.25, -0.875]])}  # log-ratio -0.25, 1.25, -0.25
+    corr = verl.mods.get("verl.trainer.ppo.rollout_corr_helper")
+    if not hasattr(corr, "compute_rollout_correction_and_rejection_mask") or \
+            "bypass_mode" not in verl.core.POLICY_LOSS_REGISTRY:
+        pytest.skip("this verl has no unified rollout correction or no bypass mode")
+    plain = verl.call("policy_loss", policy, {}).outputs["loss"].item()
+    for b in ("policy_loss", "cispo_loss"):
+        base = verl.call(b, policy, {}).outputs["loss"].item()
+        got = verl.call(b, roll, {"trainer:rollout_correction": "token_is"})
+        w = got.outputs["weights"][0, :3]  # min(pi_old / pi_rollout, 2), as verl's token TIS truncates
+        assert w.tolist() == pytest.approx([math.exp(-0.25), 2.0, math.exp(-0.25)])
+        assert got.outputs["loss"].item() != pytest.approx(base)
+        # without rollout_log_probs the trainer applies no correction
+        assert verl.call(b, policy, {"trainer:rollout_correction": "token_is"}).outputs["loss"].item() == \
+            pytest.approx(base)
+    rs = verl.call("policy_loss", roll, {"trainer:rollout_correction": "seq_mean_k3_rs"})
+    reinforce = verl.call("policy_loss", policy, {"trainer:bypass_mode": True, "trainer:loss_type": "reinforce"})
+    assert "weights" not in rs.outputs and rs.outputs["loss"].item() == pytest.approx(plain)  # k3 mean under 0.5
+    # REINFORCE on the rollout's (old) log-probs: -A * log pi * min(pi / pi_rollout, 2), token-mean
+    ratio = [min(math.exp(0.25), 2.0)] * 3
+    expect = -sum(a * x * r for a, x, r in zip([1.0, -1.0, 0.5], [-0.5, -1.0, -0.25], ratio)) / 3
+    assert reinforce.function.qualname == "compute_policy_loss_bypass_mode"
+    assert reinforce.outputs["loss"].item() == pytest.approx(expect, rel=1e-5)
+    adv = {"rewards": T([1.0, 0.0, 0.5, 0.2]), "loss_mask": T([[1, 1, 0], [1, 0, 0], [1, 1, 1], [1, 1, 0]]),
+           "group": T([0, 0, 1, 1])}
+    kept = verl.call("advantages", adv, {"estimator": "grpo"}).outputs["advantages"]
+    derived = verl.call("advantages", adv, {"estimator": "grpo", "trainer:response_mask_in_batch": False})
+    assert torch.equal(derived.outputs["advantages"], kept)  # the last response-width columns: the same mask

@@ -13,7 +13,9 @@ advantages      ``ray_trainer.apply_kl_penalty`` (KL in reward, when kl_coef != 
                 reinforce_plus_plus_baseline, opo, gpg, grpo_passk, ...). Without the
                 trainer module (options.trainer_module=False, or its import failed) the
                 estimator is called from the registry and the KL shaping is composed from
-                ``kl_penalty`` as apply_kl_penalty does (facts say which path ran).
+                ``kl_penalty`` as apply_kl_penalty does (facts say which path ran). Trainer
+                option response_mask_in_batch=False: a batch without response_mask, which
+                compute_advantage derives itself (``compute_response_mask``)
 gae             ``compute_gae_advantage_return``
 reward_norm     ``compute_grpo_outcome_advantage`` on one-token responses (verl's only
                 reward normalisation is the GRPO estimator's group normalisation);
@@ -27,8 +29,11 @@ policy_loss     ``get_policy_loss_fn("vanilla")``, ``"gspo"`` for
                 own rollout_correction keys: rollout_is, rollout_is_threshold, rollout_rs,
                 ...): weights pi_old / pi_rollout from ``compute_rollout_correction_weights``,
                 rejection mask from ``compute_rollout_rejection_mask``. Trainer option
-                bypass_mode: ``compute_policy_loss_bypass_mode`` (loss_type ppo_clip), its
-                config written by the trainer's own ``apply_bypass_mode``
+                bypass_mode: ``compute_policy_loss_bypass_mode`` (trainer option loss_type:
+                ppo_clip or reinforce), its config written by the trainer's own
+                ``apply_bypass_mode``. Trainer option rollout_correction (here and on
+                cispo_loss): a preset of those keys, applied as the trainer's decoupled mode
+                wherever the batch holds rollout_log_probs (in bypass mode, inside its loss)
 cispo_loss      ``get_policy_loss_fn("cispo")``
 is_correction   ``rollout_corr_helper.compute_rollout_correction_weights`` (token TIS;
                 IcePop via a ``"low_upper"`` threshold) and the vanilla policy loss with

@@ -34,6 +34,8 @@ import torch
 
 from sentinel.adapters.contract import BoundaryResult, Precondition, implements
 from sentinel.adapters.loading import module_exists
+from sentinel.adapters.observables import extras
+from sentinel.adapters.options import trainer_options
 from sentinel.adapters.shims import is_stub
 from sentinel.adapters.standin import LogitsTable, StandInLM, actor_preconditions, prompt_response, scatter_back
 from sentinel.errors import MissingDependency, Unsupported
@@ -121,13 +123,23 @@ class ActorSurface:
         model = StandInLM(LogitsTable(logits, tokens, attn))
         actor = object.__new__(cls)
         F = self._verl_F()
-        for name, value in {**_ACTOR_ATTRIBUTES, "actor_module": model, "device_name": "cpu",
-                            "use_remove_padding": bool(config["use_remove_padding"]),
-                            "compute_entropy_from_logits": F.entropy_from_logits,
-                            "config": _Config(entropy_checkpointing=False, calculate_sum_pi_squared=False,
-                                              sum_pi_squared_checkpointing=False,
-                                              entropy_from_logits_with_chunking=False)}.items():
+        drawn = trainer_options(config)  # actor options the method reads (conventions.OPTION_DOMAINS)
+        pi_squared = bool(drawn.get("calculate_sum_pi_squared"))
+        attributes = {**_ACTOR_ATTRIBUTES, "actor_module": model, "device_name": "cpu",
+                      "use_remove_padding": bool(config["use_remove_padding"]),
+                      "compute_entropy_from_logits": F.entropy_from_logits,
+                      "config": _Config(entropy_checkpointing=False, calculate_sum_pi_squared=pi_squared,
+                                        sum_pi_squared_checkpointing=False,
+                                        entropy_from_logits_with_chunking=False)}
+        if pi_squared:  # as DataParallelPPOActor.__init__ sets it with use_torch_compile off
+            fn_pi = getattr(F, "calculate_sum_pi_squared_from_logits", None)
+            if fn_pi is None or "calculate_sum_pi_squared" not in inspect.getsource(fn):
+                raise Unsupported("calculate_sum_pi_squared: this verl's actor computes no sum of squared "
+                                  "probabilities (no calculate_sum_pi_squared_from_logits)")
+            attributes["calculate_sum_pi_squared_from_logits"] = fn_pi
+        for name, value in attributes.items():
             setattr(actor, name, value)
+        entropy = drawn.get("calculate_entropy", True)
         batch = {"input_ids": ids, "attention_mask": mask, "position_ids": position_ids,
                  "responses": ids[:, -width:]}
         batching = config["micro_batch_size"] is not None or bool(config["use_dynamic_bsz"])
@@ -136,16 +148,19 @@ class ActorSurface:
                 fn = _undecorated(getattr(cls, "compute_log_prob", None), "compute_log_prob")
                 if fn is None:
                     raise Unsupported("verl has no DataParallelPPOActor.compute_log_prob at this version")
-                out = self._compute_log_prob(actor, batch, mask, config)
+                out = self._compute_log_prob(actor, batch, mask, config, entropy)
             else:
-                out = actor._forward_micro_batch(batch, temperature=float(config["temperature"]), calculate_entropy=True)
+                out = actor._forward_micro_batch(batch, temperature=float(config["temperature"]),
+                                                 calculate_entropy=entropy)
         shape = inputs["loss_mask"].shape
         outputs = {"log_probs": scatter_back(out["log_probs"], where, shape)}
         if out.get("entropys") is not None:
             outputs["entropy"] = scatter_back(out["entropys"], where, shape)
-        return BoundaryResult(outputs, function=self._ref(fn))
+        observed = extras({"sum_pi_squared": scatter_back(out["sum_pi_squared"], where, shape)}) \
+            if out.get("sum_pi_squared") is not None else {}
+        return BoundaryResult(outputs, function=self._ref(fn), extras=observed)
 
-    def _compute_log_prob(self, actor, batch: dict, mask: torch.Tensor, config) -> dict:
+    def _compute_log_prob(self, actor, batch: dict, mask: torch.Tensor, config, entropy: bool) -> dict:
         """``actor.compute_log_prob`` on a real DataProto of `batch`, the batching options in its
         meta_info as verl's workers put them there; a null token budget is the tightest verl accepts,
         the padded sequence length (`_budget_fits`). Its result as ``_forward_micro_batch``'s:
@@ -160,7 +175,7 @@ class ActorSurface:
         data = proto.from_dict(tensors=batch, meta_info={
             "micro_batch_size": int(config["micro_batch_size"] or n), "temperature": float(config["temperature"]),
             "use_dynamic_bsz": bool(config["use_dynamic_bsz"]), "max_token_len": int(budget)})
-        out = actor.compute_log_prob(data=data, calculate_entropy=True)
+        out = actor.compute_log_prob(data=data, calculate_entropy=entropy)
         if isinstance(out, torch.Tensor):  # older verls: the log-probs alone, or (log_probs, entropys)
             return {"log_probs": out, "entropys": None}
         if isinstance(out, tuple):

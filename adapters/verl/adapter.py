@@ -371,6 +371,7 @@ class VerlAdapter(ActorSurface, PolicyLosses, Surfaces, TrainerAdapter):
             raise Unsupported(f"verl has no advantage estimator {name!r} (registered: {known})") from e
 
     @implements("advantages", steps=(kl_in_reward,), calls=(f"{TRAINER}:apply_kl_penalty", f"{TRAINER}:compute_advantage",
+                                     f"{TRAINER}:compute_response_mask",  # trainer:response_mask_in_batch=False
                                      f"{CORE}:get_adv_estimator_fn", f"{CORE}:kl_penalty"))
     def b_advantages(self, inputs, config):
         """KL in reward (apply_kl_penalty) and the estimator (compute_advantage), as verl's
@@ -457,6 +458,8 @@ class VerlAdapter(ActorSurface, PolicyLosses, Surfaces, TrainerAdapter):
                     optional["norm_adv_by_std_in_grpo"] = norm_by_std
                 kw = bind(dispatch, "advantages", {"data": data, "adv_estimator": name},
                              {k: v for k, v in optional.items() if k in parameters(dispatch) or k == "norm_adv_by_std_in_grpo"})
+                if trainer_options(config).get("response_mask_in_batch") is False:
+                    self._without_response_mask(dispatch, data)
                 data = dispatch(**kw)
                 adv, ret = data.batch["advantages"], data.batch["returns"]
             else:
@@ -476,6 +479,18 @@ class VerlAdapter(ActorSurface, PolicyLosses, Surfaces, TrainerAdapter):
         # the batch as the trainer left it (every tensor it added or changed) and its config changes
         observed.update(extras({"data": _carried(data)}, watch))
         return BoundaryResult(outputs, function=self._ref(est_fn), extras=observed)
+
+    @staticmethod
+    def _without_response_mask(dispatch: Callable, data: Any) -> None:
+        """Trainer option response_mask_in_batch=False: a trainer whose fit computes no response_mask,
+        so compute_advantage derives it itself (compute_response_mask: the last responses-width columns
+        of attention_mask), where its back-compatible check exists. attention_mask is then the
+        trainer's prompt-and-response one: a one-token prompt before the response mask."""
+        if '"response_mask" not in data.batch' not in inspect.getsource(dispatch):
+            raise Unsupported("response_mask_in_batch=False: this verl's compute_advantage reads the batch's "
+                              "response_mask with no fallback (no compute_response_mask there)")
+        mask = data.batch.pop("response_mask")
+        data.batch["attention_mask"] = torch.cat([torch.ones_like(mask[:, :1]), mask], dim=1)
 
     # --- rollout / trainer mismatch -------------------------------------------------------
     @contextlib.contextmanager

@@ -47,14 +47,13 @@ _SCORED = "dead code: every index in id2score had a score appended to it just ab
 _RAISE = " -> raise ValueError"
 # Not drawn on actor_logprobs: actor.entropy_checkpointing and sum_pi_squared_checkpointing (their
 # reentrant torch.utils.checkpoint supports .backward() only, and the hunt observes gradients with
-# torch.autograd.grad: it raised on every such example); calculate_entropy off (it only skips work:
-# no branch of its own a bug could sit in); calculate_sum_pi_squared (its output differed under a
-# planted bug in 44 of 582 examples, but an extras-only difference is reported after 64: no finding
-# in 180 s). Their branches stay uncovered, not hidden.
+# torch.autograd.grad: it raised on every such example). Their branches stay uncovered, not hidden.
 UNREACHABLE = {
     f"{CORE}:compute_policy_loss_vanilla": {"if cliprange_low is None -> cliprange_low = cliprange": _FALLBACK,
                                             "if cliprange_high is None -> cliprange_high = cliprange": _FALLBACK},
-    f"{CORE}:compute_policy_loss_bypass_mode": {"if rollout_corr_config is None" + _RAISE: _GUARD},
+    f"{CORE}:compute_policy_loss_bypass_mode": {"if rollout_corr_config is None" + _RAISE: _GUARD,
+                                                'elif loss_type == "ppo_clip"' + _RAISE: _GUARD},
+    f"{CORE}:agg_loss": {'elif loss_agg_mode == "seq-mean-token-sum-norm"' + _RAISE: _GUARD},
     f"{CORE}:compute_grpo_outcome_advantage": {"elif len(id2score[idx]) > 1" + _RAISE: _SCORED},
     f"{CORE}:compute_rloo_outcome_advantage": {"elif len(id2score[idx]) > 1" + _RAISE: _SCORED},
     f"{CORE}:get_adv_estimator_fn": {"if name not in ADV_ESTIMATOR_REGISTRY" + _RAISE: _GUARD},
@@ -69,13 +68,17 @@ UNREACHABLE = {
         "if log_ratio.shape[0] == 0 -> return": _EMPTY,
         "if lower_value is None or upper_value is None" + _RAISE: _PARSED,
         "if upper_value is None" + _RAISE: _PARSED, "if lower_log is None" + _RAISE: _PARSED,
-        'elif option_name.endswith("k3")' + _RAISE: _PARSED},
+        'elif option_name.endswith("k3")' + _RAISE: _PARSED, 'elif option_name.startswith("seq_max")' + _RAISE: _PARSED},
     f"{ROLLOUT_CORR}:compute_rollout_correction_and_rejection_mask": {
         "if old_log_prob.shape != rollout_log_prob.shape" + _RAISE: _GUARD,
-        "if old_log_prob.shape != response_mask.shape" + _RAISE: _GUARD},
+        "if old_log_prob.shape != response_mask.shape" + _RAISE: _GUARD, "if rollout_rs_threshold is None" + _RAISE: _GUARD},
     _ACTOR: {"if self.use_prefix_grouper": _MODEL, "if can_use_pg and": _MODEL, "if self.use_fused_kernels": _MODEL,
              'if "multi_modal_inputs" in micro_batch.keys()': _VLM, "if position_ids.dim() == 3": _VLM,
-             'if "image_bound" in multi_modal_inputs': _VLM, "if self.use_ulysses_sp": _SP, "if is_vlm_model": _SP},
+             'if "image_bound" in multi_modal_inputs': _VLM, "if self.use_ulysses_sp": _SP, "if is_vlm_model": _SP,
+             # inside `if self.use_ulysses_sp:` (its False arc shares its text with the padded path's)
+             "if calculate_entropy -> entropy_rmpad = gather_outputs_and_unpad(": _SP,
+             "if calculate_sum_pi_squared -> sum_pi_squared_rmpad = gather_outputs_and_unpad(": _SP,
+             "if calculate_sum_pi_squared -> if is_mask_all_zero": _SP},
     "verl.utils.torch_functional:logprobs_from_logits": {
         "if FLAH_ATTN_CROSS_ENTROPY_LOSS_AVAILABLE -> batch_dim = logits.shape[:-1]":
             "flash-attn's cross-entropy kernel: a CUDA build of flash-attn",
@@ -178,13 +181,24 @@ def build(cls: type, boundary: str, values: dict[str, Any]) -> Any:
 # verl's fourth mode (Dr. GRPO's seq-mean-token-sum-norm, no canonical mode) and the actor's
 # loss_scale_factor it divides by (None: the response length). On reward_norm, the estimator
 # (algorithm.adv_estimator): rloo replaces GRPO's normalisation with its leave-one-out mean (no std).
+# On policy_loss and cispo_loss, algorithm.rollout_correction (None: unset, the trainer's default): a
+# preset of its keys (ROLLOUT_CORRECTIONS), applied where the batch holds rollout_log_probs as the
+# trainer's decoupled mode does (IS weights into the loss, the rejection mask as its response mask),
+# and in bypass mode inside compute_policy_loss_bypass_mode, whose loss_type REINFORCE is drawn too.
 TIS_OFF = -1.0
 _WORKER = {"trainer:use_legacy_worker_impl": (None, "enable", "disable")}
-_TIS = {"trainer:tis_imp_ratio_cap": (TIS_OFF, 2.0), **_WORKER}
+_RC = {"trainer:rollout_correction": (None, "token_is", "sequence_is_token_k1_rs", "seq_mean_k3_rs")}
+_TIS = {"trainer:tis_imp_ratio_cap": (TIS_OFF, 2.0), **_WORKER, **_RC}
 BYPASS_PPO_CLIP = {"bypass_mode": True, "loss_type": "ppo_clip", "rollout_is": "token", "rollout_is_threshold": 2.0}
 OPTION_DOMAINS = {
+    # the actor's calculate_entropy (the caller's argument: off, the log-probs alone, with
+    # inplace_backward for the fused cross-entropy) and its config's calculate_sum_pi_squared (the
+    # optimal token baseline's sum of squared probabilities, observed)
+    "actor_logprobs": {"trainer:calculate_entropy": (True, False), "trainer:calculate_sum_pi_squared": (False, True)},
+    # the batch with or without the response_mask the trainer's fit adds (compute_advantage's fallback)
+    "advantages": {"trainer:response_mask_in_batch": (True, False)},
     "reward_norm": {"mean_leave1out": (True,), "trainer:adv_estimator": ("grpo", "rloo")},
-    "policy_loss": {**_TIS, "trainer:bypass_mode": (False, True)},
+    "policy_loss": {**_TIS, "trainer:bypass_mode": (False, True), "trainer:loss_type": ("ppo_clip", "reinforce")},
     "cispo_loss": _TIS,
     "loss_agg": {**_WORKER, "trainer:loss_agg_mode": (None, "seq-mean-token-sum-norm"),
                  "trainer:loss_scale_factor": (None, 4)},
@@ -218,3 +232,12 @@ def rollout_rs(name: str | None) -> dict[str, Any]:
     return {"rollout_rs": name,
             "rollout_rs_threshold": ",".join(str(RS_THRESHOLDS[n.rsplit("_", 1)[-1]]) for n in name.split(","))
             if "," in name else RS_THRESHOLDS[name.rsplit("_", 1)[-1]]}
+
+
+# trainer:rollout_correction's presets (verl's own keys; thresholds as the is_correction draws'):
+# token IS alone, sequence IS with a token k1 ratio rejection, and a k3 rejection with no IS weights.
+ROLLOUT_CORRECTIONS = {
+    "token_is": {"rollout_is": "token", "rollout_is_threshold": 2.0},
+    "sequence_is_token_k1_rs": {"rollout_is": "sequence", "rollout_is_threshold": 2.0, **rollout_rs("token_k1")},
+    "seq_mean_k3_rs": {"rollout_is": None, **rollout_rs("seq_mean_k3")},
+}

@@ -25,7 +25,7 @@ from sentinel.adapters.options import recorded, trainer_options
 from sentinel.adapters.spying import spy
 from sentinel.errors import Unsupported
 
-from .conventions import BYPASS_PPO_CLIP, ROLLOUT_CORR, TIS_OFF, build
+from .conventions import BYPASS_PPO_CLIP, ROLLOUT_CORR, ROLLOUT_CORRECTIONS, TIS_OFF, build
 
 
 @trainer_step("verl's engine (workers/engine/*/transformer_impl.py) sums the loss mask and all-reduces it over "
@@ -198,12 +198,20 @@ class PolicyLosses:
         compute_rollout_correction_weights and, with rollout_rs, the rejection mask from
         compute_rollout_rejection_mask, through compute_rollout_correction_and_rejection_mask as
         the trainer's compute_rollout_correction_and_add_to_batch calls it (no detach or no_grad
-        of ours). `rejection_sampling` is verl's own rollout_correction keys."""
+        of ours). `rejection_sampling` is verl's own rollout_correction keys; the drawn trainer option
+        rollout_correction (a preset of those keys) applies them as the trainer does wherever the
+        batch holds rollout_log_probs (ray_trainer: decoupled mode, whatever the loss), and stands for
+        them where use_decoupled_loss leaves rejection_sampling unset."""
         mask = inputs["loss_mask"]
+        drawn = trainer_options(config)
+        preset = ROLLOUT_CORRECTIONS.get(drawn.get("rollout_correction"))
+        if drawn.get("bypass_mode"):  # bypass mode: the trainer skips the decoupled correction
+            preset = None
+        spec = config["rejection_sampling"] or preset
         if not config["use_decoupled_loss"]:
-            return None, mask
-        spec = config["rejection_sampling"]
-        if not spec:
+            if preset is None or "rollout_log_probs" not in inputs:  # the trainer applies none without them
+                return None, mask
+        elif not spec:
             raise Unsupported("use_decoupled_loss: verl's decoupled mode is configured by algorithm.rollout_correction;"
                               " pass rejection_sampling with its keys (" + ", ".join(self._RS_KEYS) + ")")
         unknown = sorted(set(spec) - set(self._RS_KEYS))
@@ -263,11 +271,14 @@ class PolicyLosses:
         drawn = trainer_options(config)
         cap = drawn.get("tis_imp_ratio_cap")
         bypass = None
-        if drawn.get("bypass_mode"):  # the trainer's bypass mode: old log-probs are the rollout's, loss ppo_clip
+        if drawn.get("bypass_mode"):  # the trainer's bypass mode: old log-probs are the rollout's; its loss_type
+            # and the drawn rollout_correction's IS / rejection keys go into the actor's policy_loss config
             if mode != "vanilla" or weights is not None:
-                raise Unsupported(f"bypass_mode: verl's bypass-mode ppo_clip loss is the vanilla PPO loss on the "
-                                  f"rollout's log-probs, with no decoupled weights (loss {mode!r})")
-            mode, bypass = "bypass_mode", {**BYPASS_PPO_CLIP}
+                raise Unsupported(f"bypass_mode: verl's bypass-mode loss is the vanilla PPO (or REINFORCE) loss on "
+                                  f"the rollout's log-probs, with no decoupled weights (loss {mode!r})")
+            mode = "bypass_mode"
+            bypass = {**BYPASS_PPO_CLIP, **ROLLOUT_CORRECTIONS.get(drawn.get("rollout_correction"), {}),
+                      "loss_type": drawn.get("loss_type") or BYPASS_PPO_CLIP["loss_type"]}
         with self.worker_impl(config), (self._weights_seen() if bypass else contextlib.nullcontext()):
             token, loss, fn, observed = self._policy(
                 boundary, mode, inputs["log_probs"], inputs["old_log_probs"], inputs["advantages"], mask,
