@@ -139,6 +139,18 @@ out["no_eos"] = call("advantages", adv_inputs, {"estimator": "gae", "mask_no_eos
 out["reward_norm_cfg"] = call("advantages", adv_inputs, {"estimator": "grpo", "reward_norm": {"mean_level": "group"}})
 out["grpo"] = call("advantages", {**adv_inputs, "rewards": T([1.0, 0.0, 3.0, 3.0]), "group": T([7, 7, 2, 2]),
                                   "loss_mask": T([[1.0, 1.0]] * 4)}, {"estimator": "grpo"})
+# drawn trainer options on advantages: OPD's reverse-KL penalty (ref_log_probs as the teacher's),
+# and --disable-rewards-normalization
+opd_inputs = {"rewards": T([1.0, 0.0]), "log_probs": T([[-0.1, -0.2], [-0.3, -0.2]]),
+              "ref_log_probs": T([[-0.2, -0.2], [-0.3, -0.1]]), "loss_mask": T([[1.0, 1.0], [1.0, 1.0]])}
+for name, cfg in (("opd_off", {}), ("opd", {"trainer:use_opd": True}),
+                  ("opd_half", {"trainer:use_opd": True, "trainer:opd_kl_coef": 0.5})):
+    r = call("advantages", opd_inputs, {"estimator": "reinforce_plus_plus", **cfg})
+    r["extras"] = sorted(r["res"].extras)
+    out[name] = r
+out["raw_rewards"] = call("advantages", {**adv_inputs, "rewards": T([1.0, 0.0, 3.0, 3.0]), "group": T([7, 7, 2, 2]),
+                                         "loss_mask": T([[1.0, 1.0]] * 4)},
+                          {"estimator": "grpo", "trainer:rewards_normalization": False})
 import tempfile
 from sentinel.errors import TargetLoadError
 try:
@@ -227,6 +239,22 @@ def test_grpo_group_normalisation(head):
     assert adv[0][0] == pytest.approx(0.5 / (0.5 ** 0.5 + 1e-6), abs=1e-5)
     assert adv[1][1] == pytest.approx(-adv[0][0])
     assert adv[2] == [0.0, 0.0] and adv[3] == [0.0, 0.0]
+
+
+def test_drawn_opd_penalises_the_advantages(head):
+    """trainer:use_opd: advantages - opd_kl_coef * (log_probs - teacher), the teacher being the
+    reference log-probs; the reverse KL kept for logging."""
+    assert head["opd_off"]["outputs"]["advantages"] == [[1.0, 1.0], [0.0, 0.0]]
+    assert flat(head["opd"]["outputs"]["advantages"]) == pytest.approx([0.9, 1.0, 0.0, 0.1], abs=1e-6)
+    assert flat(head["opd_half"]["outputs"]["advantages"]) == pytest.approx([0.95, 1.0, 0.0, 0.05], abs=1e-6)
+    assert "returned:rollout_data.opd_reverse_kl" in head["opd"]["extras"]
+    assert "returned:rollout_data.opd_reverse_kl" not in head["opd_off"]["extras"]
+
+
+def test_drawn_rewards_normalization_off_keeps_raw_rewards(head):
+    """trainer:rewards_normalization False (--disable-rewards-normalization): grpo on the raw rewards."""
+    adv = head["raw_rewards"]["outputs"]["advantages"]
+    assert [row[0] for row in adv] == pytest.approx([1.0, 0.0, 3.0, 3.0])
 
 
 # --- other commits: temporary worktrees ------------------------------------------------
