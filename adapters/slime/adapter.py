@@ -38,6 +38,7 @@ from .conventions import (
     PPO_UTILS,
     OPTION_DOMAINS,
     PINNED,
+    REUSE,
     ROLLOUT,
     UNREACHABLE,
     slime_args,
@@ -209,6 +210,12 @@ class SlimeAdapter(EntryLoss, Surfaces, TrainerAdapter):
             raise Unsupported(f"importance_sampling_level {level!r}: slime has token and sequence (gspo)")
         mask = inputs["loss_mask"].to(self.device)
         lp, old, adv = (self._tok(inputs, k, mask) for k in ("log_probs", "old_log_probs", "advantages"))
+        drawn, given_old = trainer_options(config), old
+        if drawn.get(REUSE.partition(":")[2]):
+            if level == "sequence" or drawn.get("use_rollout_logprobs"):
+                raise Unsupported("slime's actor reuses the loss pass's log-probs as the old ones only without gspo "
+                                  "and use_rollout_logprobs (can_reuse_log_probs_in_loss)")
+            old = [x.detach() for x in lp]  # the old policy is the current one (given_old: unread)
         masks = self._masks(mask)
         lengths, totals = self._lengths(mask, lp)
         flat = torch.cat(lp)
@@ -224,7 +231,7 @@ class SlimeAdapter(EntryLoss, Surfaces, TrainerAdapter):
         loss, entry, logged = self._entry_loss("policy_loss", config, flat, lengths, totals, old, adv, masks, pg_loss,
                                        batch_extra=self._rollout(inputs, mask), **clip, **estimator)
         return self._loss_result(fn, entry, inputs, mask, lengths, {"pg_loss": pg_loss, "clipfrac": clipfrac},
-                                 {"loss": loss}, {"log_probs": lp, "old_log_probs": old, "advantages": adv}, logged)
+                                 {"loss": loss}, {"log_probs": lp, "old_log_probs": given_old, "advantages": adv}, logged)
 
     @implements("cispo_loss", calls=(f"{PPO_UTILS}:compute_cispo_loss", *ENTRY_CALLS), steps=ENTRY_STEPS)
     def b_cispo_loss(self, inputs, config):

@@ -101,9 +101,20 @@ ADVANTAGE_OPTIONS: dict[str, tuple[Any, ...]] = {
     "trainer:opd_kl_coef": (1.0, 0.5),  # read under use_opd
     "trainer:rewards_normalization": (True, False),  # read by the group-normalised estimators
 }
+# slime's actor (train_actor) leaves the batch without old log-probs when the loss pass can reuse its
+# own (`can_reuse_log_probs_in_loss`: one micro-batch, on-policy, no rollout log-probs, not gspo):
+# policy_loss_function then takes the current log-probs, detached, as the old policy's. Not an args
+# option: the adapter hands the loss entry that batch (EntryLoss._entry_loss) and the per-token loss
+# the same old policy.
+REUSE = "trainer:can_reuse_log_probs_in_loss"
 OPTION_DOMAINS = {
+    # get_log_probs_and_entropy's with_entropy: True in the loss pass (policy_loss_function), False in
+    # the actor's forward-only log-prob pass without --use-rollout-entropy (model.forward_only)
+    "logprobs": {"trainer:with_entropy": (True, False),
+                 # the rollout's top-p: its nucleus replayed on the log-probs (Surfaces._nucleus)
+                 "trainer:rollout_top_p": (1.0, 0.9, 0.5)},
     "advantages": ADVANTAGE_OPTIONS,
-    "policy_loss": LOSS_OPTIONS,
+    "policy_loss": {**LOSS_OPTIONS, REUSE: (False, True)},
     "cispo_loss": LOSS_OPTIONS,
     "is_correction": {k: v for k, v in LOSS_OPTIONS.items() if k not in _NOT_UNDER_TIS},
     "opsm_mask": {k: v for k, v in LOSS_OPTIONS.items() if k not in ("trainer:use_opsm", "trainer:opsm_delta")},
