@@ -145,6 +145,8 @@ PINNED = (
          "std, reinforce_plus_plus_baseline only centres (the advantages boundary draws the estimators)"),
     *pin("logprobs", "entropy_coef", "log_probs_chunk_size", reason="the loss boundaries draw them (LOSS_OPTIONS) "
          "through the same get_log_probs_and_entropy, inside loss_function"),
+    *pin("metrics", "use_kl_loss", "kl_loss_type", reason="set by the input: a ref_log_probs input switches the KL "
+         "loss on, with the canonical kl_type"),
     *pin("metrics", *(k.partition(":")[2] for k in LOSS_OPTIONS if k not in ("trainer:use_kl_loss", "trainer:kl_loss_type")),
          "use_tis", "advantage_estimator",
          reason="the metrics boundary is reduce_train_step_metrics over what loss_function logs at slime's defaults "
