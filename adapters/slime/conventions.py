@@ -129,7 +129,7 @@ PINNED = (
                                       "(a module path); slime ships no other reducer")),
     *(p for b in (*_LOSSES, "metrics") for p in pin(b, "rollout_temperature", "rollout_top_p", reason="the stand-in logits "
                                       "reproduce the drawn log-probs at temperature 1 over two classes: temperature "
-                                      "and top-p need a model's logits (issue 19 item 9, actor-level boundaries)")),
+                                      "and top-p need a model's logits (the logprobs boundary draws top-p on drawn logits)")),
     *(p for b in (*_LOSSES, "metrics") for p in pin(b, "get_mismatch_metrics", reason="slime's validate_args requires a user's "
                                       "custom_tis_function_path with it (slime's own hook would reweight the loss)")),
     *pin("is_correction", "use_rollout_logprobs", reason="slime's validate_args refuses it with use_tis (on here)"),
