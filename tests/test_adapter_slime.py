@@ -139,6 +139,32 @@ out["no_eos"] = call("advantages", adv_inputs, {"estimator": "gae", "mask_no_eos
 out["reward_norm_cfg"] = call("advantages", adv_inputs, {"estimator": "grpo", "reward_norm": {"mean_level": "group"}})
 out["grpo"] = call("advantages", {**adv_inputs, "rewards": T([1.0, 0.0, 3.0, 3.0]), "group": T([7, 7, 2, 2]),
                                   "loss_mask": T([[1.0, 1.0]] * 4)}, {"estimator": "grpo"})
+# drawn trainer options on advantages: OPD's reverse-KL penalty (ref_log_probs as the teacher's),
+# and --disable-rewards-normalization
+opd_inputs = {"rewards": T([1.0, 0.0]), "log_probs": T([[-0.1, -0.2], [-0.3, -0.2]]),
+              "ref_log_probs": T([[-0.2, -0.2], [-0.3, -0.1]]), "loss_mask": T([[1.0, 1.0], [1.0, 1.0]])}
+for name, cfg in (("opd_off", {}), ("opd", {"trainer:use_opd": True}),
+                  ("opd_half", {"trainer:use_opd": True, "trainer:opd_kl_coef": 0.5})):
+    r = call("advantages", opd_inputs, {"estimator": "reinforce_plus_plus", **cfg})
+    r["extras"] = sorted(r["res"].extras)
+    out[name] = r
+out["raw_rewards"] = call("advantages", {**adv_inputs, "rewards": T([1.0, 0.0, 3.0, 3.0]), "group": T([7, 7, 2, 2]),
+                                         "loss_mask": T([[1.0, 1.0]] * 4)},
+                          {"estimator": "grpo", "trainer:rewards_normalization": False})
+# the actor's on-policy reuse: no old log-probs in the batch, the current ones (detached) stand in
+for name, cfg in (("own_old", {}), ("reused_old", {"trainer:can_reuse_log_probs_in_loss": True})):
+    lp = T([[-1.0, -0.5, -0.2], [-0.3, -0.6, -0.9]], requires_grad=True)
+    reuse_inputs = {"log_probs": lp, "old_log_probs": T([[-1.1, -0.4, -0.3], [-0.2, -0.7, -1.0]]),
+                    "advantages": T([[1.0, -1.0, 0.5], [2.0, -1.0, 1.0]]),
+                    "loss_mask": T([[1.0, 1.0, 1.0], [0.0, 1.0, 1.0]])}
+    r = call("policy_loss", reuse_inputs, {"eps_clip": 0.2, **cfg})
+    r["grad_log_probs"] = torch.autograd.grad(r["res"].outputs["loss"], lp)[0].tolist()
+    out[name] = r
+# the forward-only log-prob pass: with_entropy False
+lp_inputs = {"logits": T([[[0.5, -1.0, 2.0], [0.0, 0.3, -0.2]]]), "tokens": T([[2, 1]]), "loss_mask": T([[1.0, 1.0]])}
+out["with_entropy"] = call("logprobs", lp_inputs, {})
+out["without_entropy"] = call("logprobs", lp_inputs, {"trainer:with_entropy": False})
+out["top_p"] = call("logprobs", lp_inputs, {"trainer:rollout_top_p": 0.5})  # the rollout's nucleus replayed
 import tempfile
 from sentinel.errors import TargetLoadError
 try:
@@ -227,6 +253,50 @@ def test_grpo_group_normalisation(head):
     assert adv[0][0] == pytest.approx(0.5 / (0.5 ** 0.5 + 1e-6), abs=1e-5)
     assert adv[1][1] == pytest.approx(-adv[0][0])
     assert adv[2] == [0.0, 0.0] and adv[3] == [0.0, 0.0]
+
+
+def test_drawn_opd_penalises_the_advantages(head):
+    """trainer:use_opd: advantages - opd_kl_coef * (log_probs - teacher), the teacher being the
+    reference log-probs; the reverse KL kept for logging."""
+    assert head["opd_off"]["outputs"]["advantages"] == [[1.0, 1.0], [0.0, 0.0]]
+    assert flat(head["opd"]["outputs"]["advantages"]) == pytest.approx([0.9, 1.0, 0.0, 0.1], abs=1e-6)
+    assert flat(head["opd_half"]["outputs"]["advantages"]) == pytest.approx([0.95, 1.0, 0.0, 0.05], abs=1e-6)
+    assert "returned:rollout_data.opd_reverse_kl" in head["opd"]["extras"]
+    assert "returned:rollout_data.opd_reverse_kl" not in head["opd_off"]["extras"]
+
+
+def test_drawn_rewards_normalization_off_keeps_raw_rewards(head):
+    """trainer:rewards_normalization False (--disable-rewards-normalization): grpo on the raw rewards."""
+    adv = head["raw_rewards"]["outputs"]["advantages"]
+    assert [row[0] for row in adv] == pytest.approx([1.0, 0.0, 3.0, 3.0])
+
+
+def test_drawn_reuse_of_the_loss_pass_log_probs(head):
+    """trainer:can_reuse_log_probs_in_loss: the batch has no old log-probs, slime takes the current
+    ones detached: ratio 1, so the loss is minus the mean advantage over the 5 valid tokens
+    (token-mean, the default loss_agg) and its gradient -A / 5; the drawn old_log_probs go unread."""
+    reused, own = head["reused_old"], head["own_old"]
+    assert reused["outputs"]["loss"] == pytest.approx(-0.5 / 5, abs=1e-6)
+    assert reused["grad_log_probs"][0] == pytest.approx([-0.2, 0.2, -0.1], abs=1e-6)
+    assert reused["grad_log_probs"][1] == pytest.approx([0.0, 0.2, -0.2], abs=1e-6)
+    assert own["outputs"]["loss"] != pytest.approx(reused["outputs"]["loss"], abs=1e-4)
+
+
+def test_drawn_with_entropy_off_is_the_forward_only_pass(head):
+    """trainer:with_entropy False: the same log-probs, no entropy returned."""
+    on, off = head["with_entropy"]["outputs"], head["without_entropy"]["outputs"]
+    assert "entropy" in on and "entropy" not in off
+    assert flat(off["log_probs"]) == pytest.approx(flat(on["log_probs"]))
+
+
+def test_drawn_rollout_top_p_replays_the_nucleus(head):
+    """trainer:rollout_top_p 0.5: log-probs renormalised over the nucleus (position 0 keeps token 2
+    alone: log-prob 0; position 1 keeps tokens 1 and 0), entropy over the whole vocabulary."""
+    import math
+    on, top = head["with_entropy"]["outputs"], head["top_p"]["outputs"]
+    p = [math.exp(x) for x in (0.0, 0.3, -0.2)]
+    assert top["log_probs"][0] == pytest.approx([0.0, math.log(p[1] / (p[0] + p[1]))], abs=1e-6)
+    assert flat(top["entropy"]) == pytest.approx(flat(on["entropy"]))
 
 
 # --- other commits: temporary worktrees ------------------------------------------------

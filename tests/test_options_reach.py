@@ -126,6 +126,28 @@ def test_slime_kl_loss_bug_is_found_only_with_the_use_kl_loss_axis(slime_plant, 
 
 
 @pytest.fixture
+def slime_entropy_plant(tmp_path, monkeypatch):
+    # the forward-only pass (no entropy) lets the softmax run in place on the caller's logits: a
+    # buffer saved where the loss pass (with entropy) keeps them
+    _install(tmp_path, monkeypatch, target="slime", cls="SlimeAdapter", module="slime.utils.ppo_utils",
+             function="_VocabParallelLogProbEntropy.forward",
+             old="log_prob_logits_max = vocab_parallel_softmax(\n                vocab_parallel_logits\n",
+             new="log_prob_logits_max = vocab_parallel_softmax(\n                vocab_parallel_logits, "
+                 "inplace=not with_entropy\n")
+    yield
+    targets.registry.cache_clear()
+
+
+@pytest.mark.skipif(not SLIME_REPO, reason="set SENTINEL_SLIME_REPO to a slime clone (slime is not on PyPI)")
+def test_slime_forward_only_in_place_bug_is_found_only_with_the_with_entropy_axis(slime_entropy_plant, tmp_path):
+    found, entry = _hunt(tmp_path, "slimeplant", SLIME_REPO, "logprobs.unmutated")
+    assert found, "the planted bug was not found with trainer:with_entropy drawn"
+    assert all('"trainer:with_entropy": false' in json.dumps(x) for x in found), found
+    found, _ = _hunt(tmp_path, "slimeplant_noaxis", SLIME_REPO, "logprobs.unmutated")
+    assert found == [], "without the axis slime's log-prob pass always computes entropy, so the plant cannot be found"
+
+
+@pytest.fixture
 def areal_plant(tmp_path, monkeypatch):
     # with recompute_logprob the recomputed log-probs (already aligned to the predicting
     # position) are rolled once more, as the rollout's are: each token's KL reward reads the

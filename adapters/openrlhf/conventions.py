@@ -142,6 +142,8 @@ PINNED = (
                                                      "rollout ratio enters the sequence ratio: policy_loss draws it)"),
     *pin("advantages", "reward.stop_properly_penalty_coef", "stop_properly_penalty_coef",
          reason="set from the canonical mask_no_eos_with_zero (0.0 when on, None when off)"),
+    *pin("reward_norm", "algo.advantage.no_std_norm", "no_advantage_std_norm", reason="reward_norm observes the "
+         "estimator's group statistics before the maker's advantage whitening (the advantages boundary draws it)"),
     *pin("reward_norm", "algo.advantage.gamma", "reward.clip_range", "reward.overlong_buffer_len",
          "reward.stop_properly_penalty_coef", reason="reward_norm is the group statistics on one-token responses "
          "with no KL: discounting, reward clipping and the length penalties are the advantages boundary's, which "
@@ -151,9 +153,26 @@ PINNED = (
 # Branches of mapped functions no call from one CPU process can take (hunt --coverage lists them apart).
 _RANKS = "the counts are all-reduced over data-parallel ranks only when torch.distributed is initialised: several processes"
 _GUARD = "raises on an estimator name the adapter never passes (it maps the canonical kl_type to k1 / k2 / k3)"
+_DYNAMIC = ("dynamic batching (train.dynamic_batch_enable): the counts come from the replay buffer's "
+            "setup_dynamic_batch, which sizes micro-batches with CUDA tensors over the DeepSpeed mesh's data-parallel "
+            "group (a GPU and several processes); the actor passes no counts otherwise")
 UNREACHABLE = {
-    f"{LOSS_UTILS}:get_loss_batch_info": {"if dist.is_available() and dist.is_initialized() -> dist.all_reduce": _RANKS},
+    f"{LOSS_UTILS}:get_loss_batch_info": {
+        "if dist.is_available() and dist.is_initialized() -> dist.all_reduce": _RANKS,
+        "if dynamic_batch and replay_buffer is not None and step is not None -> batch_num_tokens = replay_buffer": _DYNAMIC,
+        "if batch_num_tokens is None -> batch_num_tokens = torch.as_tensor": _DYNAMIC,
+        "if global_batch_size is None -> global_batch_size = torch.as_tensor": _DYNAMIC},
     f"{UTILS}:compute_approx_kl": {'elif kl_estimator == "k3" -> raise ValueError': _GUARD},
+    f"{LOSS}:PolicyLoss.forward": {'elif self.policy_loss_type == "gspo" -> raise ValueError':
+                                   "raises on a policy_loss_type the adapter never passes (ppo, or gspo for "
+                                   "importance_sampling_level sequence)"},
+    f"{MAKER}:RemoteExperienceMaker.compute_advantages_and_returns": {
+        'elif self.advantage_estimator in ["reinforce", "rloo", "reinforce_baseline", "group_norm", "dr_grpo"] '
+        '-> raise Exception': "raises on an estimator name the adapter never passes (ESTIMATORS maps the canonical "
+                              "ones to OpenRLHF's)"},
+    f"{MAKER}:RemoteExperienceMaker.get_advantages_and_returns": {
+        "if action_mask is not None -> for t in reversed": "every OpenRLHF caller passes the experience's action_mask, "
+                                                           "and the canonical loss_mask is a required input"},
 }
 
 

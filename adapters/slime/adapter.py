@@ -38,6 +38,7 @@ from .conventions import (
     PPO_UTILS,
     OPTION_DOMAINS,
     PINNED,
+    REUSE,
     ROLLOUT,
     UNREACHABLE,
     slime_args,
@@ -47,8 +48,11 @@ from .entry import EntryLoss, loss_function_scale, megatron_normalise
 from .megatron import install_megatron_shim
 from .surfaces import Surfaces
 
-# The loss entry every loss boundary's reduced loss goes through (`EntryLoss._entry_loss`).
-ENTRY_CALLS = (f"{LOSS}:loss_function", f"{LOSS}:policy_loss_function", f"{CP_UTILS}:get_sum_of_sample_mean")
+# The loss entry every loss boundary's reduced loss goes through (`EntryLoss._entry_loss`), and
+# compute_approx_kl, which policy_loss_function calls for the drawn use_kl_loss (its importance
+# ratio with use_unbiased_kl).
+ENTRY_CALLS = (f"{LOSS}:loss_function", f"{LOSS}:policy_loss_function", f"{CP_UTILS}:get_sum_of_sample_mean",
+               f"{PPO_UTILS}:compute_approx_kl")
 ENTRY_STEPS = (megatron_normalise, loss_function_scale)  # what the adapter runs of the chain (entry.py says why)
 
 
@@ -206,6 +210,12 @@ class SlimeAdapter(EntryLoss, Surfaces, TrainerAdapter):
             raise Unsupported(f"importance_sampling_level {level!r}: slime has token and sequence (gspo)")
         mask = inputs["loss_mask"].to(self.device)
         lp, old, adv = (self._tok(inputs, k, mask) for k in ("log_probs", "old_log_probs", "advantages"))
+        drawn, given_old = trainer_options(config), old
+        if drawn.get(REUSE.partition(":")[2]):
+            if level == "sequence" or drawn.get("use_rollout_logprobs"):
+                raise Unsupported("slime's actor reuses the loss pass's log-probs as the old ones only without gspo "
+                                  "and use_rollout_logprobs (can_reuse_log_probs_in_loss)")
+            old = [x.detach() for x in lp]  # the old policy is the current one (given_old: unread)
         masks = self._masks(mask)
         lengths, totals = self._lengths(mask, lp)
         flat = torch.cat(lp)
@@ -221,7 +231,7 @@ class SlimeAdapter(EntryLoss, Surfaces, TrainerAdapter):
         loss, entry, logged = self._entry_loss("policy_loss", config, flat, lengths, totals, old, adv, masks, pg_loss,
                                        batch_extra=self._rollout(inputs, mask), **clip, **estimator)
         return self._loss_result(fn, entry, inputs, mask, lengths, {"pg_loss": pg_loss, "clipfrac": clipfrac},
-                                 {"loss": loss}, {"log_probs": lp, "old_log_probs": old, "advantages": adv}, logged)
+                                 {"loss": loss}, {"log_probs": lp, "old_log_probs": given_old, "advantages": adv}, logged)
 
     @implements("cispo_loss", calls=(f"{PPO_UTILS}:compute_cispo_loss", *ENTRY_CALLS), steps=ENTRY_STEPS)
     def b_cispo_loss(self, inputs, config):
@@ -360,7 +370,8 @@ class SlimeAdapter(EntryLoss, Surfaces, TrainerAdapter):
         return fn
 
     def _post_process_rewards(self, boundary: str, rewards: list[float], estimator: str,
-                              group: torch.Tensor | None, group_size: int | None, removed: list[bool] | None = None):
+                              group: torch.Tensor | None, group_size: int | None, removed: list[bool] | None = None,
+                              normalise: bool = True):
         """RolloutManager._post_process_rewards on Samples carrying their reward (and
         `remove_sample`, slime's flag for a sample that must not train), with the rows in
         slime's group-consecutive order (and put back in canonical order after)."""
@@ -368,6 +379,7 @@ class SlimeAdapter(EntryLoss, Surfaces, TrainerAdapter):
         order, n, batches = self._groups(len(rewards), group, group_size)
         types_mod = self._import("slime.utils.types")
         args = slime_args(advantage_estimator=estimator, n_samples_per_prompt=n, rollout_batch_size=batches,
+                          rewards_normalization=normalise,
                           # slime's validate_args: one sample per prompt turns std normalisation off
                           grpo_std_normalization=n > 1)
         flags = {}
@@ -448,16 +460,22 @@ class SlimeAdapter(EntryLoss, Surfaces, TrainerAdapter):
             raise ValueError("slime's ppo (gae) estimator needs `values`")
 
         rewards = [float(x) for x in inputs["rewards"].reshape(-1).tolist()]
+        drawn = trainer_options(config)  # ADVANTAGE_OPTIONS
         if estimator in GROUP_NORMALISED:
             rewards, _ = self._post_process_rewards("advantages", rewards, estimator, inputs.get("group"),
-                                                    config["group_size"])
+                                                    config["group_size"],
+                                                    normalise=bool(drawn.get("rewards_normalization", True)))
 
         rollout_data: dict[str, Any] = {
             "log_probs": log_probs, "ref_log_probs": ref, "rewards": rewards,
             "values": given.get("values"), "response_lengths": lengths, "total_lengths": totals,
             "loss_masks": masks,
         }
-        args = slime_args(advantage_estimator=estimator, kl_coef=float(config["kl_coef"]),
+        opd = {}
+        if drawn.get("use_opd"):  # the reference log-probs stand in for the teacher's (opd_type sglang)
+            rollout_data["teacher_log_probs"] = [x.detach().clone() for x in ref]
+            opd = {"use_opd": True, "opd_type": "sglang", "opd_kl_coef": float(drawn.get("opd_kl_coef", 1.0))}
+        args = slime_args(**opd, advantage_estimator=estimator, kl_coef=float(config["kl_coef"]),
                           kl_loss_type=self._kl_name_for(config["kl_type"],
                                                      self._fn("compute_approx_kl", PPO_UTILS, boundary="advantages")),
                           gamma=float(config["gamma"]), lambd=float(config["lam"]),

@@ -42,7 +42,7 @@ STD_NORMALISED = ("grpo", "gspo", "cispo")
 ARG_DEFAULTS: dict[str, Any] = dict(
     advantage_estimator="grpo", kl_coef=0.0, kl_loss_type="k1", gamma=1.0, lambd=1.0,
     normalize_advantages=False, use_rollout_logprobs=False, custom_advantage_function_path=None,
-    use_opd=False, opd_type=None, opd_kl_coef=0.0, qkv_format="thd",
+    use_opd=False, opd_type=None, opd_kl_coef=1.0, qkv_format="thd",
     eps_clip=0.2, eps_clip_high=None, eps_clip_c=None,
     use_tis=False, tis_clip=2.0, tis_clip_low=0.0, custom_tis_function_path=None, get_mismatch_metrics=False,
     use_opsm=False, opsm_delta=1e-4, calculate_per_token_loss=False, entropy_coef=0.0,
@@ -93,8 +93,28 @@ LOSS_OPTIONS: dict[str, tuple[Any, ...]] = {
     "trainer:recompute_loss_function": (False, True),
 }
 _NOT_UNDER_TIS = ("trainer:use_rollout_logprobs",)  # validate_args: not with use_tis
+# On the advantages boundary: on-policy distillation's reverse-KL penalty on the advantages, with
+# the reference log-probs standing in for the teacher's (opd_type sglang: they come with the batch),
+# and --disable-rewards-normalization (the group estimators then train on the raw rewards).
+ADVANTAGE_OPTIONS: dict[str, tuple[Any, ...]] = {
+    "trainer:use_opd": (False, True),
+    "trainer:opd_kl_coef": (1.0, 0.5),  # read under use_opd
+    "trainer:rewards_normalization": (True, False),  # read by the group-normalised estimators
+}
+# slime's actor (train_actor) leaves the batch without old log-probs when the loss pass can reuse its
+# own (`can_reuse_log_probs_in_loss`: one micro-batch, on-policy, no rollout log-probs, not gspo):
+# policy_loss_function then takes the current log-probs, detached, as the old policy's. Not an args
+# option: the adapter hands the loss entry that batch (EntryLoss._entry_loss) and the per-token loss
+# the same old policy.
+REUSE = "trainer:can_reuse_log_probs_in_loss"
 OPTION_DOMAINS = {
-    "policy_loss": LOSS_OPTIONS,
+    # get_log_probs_and_entropy's with_entropy: True in the loss pass (policy_loss_function), False in
+    # the actor's forward-only log-prob pass without --use-rollout-entropy (model.forward_only)
+    "logprobs": {"trainer:with_entropy": (True, False),
+                 # the rollout's top-p: its nucleus replayed on the log-probs (Surfaces._nucleus)
+                 "trainer:rollout_top_p": (1.0, 0.9, 0.5)},
+    "advantages": ADVANTAGE_OPTIONS,
+    "policy_loss": {**LOSS_OPTIONS, REUSE: (False, True)},
     "cispo_loss": LOSS_OPTIONS,
     "is_correction": {k: v for k, v in LOSS_OPTIONS.items() if k not in _NOT_UNDER_TIS},
     "opsm_mask": {k: v for k, v in LOSS_OPTIONS.items() if k not in ("trainer:use_opsm", "trainer:opsm_delta")},
@@ -102,15 +122,15 @@ OPTION_DOMAINS = {
 _LOSSES = ("policy_loss", "cispo_loss", "is_correction", "opsm_mask")
 _ONE_RANK = "the adapter runs one rank (context parallelism needs several processes)"
 PINNED = (
-    *(p for b in _LOSSES for p in pin(b, "allgather_cp", reason=_ONE_RANK)),
-    *(p for b in _LOSSES for p in pin(b, "loss_type", reason="the loss boundaries are slime's policy loss "
+    *(p for b in (*_LOSSES, "logprobs", "values", "metrics") for p in pin(b, "allgather_cp", reason=_ONE_RANK)),
+    *(p for b in (*_LOSSES, "metrics") for p in pin(b, "loss_type", reason="the loss boundaries are slime's policy loss "
                                       "(loss_type policy_loss; value_loss and sft_loss map no boundary)")),
-    *(p for b in _LOSSES for p in pin(b, "custom_pg_loss_reducer_function_path", reason="a user's plug-in "
+    *(p for b in (*_LOSSES, "metrics") for p in pin(b, "custom_pg_loss_reducer_function_path", reason="a user's plug-in "
                                       "(a module path); slime ships no other reducer")),
-    *(p for b in _LOSSES for p in pin(b, "rollout_temperature", "rollout_top_p", reason="the stand-in logits "
+    *(p for b in (*_LOSSES, "metrics") for p in pin(b, "rollout_temperature", "rollout_top_p", reason="the stand-in logits "
                                       "reproduce the drawn log-probs at temperature 1 over two classes: temperature "
-                                      "and top-p need a model's logits (issue 19 item 9, actor-level boundaries)")),
-    *(p for b in _LOSSES for p in pin(b, "get_mismatch_metrics", reason="slime's validate_args requires a user's "
+                                      "and top-p need a model's logits (the logprobs boundary draws top-p on drawn logits)")),
+    *(p for b in (*_LOSSES, "metrics") for p in pin(b, "get_mismatch_metrics", reason="slime's validate_args requires a user's "
                                       "custom_tis_function_path with it (slime's own hook would reweight the loss)")),
     *pin("is_correction", "use_rollout_logprobs", reason="slime's validate_args refuses it with use_tis (on here)"),
     *(p for b in ("policy_loss", "cispo_loss", "opsm_mask")
@@ -121,6 +141,17 @@ PINNED = (
          "clip (policy_loss draws gspo and eps_clip_c)"),
     *pin("reward_norm", "rewards_normalization", reason="the reward_norm boundary is the normalisation switched on "
          "(--disable-rewards-normalization makes it the identity)"),
+    *pin("reward_norm", "advantage_estimator", reason="set from the canonical std_level: grpo divides by the group "
+         "std, reinforce_plus_plus_baseline only centres (the advantages boundary draws the estimators)"),
+    *pin("logprobs", "entropy_coef", "log_probs_chunk_size", reason="the loss boundaries draw them (LOSS_OPTIONS) "
+         "through the same get_log_probs_and_entropy, inside loss_function"),
+    *pin("metrics", "use_kl_loss", "kl_loss_type", reason="set by the input: a ref_log_probs input switches the KL "
+         "loss on, with the canonical kl_type"),
+    *pin("metrics", *(k.partition(":")[2] for k in LOSS_OPTIONS if k not in ("trainer:use_kl_loss", "trainer:kl_loss_type")),
+         "use_tis", "advantage_estimator",
+         reason="the metrics boundary is reduce_train_step_metrics over what loss_function logs at slime's defaults "
+                "(use_kl_loss set by a ref_log_probs input); the loss boundaries draw these options through the same "
+                "loss_function and compare its logged metrics (returned:logged.*)"),
     *pin("reward_norm", "reward_key", reason="each canonical reward is one float per sample (reward_key picks a field "
          "of a dict reward)"),
     *pin("is_correction", "use_tis", reason="the is_correction boundary is the TIS hook switched on"),
@@ -128,11 +159,9 @@ PINNED = (
          "plain PPO clip (policy_loss draws gspo and eps_clip_c; cispo_loss is cispo)"),
     *pin("cispo_loss", "advantage_estimator", reason="the cispo_loss boundary is slime's cispo estimator"),
     *pin("advantages", "custom_advantage_function_path", reason="a user's plug-in (a module path); slime ships none"),
-    *pin("advantages", "use_opd", reason="on-policy distillation needs a teacher model's log-probs (no boundary "
-                                         "input has them)"),
     *pin("advantages", "use_rollout_logprobs", reason="the advantages boundary has no rollout log-probs input (its KL "
                                                       "in reward is on log_probs)"),
-    *pin("advantages", "grpo_std_normalization", "rewards_normalization", "n_samples_per_prompt", "rollout_batch_size",
+    *pin("advantages", "grpo_std_normalization", "n_samples_per_prompt", "rollout_batch_size",
          "reward_key", reason="set from the canonical groups and estimator for RolloutManager._post_process_rewards "
                               "(the reward_norm boundary draws them)"),
 )
@@ -145,20 +174,28 @@ _PP = "pipeline parallelism: a stage before the last (several processes)"
 _LOSS_TYPE = ("loss_type value_loss, sft_loss or a user's custom_loss: other losses than the policy loss the loss "
               "boundaries map (no canonical boundary takes a critic, SFT or plug-in loss; loss_type is pinned)")
 _GUARD = "raises on an estimator name the adapter never passes (it maps the canonical kl_type to slime's names)"
+_PLUGIN = "a user's plug-in (a module path slime imports; slime ships none), pinned at None"
 UNREACHABLE = {
     f"{CP_UTILS}:get_sum_of_sample_mean": {"if cp_size == 1 -> cp_chunk_lengths": _CP,
                                            "for total_length, response_length, loss_mask in zip(": _CP},
     f"{LOSS}:compute_advantages_and_returns": {
         "if not mpu.is_pipeline_last_stage() -> return": _PP, "if cp_rank == 0 -> rewards.append": _CP,
         "if cp_size == 1 -> mask_chunks = []": _CP, "for i in range(len(advantages))": _CP,
-        "if res_e0 > res_s0": _CP, "if res_e1 > res_s1": _CP},
+        "if res_e0 > res_s0": _CP, "if res_e1 > res_s1": _CP,
+        "if args.custom_advantage_function_path is not None -> custom_adv_fn": _PLUGIN,
+        'elif args.advantage_estimator == "reinforce_plus_plus_baseline" -> raise NotImplementedError':
+            "raises on an estimator name the adapter never passes (ESTIMATORS maps the canonical ones to slime's)"},
     f"{LOSS}:get_log_probs_and_entropy": {"if args.allgather_cp": _CP},
     f"{LOSS}:get_values": {"if args.allgather_cp": _CP},
     f"{LOSS}:loss_function": {'case "policy_loss" -> case "value_loss"': _LOSS_TYPE, 'case "value_loss"': _LOSS_TYPE,
                               'case "sft_loss"': _LOSS_TYPE, 'case "custom_loss"': _LOSS_TYPE,
                               "if args.allgather_cp and mpu.get_context_parallel_world_size() > 1": _CP},
     f"{LOSS}:policy_loss_function": {"if log_probs.numel() == 0": "a micro-batch with no response token: every "
-                                     "canonical row holds at least one"},
+                                     "canonical row holds at least one",
+                                     'if getattr(args, "custom_pg_loss_reducer_function_path", None) is not None '
+                                     '-> custom_pg_loss_reducer_func': _PLUGIN},
+    f"{ROLLOUT}:RolloutManager._post_process_rewards": {
+        "if self.custom_reward_post_process_func is not None -> return self.custom_reward_post_process_func": _PLUGIN},
     f"{PPO_UTILS}:compute_approx_kl": {'elif kl_loss_type in ["k3", "low_var_kl"] -> raise': _GUARD},
     f"{PPO_UTILS}:get_advantages_and_returns_batch": {
         "if cp_size > 1 -> from slime.backends.megatron_utils.cp_utils import": _CP,

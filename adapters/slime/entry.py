@@ -28,7 +28,7 @@ from sentinel.adapters.options import trainer_options
 from sentinel.adapters.spying import composes
 from sentinel.errors import Unsupported
 
-from .conventions import CP_UTILS, LOSS, LOSS_AGG, PPO_UTILS, slime_args
+from .conventions import CP_UTILS, LOSS, LOSS_AGG, PPO_UTILS, REUSE, slime_args
 
 
 @composes
@@ -159,6 +159,7 @@ class EntryLoss:
             batch_extra.setdefault("ref_log_probs", [o.detach() for o in old])
         if drawn.get("use_rollout_logprobs") or drawn.get("get_mismatch_metrics"):
             batch_extra.setdefault("rollout_log_probs", [o.detach() for o in old])
+        reuse = drawn.pop(REUSE.partition(":")[2], False)  # the actor's choice, not an args option
         options = {**drawn, **options}
         entry = self._fn("loss_function", LOSS, boundary=boundary)
         tokens = [torch.zeros(n + 1, dtype=torch.long, device=self.device) for n in lengths]
@@ -166,6 +167,8 @@ class EntryLoss:
         batch = {"advantages": adv, "log_probs": list(old), "unconcat_tokens": tokens,
                  "total_lengths": [t.numel() for t in tokens], "response_lengths": list(lengths),
                  "loss_masks": masks, **(batch_extra or {})}
+        if reuse:  # the actor computed no old log-probs: the loss pass's own stand in (detached)
+            del batch["log_probs"]
         # one sample per rollout: each sample's reducer denominator is its own mask total
         # (named group_mask_sums for a few days of 2026-06, then rollout_mask_sums again)
         sums = torch.stack([m.sum() for m in masks]).float() if masks else torch.zeros(0, device=self.device)

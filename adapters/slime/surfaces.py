@@ -34,6 +34,7 @@ import torch
 from sentinel.adapters.binding import bind
 from sentinel.adapters.contract import BoundaryResult, implements
 from sentinel.adapters.loading import module_exists
+from sentinel.adapters.options import trainer_options
 from sentinel.errors import Unsupported
 
 from .conventions import LOSS, PPO_UTILS, slime_args
@@ -73,6 +74,25 @@ class Surfaces:
         res = out[1] if isinstance(out, tuple) else out  # (empty, dict) since 2025; a dict before
         return list(res[key])
 
+    @staticmethod
+    def _nucleus(logits: torch.Tensor, temperature: float, top_p: float) -> tuple[list[list[int]], list[list[int]]]:
+        """(top_p_token_ids, top_p_token_offsets) per sample, as the rollout engine records them for
+        slime's top-p replay: at each response position the smallest set of tokens, most probable
+        first, whose probability (at the rollout temperature) reaches `top_p` (the rollout's data,
+        which no slime function computes: the adapter stands in for the engine)."""
+        probs = torch.softmax(logits.detach().double() / temperature, dim=-1)
+        sorted_p, order = probs.sort(dim=-1, descending=True)
+        keep = (sorted_p.cumsum(-1) - sorted_p) < top_p  # the most probable token always stays
+        ids, offsets = [], []
+        for row_keep, row_order in zip(keep, order):
+            flat, offs = [], [0]
+            for k, o in zip(row_keep, row_order):
+                flat += o[k].tolist()
+                offs.append(len(flat))
+            ids.append(flat)
+            offsets.append(offs)
+        return ids, offsets
+
     @implements("logprobs", calls=(f"{LOSS}:get_log_probs_and_entropy",))
     def b_logprobs(self, inputs, config):
         logits = inputs["logits"].to(self.device)
@@ -80,15 +100,23 @@ class Surfaces:
         fn = self._fn("get_log_probs_and_entropy", LOSS, boundary="logprobs")
         packed = _pack(logits.float())  # slime asserts float32 logits
         toks, totals, lengths = self._samples(b, t, inputs["tokens"].to(self.device))
-        args = slime_args(rollout_temperature=float(config["temperature"]))
+        drawn = trainer_options(config)
+        top_p = float(drawn.get("rollout_top_p", 1.0))
+        args = slime_args(rollout_temperature=float(config["temperature"]), rollout_top_p=top_p)
+        optional: dict[str, Any] = {"with_entropy": bool(drawn.get("with_entropy", True))}
+        if top_p != 1.0:
+            ids, offsets = self._nucleus(logits, float(config["temperature"]), top_p)
+            optional.update(top_p_token_ids=ids, top_p_token_offsets=offsets)
         self._ensure_process_group()
         out = fn(**bind(fn, "logprobs", {"logits": packed, "args": args, "unconcat_tokens": toks,
-                                         "total_lengths": totals, "response_lengths": lengths},
-                        {"with_entropy": True}))
-        log_probs = torch.stack(self._per_sample(out, "log_probs"))
-        entropy = torch.stack(self._per_sample(out, "entropy"))
+                                         "total_lengths": totals, "response_lengths": lengths}, optional,
+                        absent={"top_p_token_ids": None, "top_p_token_offsets": None}))  # no top-p replay yet
+        with_entropy = optional["with_entropy"]
+        outputs = {"log_probs": torch.stack(self._per_sample(out, "log_probs"))}
+        if with_entropy:
+            outputs["entropy"] = torch.stack(self._per_sample(out, "entropy"))
         after = packed.detach()[0].reshape(b, t + 1, -1)[:, :t].to(logits.dtype)  # what slime got, as it is now
-        return BoundaryResult({"log_probs": log_probs, "entropy": entropy}, {"logits": after}, self._ref(fn))
+        return BoundaryResult(outputs, {"logits": after}, self._ref(fn))
 
     @implements("values", calls=(f"{LOSS}:get_values",))
     def b_values(self, inputs, config):
