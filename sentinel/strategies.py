@@ -23,6 +23,8 @@ token valid, zeros, the first config choice (the boundary's usual setting).
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -242,6 +244,9 @@ def configs(boundary: str, **choices: list[Any]) -> st.SearchStrategy[dict[str, 
     return raw.map(pick)
 
 
+_GOLDEN = (5 ** 0.5 - 1) / 2
+
+
 def _configs(boundary: str, **choices: list[Any]) -> tuple[st.SearchStrategy[Any], Any]:
     """`configs` as (the strategy drawn, what makes its draw the config): an example decodes
     its draws itself, one Hypothesis span fewer than a `.map`."""
@@ -254,9 +259,18 @@ def _configs(boundary: str, **choices: list[Any]) -> tuple[st.SearchStrategy[Any
     if not keys or 0 in sizes:
         return st.fixed_dictionaries({k: st.sampled_from(v) for k, v in table.items()}), dict
     total = int(np.prod(sizes, dtype=np.int64))
+    # the drawn integer's digits scrambled (i -> i * mult mod total, mult ~ total / golden ratio:
+    # a bijection that keeps 0 as every key's first value, where shrinking goes, and spreads
+    # small i over every digit): Hypothesis draws small integers far more often than large ones,
+    # so as plain mixed-radix digits the first keys stayed at their first value (TRL's loss_type
+    # off its default in 11 % of draws listed first, 75 % listed last)
+    mult = max(1, round(total * _GOLDEN))
+    while math.gcd(mult, total) != 1:
+        mult += 1
 
     def pick(i: int) -> dict[str, Any]:
         out = {}
+        i = i * mult % total
         for k, n in zip(reversed(keys), reversed(sizes)):
             i, j = divmod(i, n)
             out[k] = table[k][j]

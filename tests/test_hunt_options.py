@@ -284,6 +284,27 @@ def test_a_default_trainer_option_is_left_out_of_the_drawn_config():
     assert sc.config["trainer:beta"] == 0.04
 
 
+def test_every_config_key_is_drawn_off_its_default_whatever_its_place():
+    """The config is drawn as one integer; read as plain mixed-radix digits, Hypothesis's bias
+    to small integers left the first keys at their first value (TRL's loss_type off its default
+    in 11 % of draws listed first, 75 % listed last). Each key now leaves its first value about
+    as often as a uniform draw would, first or last."""
+    from hypothesis import HealthCheck, given, settings
+
+    from sentinel import strategies as S
+    table = {f"trainer:o{i}": list(range(n)) for i, n in enumerate([6, 3, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 6])}
+    seen: list[dict] = []
+
+    @settings(max_examples=300, database=None, derandomize=True, suppress_health_check=list(HealthCheck))
+    @given(S.configs("kl", **table))
+    def draw(c):
+        seen.append(c)
+    draw()
+    for k, vs in table.items():
+        off = sum(1 for c in seen if c.get(k, 0) != 0) / len(seen)
+        assert off > 0.6 * (1 - 1 / len(vs)), (k, off)
+
+
 def test_a_formula_does_not_judge_a_config_that_holds_a_trainer_option():
     """A differential finding is explained only by properties that admit its config: a canonical
     formula judging a trainer option's output (AReaL's rejection sampling masks tokens on purpose)
