@@ -30,26 +30,9 @@ from sentinel.adapters.trainer import TrainerAdapter, shifts_rewards
 from sentinel.errors import TargetLoadError, Unsupported
 
 from .conventions import (
-    ENGINE_LOSSES_FILES,
-    CORE,
-    ESTIMATOR_ALIASES,
-    GRPO_FAMILY,
-    KL_NAMES,
-    LIGHT,
-    NEEDS_MORE,
-    OPTION_DOMAINS,
-    PINNED,
-    PIP_HINT,
-    ROLLOUT_CORR,
-    TRAINER,
-    UNREACHABLE,
-    VECTORIZED,
-    build,
-    data_proto,
-    last_valid_scores,
-    rollout_rs,
-    uid_array,
-)
+    CORE, ENGINE_LOSSES_FILES, ESTIMATOR_ALIASES, GRPO_FAMILY, KL_NAMES, LIGHT, NEEDS_MORE, OPTION_DOMAINS, PINNED,
+    PIP_HINT, ROLLOUT_CORR, TRAINER, UNREACHABLE, VECTORIZED, build, data_proto, last_valid_scores, rollout_rs,
+    uid_array, without_response_mask)
 from .actor import ActorSurface
 from .deviations import DEVIATIONS
 from .losses import PolicyLosses, global_batch_info
@@ -459,7 +442,7 @@ class VerlAdapter(ActorSurface, PolicyLosses, Surfaces, TrainerAdapter):
                 kw = bind(dispatch, "advantages", {"data": data, "adv_estimator": name},
                              {k: v for k, v in optional.items() if k in parameters(dispatch) or k == "norm_adv_by_std_in_grpo"})
                 if trainer_options(config).get("response_mask_in_batch") is False:
-                    self._without_response_mask(dispatch, data)
+                    without_response_mask(dispatch, data)
                 data = dispatch(**kw)
                 adv, ret = data.batch["advantages"], data.batch["returns"]
             else:
@@ -479,18 +462,6 @@ class VerlAdapter(ActorSurface, PolicyLosses, Surfaces, TrainerAdapter):
         # the batch as the trainer left it (every tensor it added or changed) and its config changes
         observed.update(extras({"data": _carried(data)}, watch))
         return BoundaryResult(outputs, function=self._ref(est_fn), extras=observed)
-
-    @staticmethod
-    def _without_response_mask(dispatch: Callable, data: Any) -> None:
-        """Trainer option response_mask_in_batch=False: a trainer whose fit computes no response_mask,
-        so compute_advantage derives it itself (compute_response_mask: the last responses-width columns
-        of attention_mask), where its back-compatible check exists. attention_mask is then the
-        trainer's prompt-and-response one: a one-token prompt before the response mask."""
-        if '"response_mask" not in data.batch' not in inspect.getsource(dispatch):
-            raise Unsupported("response_mask_in_batch=False: this verl's compute_advantage reads the batch's "
-                              "response_mask with no fallback (no compute_response_mask there)")
-        mask = data.batch.pop("response_mask")
-        data.batch["attention_mask"] = torch.cat([torch.ones_like(mask[:, :1]), mask], dim=1)
 
     # --- rollout / trainer mismatch -------------------------------------------------------
     @contextlib.contextmanager

@@ -6,10 +6,11 @@ dataclasses built with the fields a version has)."""
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
 import types
 import uuid
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -241,3 +242,15 @@ ROLLOUT_CORRECTIONS = {
     "sequence_is_token_k1_rs": {"rollout_is": "sequence", "rollout_is_threshold": 2.0, **rollout_rs("token_k1")},
     "seq_mean_k3_rs": {"rollout_is": None, **rollout_rs("seq_mean_k3")},
 }
+
+
+def without_response_mask(dispatch: Callable, data: Any) -> None:
+    """Trainer option response_mask_in_batch=False: a trainer whose fit computes no response_mask,
+    so compute_advantage derives it itself (compute_response_mask: the last responses-width columns
+    of attention_mask), where its back-compatible check exists. attention_mask is then the
+    trainer's prompt-and-response one: a one-token prompt before the response mask."""
+    if '"response_mask" not in data.batch' not in inspect.getsource(dispatch):
+        raise Unsupported("response_mask_in_batch=False: this verl's compute_advantage reads the batch's "
+                          "response_mask with no fallback (no compute_response_mask there)")
+    mask = data.batch.pop("response_mask")
+    data.batch["attention_mask"] = torch.cat([torch.ones_like(mask[:, :1]), mask], dim=1)
