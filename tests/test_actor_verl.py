@@ -63,6 +63,18 @@ TENSORDICT = importlib.util.find_spec("tensordict") is not None
 needs_tensordict = pytest.mark.skipif(not TENSORDICT, reason="tensordict is not installed (pip install '.[verl]')")
 
 
+def test_another_targets_flash_attn_stub_is_not_taken_for_the_real_package():
+    """OpenRLHF and TRL stub flash_attn; in a process that loaded one of them first (a test
+    process loading several targets), verl's remove-padding path took the stub's unpad_input
+    (it returns nothing: 'not enough values to unpack'). A subprocess: the stub is process-wide."""
+    import subprocess
+    code = ("from sentinel.adapters import shims; from sentinel_adapters.verl import actor; "
+            "shims.install_stubs(['flash_attn']); import flash_attn; "
+            "print(shims.is_stub(flash_attn), actor.module_exists_anywhere('flash_attn.bert_padding'))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.stdout.split() == ["True", "False"], r.stdout + r.stderr
+
+
 def test_the_catalog_holds_on_verl_and_batching_is_never_unsupported():
     rep = run(load_paths([catalog_path() / "actor_logprobs"]), [TargetSpec("verl", REPO)])
     got = {r.id: (r.verdict, r.reason) for r in rep.results}

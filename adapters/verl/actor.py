@@ -36,7 +36,7 @@ from sentinel.adapters.contract import BoundaryResult, Precondition, implements
 from sentinel.adapters.loading import module_exists
 from sentinel.adapters.observables import extras
 from sentinel.adapters.options import trainer_options
-from sentinel.adapters.shims import is_stub
+from sentinel.adapters.shims import hidden, is_stub
 from sentinel.adapters.standin import LogitsTable, StandInLM, actor_preconditions, prompt_response, scatter_back
 from sentinel.errors import MissingDependency, Unsupported
 
@@ -56,8 +56,12 @@ _CACHED = ("_index_first_axis", "_pad_input", "_rearrange", "_unpad_input")
 
 
 def module_exists_anywhere(name: str) -> bool:
+    """A real module of this name is importable. Another target's stub of its root (OpenRLHF and
+    TRL stub flash_attn) is not one: in a process that loaded one of them first, verl's padding
+    path took the stub's unpad_input, which returns nothing."""
     try:
-        return importlib.util.find_spec(name) is not None
+        with hidden([name.split(".")[0]]):
+            return importlib.util.find_spec(name) is not None
     except (ImportError, ValueError):
         return False
 
