@@ -174,6 +174,8 @@ _PP = "pipeline parallelism: a stage before the last (several processes)"
 _LOSS_TYPE = ("loss_type value_loss, sft_loss or a user's custom_loss: other losses than the policy loss the loss "
               "boundaries map (no canonical boundary takes a critic, SFT or plug-in loss; loss_type is pinned)")
 _GUARD = "raises on an estimator name the adapter never passes (it maps the canonical kl_type to slime's names)"
+# (not the reward post-process hook: slime ships post-processors for it, e.g. on_policy_distillation's and
+# rollout/_fanout_test_helpers' group normaliser, so that branch stays reachable, uncovered until one is drawn)
 _PLUGIN = "a user's plug-in (a module path slime imports; slime ships none), pinned at None"
 UNREACHABLE = {
     f"{CP_UTILS}:get_sum_of_sample_mean": {"if cp_size == 1 -> cp_chunk_lengths": _CP,
@@ -194,8 +196,6 @@ UNREACHABLE = {
                                      "canonical row holds at least one",
                                      'if getattr(args, "custom_pg_loss_reducer_function_path", None) is not None '
                                      '-> custom_pg_loss_reducer_func': _PLUGIN},
-    f"{ROLLOUT}:RolloutManager._post_process_rewards": {
-        "if self.custom_reward_post_process_func is not None -> return self.custom_reward_post_process_func": _PLUGIN},
     f"{PPO_UTILS}:compute_approx_kl": {'elif kl_loss_type in ["k3", "low_var_kl"] -> raise': _GUARD},
     f"{PPO_UTILS}:get_advantages_and_returns_batch": {
         "if cp_size > 1 -> from slime.backends.megatron_utils.cp_utils import": _CP,
