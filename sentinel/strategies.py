@@ -238,8 +238,10 @@ def _masked_inside(r: dict[str, Any]) -> bool:
 def configs(boundary: str, **choices: list[Any]) -> st.SearchStrategy[dict[str, Any]]:
     """The boundary's config: every key of CONFIG_CHOICES[boundary], overridden by `choices`.
 
-    One integer draw picks the whole config (mixed radix, the first key most significant):
-    shrinking it moves keys to their first choice, the boundary's usual setting."""
+    One integer draw picks the whole config (scrambled, then read as one digit per key: see
+    `_configs`): shrinking it to 0 gives every key its first choice, the boundary's usual
+    setting; a shrunk finding's other keys may stay off their first choice (a scrambled
+    integer is small without its digits being so), which `signature.config_that_matters` sorts out."""
     raw, pick = _configs(boundary, **choices)
     return raw.map(pick)
 

@@ -35,8 +35,12 @@ DEFAULT_OUT = Path("reports") / "hunt"
 FIRST_ROUND = 100  # examples in a property's first round; each later round doubles
 
 
+DB_ENCODING = 2  # how a stored example's draws decode (2: the config integer scrambled, strategies._configs)
+
+
 def db_key(target_key: str, commit: str | None, prop: Property) -> str:
-    return f"rl-sentinel-hunt/{target_key}/{commit or '-'}/{prop.boundary}/{prop.name}"
+    """The example database's key: an example stored by another encoding decodes to another input."""
+    return f"rl-sentinel-hunt/v{DB_ENCODING}/{target_key}/{commit or '-'}/{prop.boundary}/{prop.name}"
 
 
 class Hunter(Hunt):
