@@ -81,9 +81,8 @@ _LOSS_OPTIONS = {
     "trainer:router_aux_loss_coef": (0.001, 0.1),
     # the generation limit dr_grpo divides by (None: the batch's width; 16: longer than every completion)
     "trainer:max_completion_length": (None, 16),
-    # last: the hunt draws a config as one integer whose first keys are its most significant digits
-    # (sentinel/strategies.py _configs), and Hypothesis draws small integers far more often, so an
-    # option listed first stays at its default in ~90 % of examples; each loss type takes its own branches
+    # each loss type takes its own branches (listed last when the config draw starved the first keys;
+    # since strategies._configs scrambles its integer, a key's place no longer matters)
     "trainer:loss_type": (None, "dr_grpo", "dapo", "sapo", "luspo", "vespo"),
 }
 WINDOW_TOKENS = 4
