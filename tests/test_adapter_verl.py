@@ -206,6 +206,40 @@ def test_drawn_trainer_options_reach_agg_loss_paths_rloo_and_bypass_mode(verl):
     assert bypass.outputs["loss"].item() == pytest.approx(plain.outputs["loss"].item())
 
 
+def test_policy_loss_maps_every_loss_function_its_options_reach(verl):
+    """The policy_loss boundary's `calls` (what --coverage measures and mutate mutates) hold every
+    verl loss and rollout-correction entry its drawn options run: bypass mode's own loss and its
+    REINFORCE loss_type, and the unified rollout-correction entry, were called but not listed, so
+    their branches counted only where is_correction ran them (issue 19's coverage)."""
+    import itertools
+    import sys
+    from sentinel_adapters.verl.conventions import OPTION_DOMAINS
+    listed = set(VerlAdapter.mapping()["policy_loss"]["calls"])
+    seen: set[str] = set()
+
+    def spy(frame, event, arg):
+        code = frame.f_code
+        if event == "call" and code.co_name.startswith(("compute_policy_loss", "compute_rollout_correction")):
+            seen.add(f"{frame.f_globals.get('__name__')}:{code.co_name}")
+    lp = T([[-0.5, -1.0, -0.25, -0.75], [-0.125, -2.0, -0.5, -1.5]])
+    policy = {"log_probs": lp, "old_log_probs": lp - 0.25, "advantages": T([[1.0, -1.0, 0.5, 2.0], [0.5, 0.25, -1.0, 0.0]]),
+              "loss_mask": T([[1, 1, 1, 0], [1, 1, 0, 0]]), "rollout_log_probs": lp - 0.5}
+    domains = OPTION_DOMAINS["policy_loss"]
+    keys = ("trainer:bypass_mode", "trainer:loss_type", "trainer:rollout_correction")
+    sys.setprofile(spy)
+    try:
+        for values in itertools.product(*(domains[k] for k in keys)):
+            try:
+                verl.call("policy_loss", policy, dict(zip(keys, values)))
+            except Unsupported:
+                continue
+    finally:
+        sys.setprofile(None)
+    assert {"verl.trainer.ppo.core_algos:compute_policy_loss_bypass_mode",
+            "verl.trainer.ppo.core_algos:compute_policy_loss_reinforce"} <= seen
+    assert seen <= listed, sorted(seen - listed)
+
+
 def test_drawn_rollout_correction_reinforce_and_derived_response_mask(verl):
     """conventions.OPTION_DOMAINS' trainer options of issue 19's reach: algorithm.rollout_correction
     on the policy losses (applied as the trainer's decoupled mode only where the batch holds

@@ -183,6 +183,10 @@ class VerlAdapter(ActorSurface, PolicyLosses, Surfaces, TrainerAdapter):
     # --- boundaries ---------------------------------------------------------------------
     @implements("policy_loss", steps=(global_batch_info,), calls=(f"{CORE}:get_policy_loss_fn", f"{CORE}:compute_policy_loss_vanilla",
                                       f"{CORE}:compute_policy_loss_gspo", f"{CORE}:agg_loss",
+                                      # trainer:bypass_mode (its loss_type ppo_clip or reinforce)
+                                      f"{CORE}:compute_policy_loss_bypass_mode", f"{CORE}:compute_policy_loss_reinforce",
+                                      # trainer:rollout_correction (decoupled, or inside bypass mode)
+                                      f"{ROLLOUT_CORR}:compute_rollout_correction_and_rejection_mask",
                                       f"{ROLLOUT_CORR}:compute_rollout_correction_weights",
                                       f"{ROLLOUT_CORR}:compute_rollout_rejection_mask"))
     def b_policy_loss(self, inputs, config):
@@ -200,6 +204,7 @@ class VerlAdapter(ActorSurface, PolicyLosses, Surfaces, TrainerAdapter):
 
     @implements("cispo_loss", steps=(global_batch_info,), calls=(f"{CORE}:get_policy_loss_fn", f"{CORE}:compute_policy_loss_cispo",
                                      f"{CORE}:agg_loss",
+                                     f"{ROLLOUT_CORR}:compute_rollout_correction_and_rejection_mask",
                                      f"{ROLLOUT_CORR}:compute_rollout_correction_weights",
                                      f"{ROLLOUT_CORR}:compute_rollout_rejection_mask"))
     def b_cispo_loss(self, inputs, config):

@@ -44,6 +44,7 @@ _FALLBACK = ("dead code: clip_ratio_low / clip_ratio_high already fell back to c
              "(`... if config.clip_ratio_low is not None else clip_ratio`): None here only with clip_ratio None too, "
              "where torch.clamp(ratio, 1 - None, ...) raises; no configuration reaches it and runs")
 _SCORED = "dead code: every index in id2score had a score appended to it just above"
+_LEVELS = "dead code: rollout_is passed the check against valid_is_levels (token, sequence) at the function's top"
 # Each key names one arc ("branching line text -> text of the line it jumps to", coverage.py).
 _RAISE = " -> raise ValueError"
 # Not drawn on actor_logprobs: actor.entropy_checkpointing and sum_pi_squared_checkpointing (their
@@ -61,6 +62,7 @@ UNREACHABLE = {
     f"{CORE}:get_policy_loss_fn": {"if loss_name not in POLICY_LOSS_REGISTRY" + _RAISE: _GUARD},
     f"{ROLLOUT_CORR}:compute_rollout_correction_weights": {
         "if rollout_is not in valid_is_levels" + _RAISE: _GUARD, "if rollout_is_threshold <= 0" + _RAISE: _GUARD,
+        'elif rollout_is == "sequence"' + _RAISE: _LEVELS,
         "torch.distributed.is_initialized() -> weights_mean = verl_F.distributed_masked_mean": _RANKS},
     f"{ROLLOUT_CORR}:compute_rollout_rejection_mask": {
         "if rollout_rs is None or not isinstance(rollout_rs, str)" + _RAISE: _GUARD,
@@ -188,7 +190,7 @@ def build(cls: type, boundary: str, values: dict[str, Any]) -> Any:
 # and in bypass mode inside compute_policy_loss_bypass_mode, whose loss_type REINFORCE is drawn too.
 TIS_OFF = -1.0
 _WORKER = {"trainer:use_legacy_worker_impl": (None, "enable", "disable")}
-_RC = {"trainer:rollout_correction": (None, "token_is", "sequence_is_token_k1_rs", "seq_mean_k3_rs")}
+_RC = {"trainer:rollout_correction": (None, "token_is", "sequence_is_token_k1_rs", "seq_mean_k3_rs", "token_is_batch_norm")}
 _TIS = {"trainer:tis_imp_ratio_cap": (TIS_OFF, 2.0), **_WORKER, **_RC}
 BYPASS_PPO_CLIP = {"bypass_mode": True, "loss_type": "ppo_clip", "rollout_is": "token", "rollout_is_threshold": 2.0}
 OPTION_DOMAINS = {
@@ -236,11 +238,14 @@ def rollout_rs(name: str | None) -> dict[str, Any]:
 
 
 # trainer:rollout_correction's presets (verl's own keys; thresholds as the is_correction draws'):
-# token IS alone, sequence IS with a token k1 ratio rejection, and a k3 rejection with no IS weights.
+# token IS alone, sequence IS with a token k1 ratio rejection, a k3 rejection with no IS weights, and
+# batch-normalised token IS under another threshold.
 ROLLOUT_CORRECTIONS = {
     "token_is": {"rollout_is": "token", "rollout_is_threshold": 2.0},
     "sequence_is_token_k1_rs": {"rollout_is": "sequence", "rollout_is_threshold": 2.0, **rollout_rs("token_k1")},
     "seq_mean_k3_rs": {"rollout_is": None, **rollout_rs("seq_mean_k3")},
+    # the two keys the others leave at verl's defaults (bypass mode reads them on policy_loss too)
+    "token_is_batch_norm": {"rollout_is": "token", "rollout_is_threshold": 1.5, "rollout_is_batch_normalize": True},
 }
 
 
