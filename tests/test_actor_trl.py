@@ -94,6 +94,17 @@ def test_trl_slices_image_inputs_per_micro_batch(trl, layout, keys):
     assert torch.allclose(out["log_probs"][m], want["log_probs"][m], atol=1e-5)
 
 
+@pytest.mark.parametrize("layout", ("image_grid_thw", "image_position_ids", "spatial_shapes"))
+def test_a_partial_micro_batch_of_images_sliced_by_count_fails_inside_trl(trl, layout):
+    """Three rows in micro-batches of two, what TRL's eval path hands the method for its last,
+    partial batch: TRL indexes its cumulative image counts at start + batch_size, past the end. The
+    IndexError is TRL's own (raised in grpo_trainer.py), not a refusal of the adapter."""
+    config = {"temperature": 0.5, "micro_batch_size": 2, "trainer:vision_inputs": layout}
+    with pytest.raises(IndexError) as err:
+        trl.call("actor_logprobs", dict(BATCH), config)
+    assert err.traceback[-1].path.name == "grpo_trainer.py"
+
+
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_the_vlm_stand_in_sees_another_rows_images(layout):
     from sentinel_adapters.trl.actor import StandInVLM, vision_batch

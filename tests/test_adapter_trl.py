@@ -154,6 +154,18 @@ def test_moe_aux_loss_is_scaled_and_divided_by_the_accumulation_steps(trl):
 ADAPTIVE = {"eps_clip": 0.2, "trainer:use_adaptive_entropy": True, "trainer:entropy_coef": 0.01}
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_the_moe_aux_loss_stays_fp32_beside_low_precision_log_probs(trl, dtype):
+    """A bf16 model's load-balancing loss is fp32 (transformers sums router probabilities in
+    float32): the stand-in's must be too, or TRL's coef * aux_loss is rounded to the log-probs'
+    dtype and the precision family blames TRL for the stand-in's rounding (a 0.1 coefficient on
+    an aux loss of 1 gave 0.10009766 in bf16)."""
+    cfg = {"eps_clip": 0.2, "trainer:aux_loss_enabled": True, "trainer:router_aux_loss_coef": 0.1}
+    zero = {k: torch.zeros(1, 1) for k in ("log_probs", "old_log_probs", "advantages")}
+    inputs = {**zero, "log_probs": zero["log_probs"].to(dtype), "loss_mask": torch.ones(1, 1)}
+    assert trl.call("policy_loss", inputs, cfg).outputs["loss"].item() == pytest.approx(0.1, abs=1e-7)
+
+
 def test_a_micro_batch_inside_the_window_only_accumulates(trl):
     """trainer:accelerator.sync_gradients False: the controller keeps its coefficient and holds
     this micro-batch's [entropy sum, tokens] for the window; synced after an earlier micro-batch

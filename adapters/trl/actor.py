@@ -73,11 +73,9 @@ class ActorSurface:
                                model_kwarg_keys=keys, entropy_coef=coef, _entropy_bonus_enabled=coef != 0.0)
         method = getattr(trainer, fn.__name__)  # bound: the trainer is `self`
         images = vision_batch(layout, ids) if layout else {}
-        bs = config["micro_batch_size"]
-        if layout in _BY_COUNT and bs and ids.shape[0] % int(bs):
-            raise Unsupported(f"TRL slices {layout} inputs by cumulative counts up to row start + batch_size: its "
-                              f"generation batch is a whole number of micro-batches, {ids.shape[0]} rows of "
-                              f"{bs} are not")
+        # no refusal when the rows are not a whole number of micro-batches: TRL's eval path hands such
+        # a batch (its last, partial one) to this method, which then indexes past its cumulative
+        # image counts (docs/findings.md, "Found by the reach hunts")
         kwargs = bind(method, ACTOR, {"model": model, "input_ids": ids, "attention_mask": mask, "logits_to_keep": keep},
                       {"batch_size": config["micro_batch_size"], "compute_entropy": True if entropies else None,
                        "compute_aux_loss": True if moe else None, **images},
@@ -95,7 +93,6 @@ class ActorSurface:
 # The per-sample pieces of each image layout _get_per_token_logps_and_entropies slices per micro-batch
 # (the method's argument -> pieces), and the arguments only the method reads (counts per sample).
 _COUNTS = ("num_images", "num_tiles")
-_BY_COUNT = ("image_grid_thw", "image_position_ids", "spatial_shapes")  # sliced by cumulative counts
 
 
 def _images(layout: str, x: torch.Tensor) -> dict[str, Any]:
