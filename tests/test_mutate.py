@@ -357,3 +357,15 @@ def test_slime_logged_loss_metrics_are_observed(tmp_path, monkeypatch):
                                                         cache=None))
     m, = rep.mutate.mutants
     assert m.verdict == "killed", m
+
+
+def test_a_mapped_class_is_mutated_through_the_methods_its_body_defines():
+    """AReaL's reward_norm / masked_reduce / kl map a class whole (Normalization, KLEstimator, so
+    --coverage counts its body once); mutate read it as "a type, not a Python function" and left
+    its 60-odd mutants out. A class now stands for its methods, each resolvable to mutate."""
+    from sentinel.mutate.apply import members, resolve
+    names = members("json.decoder:JSONDecoder")
+    assert {"json.decoder:JSONDecoder.__init__", "json.decoder:JSONDecoder.decode"} <= set(names)
+    assert all(resolve(n).__name__ == n.rsplit(".", 1)[-1] for n in names)
+    assert members("json:dumps") == ["json:dumps"]
+    assert members("json:no_such_name") == ["json:no_such_name"]  # reported by sources, not dropped
