@@ -179,7 +179,8 @@ class CanonicalPolicy(torch.nn.Module):
         has no experts, so it is the mean squared probability of the tokens it scores, a
         differentiable scalar (what _compute_loss does with it, scaling, dividing, logging, is observed).
         At fp32 or wider whatever the log-probs' dtype: a bf16 model's aux loss is fp32, transformers'
-        load_balancing_loss_func sums the router probabilities in float32 (qwen3_moe, mixtral)."""
+        load_balancing_loss_func sums the router probabilities in float32 (qwen3_moe, mixtral; transformers
+        5.24; older releases took the softmax in the router logits' dtype)."""
         if not kwargs.get("output_router_logits"):
             return None
         return self.log_probs.to(torch.promote_types(self.log_probs.dtype, torch.float32)).exp().pow(2).mean()

@@ -30,7 +30,7 @@ from sentinel.adapters.trainer import TrainerAdapter, shifts_rewards
 from sentinel.errors import TargetLoadError, Unsupported
 
 from .conventions import (
-    CORE, ENGINE_LOSSES_FILES, ESTIMATOR_ALIASES, GRPO_FAMILY, KL_NAMES, LIGHT, NEEDS_MORE, OPTION_DOMAINS, PINNED,
+    CORE, ENGINE_LOSSES_FILES, ESTIMATOR_ALIASES, GRPO_FAMILY, KL_NAMES, LIGHT, NEEDS_MORE, NO_BATCH_NORM, OPTION_DOMAINS, PINNED,
     PIP_HINT, ROLLOUT_CORR, TRAINER, UNREACHABLE, VECTORIZED, build, data_proto, last_valid_scores, rollout_rs,
     uid_array, without_response_mask)
 from .actor import ActorSurface
@@ -549,13 +549,14 @@ class VerlAdapter(ActorSurface, PolicyLosses, Surfaces, TrainerAdapter):
             with self._weights_seen() as seen:
                 if entry is not None:
                     got = entry(**bind(entry, "is_correction", {"old_log_prob": old, "rollout_log_prob": roll,
-                                                                "response_mask": mask}, corr))
+                                                                "response_mask": mask}, corr, absent=NO_BATCH_NORM))
                     mask = got[1]  # rejection sampling's mask: the actor's response_mask from here on
                 elif corr.get("rollout_rs") is not None:
                     raise Unsupported(f"verl {self.facts.get('version')} has no rollout rejection sampling beside its "
                                       f"IS weights (no compute_rollout_correction_and_rejection_mask)")
                 else:  # before the unified entry: the weight function on the trainer's log-ratio
-                    got = wfn(**bind(wfn, "is_correction", {"log_ratio": old - roll, "response_mask": mask}, corr))
+                    got = wfn(**bind(wfn, "is_correction", {"log_ratio": old - roll, "response_mask": mask}, corr,
+                                    absent=NO_BATCH_NORM))
             correction = extras({"correction": _carried(got)})  # its mask and metrics beside the weights
             if seen:
                 token, loss, fn, observed = self._policy("is_correction", "vanilla", lp, old, adv, mask,

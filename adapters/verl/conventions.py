@@ -237,9 +237,13 @@ def rollout_rs(name: str | None) -> dict[str, Any]:
             if "," in name else RS_THRESHOLDS[name.rsplit("_", 1)[-1]]}
 
 
-# trainer:rollout_correction's presets (verl's own keys; thresholds as the is_correction draws'):
-# token IS alone, sequence IS with a token k1 ratio rejection, a k3 rejection with no IS weights, and
-# batch-normalised token IS under another threshold.
+# a verl whose rollout correction has no rollout_is_batch_normalize (before 2c6c65cb) never
+# normalises: asking for it there is an option missing, not signature drift
+NO_BATCH_NORM = {"rollout_is_batch_normalize": False}
+# trainer:rollout_correction's presets (verl's own keys; rejection thresholds as the is_correction
+# draws'): token IS alone, sequence IS with a token k1 ratio rejection, a k3 rejection with no IS
+# weights, and batch-normalised token IS truncated at 1.5 (e^0.375 < 1.5 < e^0.5: between two ratios
+# the 1/8 log-prob grid gives, so the truncation binds elsewhere than at 2.0).
 ROLLOUT_CORRECTIONS = {
     "token_is": {"rollout_is": "token", "rollout_is_threshold": 2.0},
     "sequence_is_token_k1_rs": {"rollout_is": "sequence", "rollout_is_threshold": 2.0, **rollout_rs("token_k1")},

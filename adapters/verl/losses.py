@@ -25,7 +25,7 @@ from sentinel.adapters.options import recorded, trainer_options
 from sentinel.adapters.spying import spy
 from sentinel.errors import Unsupported
 
-from .conventions import BYPASS_PPO_CLIP, ROLLOUT_CORR, ROLLOUT_CORRECTIONS, TIS_OFF, build
+from .conventions import BYPASS_PPO_CLIP, NO_BATCH_NORM, ROLLOUT_CORR, ROLLOUT_CORRECTIONS, TIS_OFF, build
 
 
 @trainer_step("verl's engine (workers/engine/*/transformer_impl.py) sums the loss mask and all-reduces it over "
@@ -225,7 +225,7 @@ class PolicyLosses:
         if entry is not None:  # the trainer's entry (compute_rollout_correction_and_add_to_batch calls it)
             with self._weights_seen() as seen:
                 _, imask, _ = entry(**bind(entry, boundary, {"old_log_prob": old, "rollout_log_prob": roll,
-                                                             "response_mask": imask}, dict(spec)))
+                                                             "response_mask": imask}, dict(spec), absent=NO_BATCH_NORM))
             return (seen[-1][1][0] if seen else None), imask
         # before the unified entry: its two steps on the log-ratio the trainer formed
         log_ratio = old - roll
@@ -234,7 +234,8 @@ class PolicyLosses:
             wfn = self._fn("compute_rollout_correction_weights", ROLLOUT_CORR, boundary=boundary)
             weights, _ = wfn(**bind(wfn, boundary, {"log_ratio": log_ratio, "response_mask": imask},
                                     {k: spec[k] for k in ("rollout_is", "rollout_is_threshold",
-                                                          "rollout_is_batch_normalize") if k in spec}))
+                                                          "rollout_is_batch_normalize") if k in spec},
+                                    absent=NO_BATCH_NORM))
         if spec.get("rollout_rs") is not None:
             rfn = self._fn("compute_rollout_rejection_mask", ROLLOUT_CORR, boundary=boundary)
             imask, _ = rfn(**bind(rfn, boundary, {"log_ratio": log_ratio, "response_mask": imask},
