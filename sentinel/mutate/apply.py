@@ -22,13 +22,20 @@ from typing import Any, Callable
 _SWAPS: dict[str, Callable] = {}  # function name -> what its swap mutant calls (this forked child only)
 
 
-def resolve(name: str) -> types.FunctionType:
-    """The plain function behind "module:qualname" (a method, static or class method, a
-    property's getter, a decorated function's wrapped original)."""
+def _lookup(name: str) -> Any:
+    """The object "module:qualname" names, a class attribute as the class body holds it (a
+    staticmethod, classmethod or property object, not what the attribute access returns)."""
     module, _, qual = name.partition(":")
     obj: Any = importlib.import_module(module)
     for part in qual.split("."):
         obj = vars(obj)[part] if isinstance(obj, type) and part in vars(obj) else getattr(obj, part)
+    return obj
+
+
+def resolve(name: str) -> types.FunctionType:
+    """The plain function behind "module:qualname" (a method, static or class method, a
+    property's getter, a decorated function's wrapped original)."""
+    obj = _lookup(name)
     if isinstance(obj, (staticmethod, classmethod)):
         obj = obj.__func__
     if isinstance(obj, property):
@@ -42,11 +49,8 @@ def resolve(name: str) -> types.FunctionType:
 def members(name: str) -> list[str]:
     """A mapped name as the functions it stands for: a class (mapped whole, so that --coverage
     counts its body once) stands for the methods its body defines; anything else for itself."""
-    module, _, qual = name.partition(":")
     try:
-        obj: Any = importlib.import_module(module)
-        for part in qual.split("."):
-            obj = getattr(obj, part)
+        obj = _lookup(name)
     except Exception:  # noqa: BLE001 - absent at this commit: `sources` reports why
         return [name]
     if not isinstance(obj, type):
