@@ -14,15 +14,27 @@ import os
 import sys
 
 # how many workers each command starts at once (compare: base and head side by side); history
-# 0: none before its result cache says which commits need one (a re-scan from it needs none)
+# 0: no spare before its result cache says which commits need one (a re-scan from it needs none),
+# but the zygote: a first scan's first wave otherwise waits for torch after the CLI's start
 WORKER_COMMANDS = {"run": 1, "gate": 1, "compare": 2, "bisect": 1, "matrix": 1, "hunt": 1, "mutate": 1, "history": 0}
+
+
+def target_named(args: list[str]) -> str | None:
+    """The value of --target / -t in the command line, read without the CLI's parser (not
+    imported yet): the zygote imports that target's declared libraries while the CLI starts."""
+    for i, a in enumerate(args):
+        if a in ("--target", "-t") and i + 1 < len(args):
+            return args[i + 1]
+        if a.startswith("--target="):
+            return a.split("=", 1)[1]
+    return None
 
 
 def entry() -> None:
     args = sys.argv[1:]
-    if args and WORKER_COMMANDS.get(args[0]) and "--help" not in args:
+    if args and args[0] in WORKER_COMMANDS and "--help" not in args:
         from . import zygote  # first, before any other import: its torch import is the command's critical path
-        zygote.start()
+        zygote.start(target_named(args))
     if args and args[0] in WORKER_COMMANDS and "--help" not in args:
         from . import cleanup, process
         # before the first worker: an interrupt from now on kills the workers and cleans up

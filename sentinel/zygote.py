@@ -93,13 +93,14 @@ class Forked:
 class Client:
     """The zygote, seen from the CLI: started once, asked for forks from any thread."""
 
-    def __init__(self) -> None:
+    def __init__(self, target: str | None = None) -> None:
         self.proc: subprocess.Popen | None = None
         self.sock = _shared()
         if self.sock is None:
             ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             self.sock = ours
-            self.proc = subprocess.Popen(module_command("sentinel.zygote_server", str(theirs.fileno())),
+            hint = [target] if target else []  # its declared libraries imported right after torch
+            self.proc = subprocess.Popen(module_command("sentinel.zygote_server", str(theirs.fileno()), *hint),
                                          pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
                                          stdout=subprocess.DEVNULL, start_new_session=True)
             theirs.close()
@@ -214,14 +215,16 @@ _client: Client | None = None
 _client_lock = threading.Lock()
 
 
-def start() -> Client | None:
-    """The zygote of this process, started now if it is not yet (None when disabled)."""
+def start(target: str | None = None) -> Client | None:
+    """The zygote of this process, started now if it is not yet (None when disabled). `target`:
+    the command's target, whose declared libraries (`TargetInfo.preload`) the zygote imports
+    right after torch, before any fork asks for them."""
     global _client
     if not enabled():
         return None
     with _client_lock:
         if _client is None or not _client.alive or _client.owner != os.getpid():
-            _client = Client()
+            _client = Client(target)
             # at exit, killed and not waited for: its teardown (torch's memory) is no part of the command
             atexit.register(_client.close, False)
         return _client

@@ -1,4 +1,4 @@
-"""The zygote's own side (`python -m sentinel.zygote_server FD`): import torch, then fork a
+"""The zygote's own side (`python -m sentinel.zygote_server FD [TARGET]`): import torch (and TARGET's declared libraries), then fork a
 worker per request; see sentinel/zygote.py for the whole picture and the CLI's side.
 
 `python -m sentinel.zygote_server --listen PATH` is one zygote shared by every CLI process
@@ -60,12 +60,20 @@ def _become_worker(sock: socket.socket, fds: list[int], request: dict[str, Any],
         os._exit(0)
 
 
-def _ready() -> set[str]:
+def _ready(targets: list[str] = ()) -> set[str]:
+    """torch, the worker's code and `targets`' declared libraries, imported before any fork."""
     os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")  # as the worker: no CUDA before fork
     imported: set[str] = set()
     _import(["torch", "sentinel.worker"], imported)
     from .worker import machine_facts
     machine_facts()  # cached here once (a `uname -p` child and a read of the interpreter), not per fork
+    if targets:
+        from .targets import preload
+        try:
+            names = [n for t in targets for n in preload(t)]
+        except Exception:  # noqa: BLE001 - a broken entry point: the fork's own load will say so
+            names = []
+        _import(names, imported)  # what a fork request would ask for, while the CLI is still starting
     return imported
 
 
@@ -197,4 +205,4 @@ if __name__ == "__main__":
     if sys.argv[1] == "--listen":
         listen(sys.argv[2])
     else:
-        serve(socket.socket(fileno=int(sys.argv[1])), _ready(), os.getcwd())
+        serve(socket.socket(fileno=int(sys.argv[1])), _ready(sys.argv[2:]), os.getcwd())

@@ -74,3 +74,36 @@ def test_the_zygote_off_spawns_workers(monkeypatch):
         assert not hasattr(handle.proc, "_exited") and handle.receive(120)["event"] == "ready"
     finally:
         handle.close()
+
+
+@pytest.mark.parametrize("args, target", [
+    (["gate", "--target", "slime", "--repo", "x"], "slime"), (["hunt", "-t", "verl"], "verl"),
+    (["run", "--target=areal"], "areal"), (["gate"], None), (["run", "--target"], None)])
+def test_the_command_line_names_the_target_before_the_cli_parses_it(args, target):
+    from sentinel.launch import target_named
+    assert target_named(args) == target
+
+
+def test_the_zygote_imports_the_named_targets_libraries_before_any_fork():
+    """slime declares torch._dynamo (seconds of import): the zygote started for `--target slime`
+    has it before the first fork asks (sentinel/launch.py starts it before the CLI's imports)."""
+    import subprocess
+    import sys
+    probe = ("import sys; from sentinel import zygote_server as z; z._ready(sys.argv[1:]); "
+             "print('torch._dynamo' in sys.modules)")
+    seen = [subprocess.run([sys.executable, "-c", probe, *t], capture_output=True, text=True, check=True).stdout.split()
+            for t in ([], ["slime"], ["no-such-target"])]
+    assert seen == [["False"], ["True"], ["False"]]
+
+
+@pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="reads the zygote's command line from /proc")
+def test_a_client_for_a_target_starts_its_zygote_with_the_name(monkeypatch):
+    from sentinel import zygote
+    monkeypatch.setenv("SENTINEL_ZYGOTE", "on")
+    monkeypatch.delenv("SENTINEL_ZYGOTE_SOCKET", raising=False)
+    client = zygote.Client("slime")
+    try:
+        argv = Path(f"/proc/{client.proc.pid}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")
+        assert argv[-1] == b"slime"
+    finally:
+        client.close()
