@@ -62,21 +62,27 @@ class TargetInfo:
         return "bundled"
 
 
+# what the Hugging Face trainers' import paths spend seconds on (each checked in sys.modules after
+# the adapter's load; `python -X importtime`: ~2-3 s of a 3-4 s load, 2026-11-28)
+HF_STACK = ("torch._dynamo", "torch.distributed.tensor", "transformers", "transformers.modeling_utils", "accelerate")
+
 BUILTIN = (
     TargetInfo("reference", "sentinel_adapters.reference.adapter:ReferenceAdapter",
                "the correct math, written here and cited (adapters/reference/ops.py)"),
     TargetInfo("areal", "sentinel_adapters.areal:ArealAdapter", "areal-project/AReaL (PPOActor and its functional ops)",
                package="areal", extra="areal", repo_env="SENTINEL_AREAL_REPO",
-               install="pip install --no-deps areal==1.0.4"),
+               install="pip install --no-deps areal==1.0.4", preload=(*HF_STACK, "ray")),
     TargetInfo("verl", "sentinel_adapters.verl:VerlAdapter", "volcengine/verl (core_algos and the PPO trainer's helpers)",
                package="verl", extra="verl", repo_env="SENTINEL_VERL_REPO",
-               install="pip install --no-deps verl==0.9.1"),
+               install="pip install --no-deps verl==0.9.1", preload=(*HF_STACK, "transformers.processing_utils", "ray", "tensordict")),
     TargetInfo("openrlhf", "sentinel_adapters.openrlhf:OpenRLHFAdapter", "OpenRLHF/OpenRLHF (PolicyLoss and the experience maker's estimators)",
-               package="openrlhf", extra="openrlhf", repo_env="SENTINEL_OPENRLHF_REPO", install="pip install --no-deps openrlhf==0.11.2"),
+               package="openrlhf", extra="openrlhf", repo_env="SENTINEL_OPENRLHF_REPO", install="pip install --no-deps openrlhf==0.11.2",
+               preload=(*HF_STACK, "transformers.processing_utils", "ray")),
     TargetInfo("trl", "sentinel_adapters.trl:TRLAdapter", "huggingface/trl (GRPOTrainer._compute_loss on a bare trainer)",
-               package="trl", extra="trl", repo_env="SENTINEL_TRL_REPO", install="pip install --no-deps trl==1.16.0"),
+               package="trl", extra="trl", repo_env="SENTINEL_TRL_REPO", install="pip install --no-deps trl==1.16.0",
+               preload=(*HF_STACK, "transformers.processing_utils")),
     TargetInfo("slime", "sentinel_adapters.slime:SlimeAdapter", "THUDM/slime (Megatron loss path, shimmed)",
-               needs_repo=True, extra="slime", repo_env="SENTINEL_SLIME_REPO", preload=("torch._dynamo", "ray")),
+               needs_repo=True, extra="slime", repo_env="SENTINEL_SLIME_REPO", preload=("torch._dynamo", "torch.distributed.tensor", "ray")),
 )
 
 
