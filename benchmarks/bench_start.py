@@ -1,7 +1,9 @@
 """Benchmark a worker's start: a differential hunt's start (both sides ready, sessions open) on
-slime at two cached commits, before and after the checkout cache and the zygote, in one run.
+slime (or --target T) at two cached commits, before and after the checkout cache and the zygote,
+in one run.
 
     python benchmarks/bench_start.py --slime PATH [--repeat 3] [--rev-base HEAD^] [--rev-head HEAD]
+    python benchmarks/bench_start.py --target verl --repo PATH   # any target with a `kl` boundary
 
 Rows (each the median of --repeat, the load average beside it, and as a ratio to a bare
 `python -c "import torch"` timed in this run):
@@ -34,23 +36,23 @@ def _load() -> float:
     return round(os.getloadavg()[0], 1)
 
 
-def hunt_starts(slime: str, base: str, head: str, count: int) -> list[float]:
+def hunt_starts(target: str, repo: str, base: str, head: str, count: int) -> list[float]:
     """startup_s of `count` differential hunts in this process (kl only, 1 s of search each)."""
     from sentinel import hunt as H
     from sentinel.runner import TargetSpec
     out = []
     for _ in range(count):
-        rep = H.differential(TargetSpec("slime", slime, base), TargetSpec("slime", slime, head), ["kl"], 1.0, 0,
+        rep = H.differential(TargetSpec(target, repo, base), TargetSpec(target, repo, head), ["kl"], 1.0, 0,
                              verify=False)
         if any(t.load_error for t in rep.targets.values()):
-            sys.exit(f"bench_start: slime did not load: {[t.load_error for t in rep.targets.values()]}")
+            sys.exit(f"bench_start: {target} did not load: {[t.load_error for t in rep.targets.values()]}")
         out.append(rep.hunt.startup_s)
     return out
 
 
 def in_fresh_process(args, env: dict[str, str], count: int) -> list[float]:
-    cmd = [sys.executable, __file__, "--child", str(count), "--slime", args.slime, "--rev-base", args.rev_base,
-           "--rev-head", args.rev_head]
+    cmd = [sys.executable, __file__, "--child", str(count), "--target", args.target, "--repo", args.repo,
+           "--rev-base", args.rev_base, "--rev-head", args.rev_head]
     p = subprocess.run(cmd, env={**os.environ, **env}, capture_output=True, text=True)
     if p.returncode:
         sys.exit(f"bench_start: child failed: {p.stderr[-2000:]}")
@@ -66,7 +68,7 @@ def torch_import(repeat: int) -> float:
     return statistics.median(times)
 
 
-def checkout_times(slime: str, rev: str, repeat: int) -> tuple[float, float]:
+def checkout_times(repo: str, rev: str, repeat: int) -> tuple[float, float]:
     from sentinel import git
     out = []
     for mode in ("on", "off"):
@@ -74,7 +76,7 @@ def checkout_times(slime: str, rev: str, repeat: int) -> tuple[float, float]:
         times = []
         for _ in range(repeat + 1):
             t0 = time.perf_counter()
-            with git.checkout(Path(slime), rev):
+            with git.checkout(Path(repo), rev):
                 pass
             times.append(time.perf_counter() - t0)
         out.append(statistics.median(times[1:]))  # the first may build the cache entry
@@ -84,19 +86,20 @@ def checkout_times(slime: str, rev: str, repeat: int) -> tuple[float, float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--slime", required=True)
+    ap.add_argument("--repo", "--slime", dest="repo", required=True, help="the target's checkout")
+    ap.add_argument("--target", default="slime", help="a target with a `kl` boundary (slime, verl, areal, openrlhf)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--rev-base", default="HEAD^")
     ap.add_argument("--rev-head", default="HEAD")
     ap.add_argument("--child", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        print(json.dumps(hunt_starts(args.slime, args.rev_base, args.rev_head, args.child)))
+        print(json.dumps(hunt_starts(args.target, args.repo, args.rev_base, args.rev_head, args.child)))
         return
     os.environ.setdefault("SENTINEL_CACHE_DIR", str(Path.home() / ".cache" / "rl-sentinel" / "checkouts"))
     torch_s = torch_import(args.repeat)
     print(f"bare `python -c 'import torch'`: {torch_s:.2f} s (load average {_load()})")
-    print("differential hunt start on slime (both sides ready, sessions open), median of "
+    print(f"differential hunt start on {args.target} (both sides ready, sessions open), median of "
           f"{args.repeat}, as a ratio to the bare torch import:")
     old = [in_fresh_process(args, {"SENTINEL_ZYGOTE": "off", "SENTINEL_CHECKOUT_CACHE": "off"}, 1)[0]
            for _ in range(args.repeat)]
@@ -113,7 +116,7 @@ def main() -> None:
         m = statistics.median(xs)
         print(f"  {label:42s} {m:6.2f} s = {m / torch_s:4.2f}x torch import; "
               f"{statistics.median(old) / m:5.1f}x faster than before (load average {load})")
-    hit, wt = checkout_times(args.slime, args.rev_head, args.repeat)
+    hit, wt = checkout_times(args.repo, args.rev_head, args.repeat)
     print(f"checkout alone: cache hit {hit * 1000:.0f} ms vs temporary worktree {wt * 1000:.0f} ms = "
           f"{wt / hit:.1f}x (load average {_load()})")
 
