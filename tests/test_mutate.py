@@ -407,6 +407,7 @@ def test_survivors_say_whether_their_change_was_reached(env):
     assert "| not reached |" in md
     html = render.page(rep)
     assert html.index("reached, not told apart: a missing check (1)") < html.index("not reached: reach work (2)")
+    assert render.junit(rep).count('message="survived, not reached: reach work') == 2
     path = tmp / "mutate.json"
     path.write_text(dump(rep))
     assert load(path).mutate.totals == t
