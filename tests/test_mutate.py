@@ -67,6 +67,7 @@ def test_toy_target_gives_the_exact_score_and_resumes_from_the_cache(env):
     error = next(m for m in s.mutants if m.verdict == "error")
     assert error.operator == "swap-args" and "boolean" in error.reason
     killers = {m.stage for m in s.mutants if m.verdict == "killed"}
+    assert {m.reached for m in s.mutants if m.verdict in ("killed", "survived")} == {True}  # every line of kl_k1 runs
     assert killers == {"catalog", "hunt"}  # the gradient-only mutants need the hunt
     assert any(KILLED_CLAIM in x and "killed" in x for x in s.stale_equivalents)
     assert s.by_operator["detach"].mutants == 4 and s.by_boundary["kl"].score == s.totals.score
@@ -126,6 +127,7 @@ def test_every_reference_plant_is_a_mutant_the_tool_kills(tmp_path, monkeypatch)
     s = rep.mutate
     assert sorted(m.key for m in s.mutants) == sorted(plants()) and {m.operator for m in s.mutants} == {"plant"}
     assert [(m.key, m.verdict) for m in s.mutants if m.verdict != "killed"] == []
+    assert [m.key for m in s.mutants if m.reached is not True] == []  # a kill ran the change: reach never under-counts
     assert s.totals.score == 1.0
     fn = {m.key: m.function for m in s.mutants}
     assert fn["opsm-token-level"].endswith(":opsm_mask") and fn["ratio-in-low-precision"].endswith(":ppo_policy_loss")
