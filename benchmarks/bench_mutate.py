@@ -5,11 +5,12 @@
 
 Targets: the reference always; slime, areal, verl, openrlhf and trl when their checkout is named
 by SENTINEL_<NAME>_REPO or (areal, verl, openrlhf, trl) their package is installed. Prints one row
-per target: mutants, killed, survived, equivalent, error, the score killed / (mutants -
-equivalent - error), and mutants judged per minute per core (wall time of the judging of the
-cache misses, divided by -j), with the 1-minute load average before and after each target
-(the figure is only comparable at a like load). The reports go to a temporary folder unless
---out is given; --cache DIR lets an interrupted run resume (the rate counts only the misses).
+per target: mutants, killed, survived, the survivors whose change never ran (not reached: reach
+work), equivalent, error, the score killed / (mutants - equivalent - error), and mutants judged
+per minute per core (wall time of the judging of the cache misses, divided by -j), with the
+1-minute load average before and after each target (the figure is only comparable at a like
+load). The reports go to a temporary folder unless --out is given; --cache DIR lets an
+interrupted run resume (the rate counts only the misses).
 """
 
 from __future__ import annotations
@@ -50,8 +51,8 @@ def main() -> None:
     ap.add_argument("--cache", type=Path, default=None, help="mutant cache (default: none, every mutant judged)")
     a = ap.parse_args()
     out = a.out or Path(tempfile.mkdtemp(prefix="bench-mutate-"))
-    head = ("target", "mutants", "killed", "survived", "equivalent", "error", "score", "mutants/min/core", "judged",
-            "load before / after")
+    head = ("target", "mutants", "killed", "survived", "not reached", "equivalent", "error", "score", "mutants/min/core",
+            "judged", "load before / after")
     print("| " + " | ".join(head) + " |\n|" + "---|" * len(head), flush=True)
     for t in a.targets.split(","):  # a row as each target ends: a long run shows what it has
         where = located(t)
@@ -70,7 +71,7 @@ def main() -> None:
             continue
         s = json.loads((folder / "mutate.json").read_text())["mutate"]
         c = s["totals"]
-        row = (t, c["mutants"], c["killed"], c["survived"], c["equivalent"], c["error"],
+        row = (t, c["mutants"], c["killed"], c["survived"], c["survived_unreached"], c["equivalent"], c["error"],
                "n/a" if c["score"] is None else f"{100 * c['score']:.1f}%", s["mutants_per_min_per_core"],
                len(s["mutants"]) - s["cached"], f"{load:.1f} / {os.getloadavg()[0]:.1f}")
         print("| " + " | ".join(map(str, row)) + " |", flush=True)

@@ -544,6 +544,9 @@ class MutantRecord(_Model):
     examples: dict[str, int] = Field(default_factory=dict, description="hunt examples compared, per boundary")
     configs: dict[str, dict[str, list[Any]]] = Field(default_factory=dict,
                                                       description="survivors: the config choices the hunt drew")
+    reached: bool | None = Field(None, description="whether its change ran in the catalog's scenarios or the "
+                                 "hunt's examples (a survivor not reached is reach work, a reached one a missing "
+                                 "check); None: unknown (a run that died, a record made before reach was measured)")
     cached: bool = False
     duration_s: float = 0.0
 
@@ -552,9 +555,13 @@ class MutateCount(_Model):
     mutants: int = 0
     killed: int = 0
     survived: int = 0
+    survived_reached: int = Field(0, description="survivors whose change ran and was not told apart: a missing check")
+    survived_unreached: int = Field(0, description="survivors whose change never ran: reach work")
     equivalent: int = 0
     error: int = 0
     score: float | None = Field(None, description="killed / (mutants - equivalent - error); None with none left")
+    score_reached: float | None = Field(None, description="killed / (mutants - equivalent - error - "
+                                        "survived_unreached): the score over the mutants whose change could be told apart")
 
 
 class MutateSummary(_Model):

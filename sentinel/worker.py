@@ -266,14 +266,16 @@ class Worker:
     @staticmethod
     def _with_mutant(job: dict[str, Any], fn: Callable) -> Callable:
         """fn, run after the job's mutant (sentinel mutate) is put in place: in the forked
-        child only, so the warm worker serves the next mutant unchanged."""
+        child only, so the warm worker serves the next mutant unchanged. Its result says
+        whether the mutant's change ran (`mutate.reach`)."""
         if not job.get("mutant"):
             return fn
+        from .mutate import reach
         from .mutate.apply import apply  # in the worker, once: not in every mutant's child
 
         def mutated(emit: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
             apply(job["mutant"])
-            return fn(emit)
+            return {**fn(emit), "reached": reach.reached()}
         return mutated
 
     def mutate_sources(self, job: dict[str, Any]) -> dict[str, Any]:

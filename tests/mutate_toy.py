@@ -5,7 +5,8 @@ Of its mutants, five change what the catalog or the hunt observes (killed), one 
 `torch.where`'s condition with a float tensor and fails the same way on every input (error),
 and two cannot change anything: `.detach()` removed from a bool mask, and added to a
 tensor of zeros (neither has a gradient) - one is claimed equivalent in the test's
-equivalent.yaml, the other is left a survivor.
+equivalent.yaml, the other is left a survivor. `ReachToyAdapter` maps `kl_k1_clipped`, whose
+`clip` branch no scenario or hunt example runs (its survivors are not reached).
 """
 
 from __future__ import annotations
@@ -29,7 +30,29 @@ class ToyAdapter(Adapter):
 
     @implements("kl", calls=("mutate_toy:kl_k1",))
     def b_kl(self, inputs, config):
-        if config.get("kl_type", "k1") not in ("k1", "kl"):
-            raise Unsupported("the toy has k1 only")
-        kl = kl_k1(inputs["log_probs"], inputs["ref_log_probs"], inputs["loss_mask"])
-        return BoundaryResult({"kl": kl}, function=FunctionRef.of(kl_k1))
+        return _k1(kl_k1, inputs, config)
+
+
+def _k1(fn, inputs, config) -> BoundaryResult:
+    if config.get("kl_type", "k1") not in ("k1", "kl"):
+        raise Unsupported("the toy has k1 only")
+    kl = fn(inputs["log_probs"], inputs["ref_log_probs"], inputs["loss_mask"])
+    return BoundaryResult({"kl": kl}, function=FunctionRef.of(fn))
+
+
+def kl_k1_clipped(log_probs, ref_log_probs, loss_mask, clip=None):
+    """k1 at valid tokens, bounded by `clip`: the adapter never passes one, so no scenario and no
+    hunt example runs that branch (its mutants survive, not reached)."""
+    diff = log_probs - ref_log_probs
+    if clip is not None:
+        diff = diff.clamp(-clip, clip)
+    zeros = torch.zeros_like(diff)
+    return torch.where(loss_mask.bool(), diff, zeros)
+
+
+class ReachToyAdapter(ToyAdapter):
+    name = "mutate-toy-reach"
+
+    @implements("kl", calls=("mutate_toy:kl_k1_clipped",))
+    def b_kl(self, inputs, config):
+        return _k1(kl_k1_clipped, inputs, config)

@@ -67,6 +67,7 @@ def test_toy_target_gives_the_exact_score_and_resumes_from_the_cache(env):
     error = next(m for m in s.mutants if m.verdict == "error")
     assert error.operator == "swap-args" and "boolean" in error.reason
     killers = {m.stage for m in s.mutants if m.verdict == "killed"}
+    assert {m.reached for m in s.mutants if m.verdict in ("killed", "survived")} == {True}  # every line of kl_k1 runs
     assert killers == {"catalog", "hunt"}  # the gradient-only mutants need the hunt
     assert any(KILLED_CLAIM in x and "killed" in x for x in s.stale_equivalents)
     assert s.by_operator["detach"].mutants == 4 and s.by_boundary["kl"].score == s.totals.score
@@ -126,6 +127,7 @@ def test_every_reference_plant_is_a_mutant_the_tool_kills(tmp_path, monkeypatch)
     s = rep.mutate
     assert sorted(m.key for m in s.mutants) == sorted(plants()) and {m.operator for m in s.mutants} == {"plant"}
     assert [(m.key, m.verdict) for m in s.mutants if m.verdict != "killed"] == []
+    assert [m.key for m in s.mutants if m.reached is not True] == []  # a kill ran the change: reach never under-counts
     assert s.totals.score == 1.0
     fn = {m.key: m.function for m in s.mutants}
     assert fn["opsm-token-level"].endswith(":opsm_mask") and fn["ratio-in-low-precision"].endswith(":ppo_policy_loss")
@@ -369,3 +371,47 @@ def test_a_mapped_class_is_mutated_through_the_methods_its_body_defines():
     assert all(resolve(n).__name__ == n.rsplit(".", 1)[-1] for n in names)
     assert members("json:dumps") == ["json:dumps"]
     assert members("json:no_such_name") == ["json:no_such_name"]  # reported by sources, not dropped
+
+
+@pytest.mark.slow  # one prepare and four mutants, three hunts of 48 examples: under a minute on a free core
+def test_survivors_say_whether_their_change_was_reached(env):
+    """kl_k1_clipped's `clip` branch runs on no scenario and no hunt example (the adapter never
+    passes a clip): its mutants survive, not reached (reach work); a survivor on a line that ran
+    is reached (a missing check). The views list the two apart."""
+    import io
+    from rich.console import Console
+    tmp, _ = env
+    fn = "mutate_toy:kl_k1_clipped"
+    unreached = {"7d9404f38b", "087e531bfe"}  # the clamp deleted; -clip -> clip
+    reached_survivor, killed = "96348721b9", "b08aee41aa"  # zeros_like(diff).detach(); log_probs + ref
+    opts = Options("mutate_toy:ReachToyAdapter", budget=120, hunt_examples=48, cache=tmp / "cache", seed=1,
+                   only=[f"{fn}#{op}@{k}" for op, k in [("delete", "7d9404f38b"), ("sign", "087e531bfe"),
+                                                          ("detach", reached_survivor), ("sign", killed)]])
+    rep = mutate(load_paths([KL]), opts)
+    s = rep.mutate
+    by = {m.key: m for m in s.mutants}
+    assert {k: (by[k].verdict, by[k].reached) for k in by} == {
+        **{k: ("survived", False) for k in unreached}, reached_survivor: ("survived", True), killed: ("killed", True)}
+    assert all(by[k].examples["kl"] >= 48 for k in unreached)  # not reached though the hunt compared its examples
+    t = s.totals
+    assert (t.survived, t.survived_reached, t.survived_unreached) == (3, 1, 2)
+    assert t.score == 0.25 and t.score_reached == 0.5  # killed 1 / 4; 1 / (4 - 2 not reached)
+    assert s.by_function[fn].survived_unreached == 2 and s.by_boundary["kl"].survived_unreached == 2
+    console = Console(file=io.StringIO(), width=200, color_system=None)
+    render.console_report(rep, console)
+    text = console.file.getvalue()
+    print(text)
+    missing, reach = text.index("reached, not told apart: a missing check (1)"), text.index("not reached: reach work (2)")
+    assert missing < text.index(reached_survivor) < reach < text.index("7d9404f38b")
+    assert "2 of 3 survivors never ran their change (reach work)" in text and "50.0%" in text
+    md = render.markdown(rep)
+    assert md.index("#### reached, not told apart: a missing check (1)") < md.index("#### not reached: reach work (2)")
+    assert "| not reached |" in md
+    html = render.page(rep)
+    assert html.index("reached, not told apart: a missing check (1)") < html.index("not reached: reach work (2)")
+    assert render.junit(rep).count('message="survived, not reached: reach work') == 2
+    path = tmp / "mutate.json"
+    path.write_text(dump(rep))
+    assert load(path).mutate.totals == t
+    again = mutate(load_paths([KL]), opts)  # the cache keeps reach
+    assert again.mutate.cached == 4 and again.mutate.totals == t

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import textwrap
 import types
@@ -131,6 +132,15 @@ TABLE = {"helper": helper}
 
 def helper_plant(x, scale=100):
     return helper(x) * scale
+
+def clipped(x, clip=None):
+    if clip is None:
+        y = x - 1
+    elif clip > 0:
+        y = min(x, clip)
+    else:
+        y = x
+    return y
 '''
 
 
@@ -207,3 +217,30 @@ def test_swap_mutant_puts_a_replacement_that_builds_on_the_original_in_its_place
     assert "-    return x + 1" in m.diff and "+    return helper(x) * scale" in m.diff
     apply(m.job())
     assert mod.helper(5) == 600 and user.helper(5) == 600 and mod.TABLE["helper"](5) == 600 and mod.twice(5) == 1200
+
+
+def test_reach_marker_fires_only_where_the_change_runs(toy_module, monkeypatch):
+    """A mutant's code calls the reach marker before the statement that holds its change: an
+    `elif` test in the branch that evaluates it, a deleted statement where it stood; the flag
+    says whether the change ran (a survivor not reached is reach work, not a missing check)."""
+    import builtins
+    from sentinel.mutate import reach
+    monkeypatch.setattr(builtins, reach.MARKER, None, raising=False)  # removed again after the test
+    monkeypatch.setattr(reach, "_flag", None)
+    mod, _ = toy_module
+    assert reach.reached() is None  # nothing armed here: unknown, never "not reached"
+    elif_test = _mutant(mod, "clipped", "compare", "clip >= 0")
+    assert "    else:\n        __sentinel_reached__()\n        if clip >= 0:" in elif_test["source"]
+    deleted = _mutant(mod, "clipped", "delete", "<deleted>")
+    assert "elif clip > 0:\n        __sentinel_reached__()\n        pass" in deleted["source"]
+    first = _mutant(mod, "clipped", "sign", "x + 1")
+    for job, calls, expected in [(elif_test, [(5,)], False), (elif_test, [(5, -1)], True),
+                                 (deleted, [(5,), (5, -1)], False), (deleted, [(5,), (5, 3)], True),
+                                 (first, [(5, 3)], False), (first, [(5, 3), (5,)], True)]:
+        apply(job)  # arms a fresh flag, as each mutant's forked child does
+        assert reach.reached() is False
+        for args in calls:
+            with contextlib.suppress(UnboundLocalError):  # the deleted statement's `y`: it ran, then failed
+                mod.clipped(*args)
+        assert reach.reached() is expected, (job["source"], calls)
+    assert mod.clipped(5) == 6  # the marker changes nothing the function computes

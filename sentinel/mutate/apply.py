@@ -19,6 +19,8 @@ import types
 from pathlib import Path
 from typing import Any, Callable
 
+from . import reach
+
 _SWAPS: dict[str, Callable] = {}  # function name -> what its swap mutant calls (this forked child only)
 
 
@@ -159,8 +161,10 @@ def _swap(fn: types.FunctionType, name: str, replacement: str) -> None:
 
 
 def apply(mutant: dict[str, Any]) -> None:
-    """Put the mutant in place of its function, in this process (a forked child)."""
+    """Put the mutant in place of its function, in this process (a forked child), its reach
+    marker armed (`reach`)."""
     fn = resolve(mutant["function"])
+    reach.arm()
     if mutant.get("swap"):
         _swap(fn, mutant["function"], mutant["swap"])
     fn.__code__ = compiled(fn, mutant["source"], int(mutant.get("line", 1)))

@@ -42,9 +42,10 @@ class Cache:
         if self.root is None:
             return None
         try:
-            return json.loads(self._path(m).read_text())
+            rec = json.loads(self._path(m).read_text())
         except (OSError, ValueError):  # absent, or cut short by a kill: judge it again
             return None
+        return rec if "reached" in rec else None  # made before reach was measured: judge it again
 
     def put(self, m: dict[str, Any], record: dict[str, Any]) -> None:
         if self.root is None or record.get("transient"):

@@ -39,6 +39,7 @@ from .mutants import SWAP, Function, Mutant, mutants, swapped
 from .operators import OPERATORS
 
 ORDER = {"survived": 0, "error": 1, "equivalent": 2, "killed": 3}
+REACH_ORDER = {True: 0, None: 1, False: 2}  # survivors: missing checks, then unknown, then reach work
 
 
 @dataclass
@@ -124,8 +125,12 @@ def _count(records: list[MutantRecord]) -> MutateCount:
     c = MutateCount(mutants=len(records))
     for r in records:
         setattr(c, r.verdict, getattr(c, r.verdict) + 1)
+    c.survived_reached = sum(r.verdict == "survived" and r.reached is True for r in records)
+    c.survived_unreached = sum(r.verdict == "survived" and r.reached is False for r in records)
     left = c.mutants - c.equivalent - c.error
     c.score = round(c.killed / left, 4) if left else None
+    # a survivor of unknown reach stays in: never a score raised on a guess
+    c.score_reached = round(c.killed / (left - c.survived_unreached), 4) if left - c.survived_unreached else None
     return c
 
 
@@ -164,7 +169,8 @@ def _record(m: Mutant, rec: dict[str, Any], cached: bool) -> MutantRecord:
     return MutantRecord(id=m.id, function=m.function, operator=m.operator, key=m.key, position=m.position,
                         boundaries=m.boundaries, diff=m.diff, verdict=rec["verdict"], killed_by=rec.get("killed_by"),
                         stage=rec.get("stage"), reason=rec.get("reason", ""), scenarios=rec.get("scenarios", 0),
-                        examples=rec.get("examples", {}), configs=rec.get("configs", {}), cached=cached,
+                        examples=rec.get("examples", {}), configs=rec.get("configs", {}), reached=rec.get("reached"),
+                        cached=cached,
                         duration_s=rec.get("duration_s", 0.0))
 
 
@@ -254,7 +260,8 @@ def mutate(scenarios: list[Scenario], opts: Options,
     judge_s = time.perf_counter() - t_judge
     records = [_record(m, *done[m.id]) for m in ms]
     stale = _honour(records, claims, {f.name for f in p.functions}, opts.equivalent_examples, {m.id for m in every})
-    records.sort(key=lambda r: (ORDER[r.verdict], r.function, r.position, r.operator))
+    records.sort(key=lambda r: (ORDER[r.verdict], REACH_ORDER[r.reached] if r.verdict == "survived" else 0,
+                                r.function, r.position, r.operator))
     totals = _count(records)
     summary = MutateSummary(
         target=p.spec.key, commit=commit, operators=[SWAP] if opts.plants else opts.operators or list(OPERATORS), boundaries=sorted(p.mapping),

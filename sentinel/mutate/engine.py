@@ -15,6 +15,8 @@ sends each mutant along with its jobs; the worker's forked child puts it in plac
 - Hunt: the unmutated target as base, the mutant as head (`hunt.driver.differential.DiffHunter`,
   seeded, stopped at its first finding): any difference no declared deviation explains
   kills it. Survivors keep the examples compared per boundary and the config choices drawn.
+- Reach: every child that runs the mutant says whether its change ran (`reach`); a record's
+  `reached` is True when any did, False when all said no, None when one could not say.
 """
 
 from __future__ import annotations
@@ -96,22 +98,29 @@ def _job(m: dict[str, Any]) -> dict[str, Any]:
     return {k: m.get(k) for k in ("function", "source", "line", "swap")}
 
 
-def _catalog(w: _Workers, m: dict[str, Any], planned: list) -> tuple[dict[str, Any] | None, int]:
+def _either(a: bool | None, b: bool | None) -> bool | None:
+    """Reached in either run: True if one says so, else None if one could not say."""
+    return True if a or b else None if a is None or b is None else False
+
+
+def _catalog(w: _Workers, m: dict[str, Any], planned: list) -> tuple[dict[str, Any] | None, int, bool | None]:
     """The catalog's judgement of mutant `m`: a record update (killed / error), or None when
-    it survives; and how many scenarios ran."""
+    it survives; how many scenarios ran; whether its change was reached in them."""
     mine = [(sc, runs) for sc, runs in planned if sc.boundary in m["boundaries"] and w.shard.base.get(sc.id) in DECIDED]
     if not mine:
-        return None, 0
+        return None, 0, False
     mutant = _job(m)
     mine.sort(key=lambda x: -w.kills[x[0].id])  # the scenarios that killed most so far first
-    changed, errors, ran = [], [], 0
+    changed, errors, ran, reached = [], [], 0, False
     i, rounds = 0, 0
     while i < len(mine):  # a few at a time: the first verdict that changes ends it
         chunk = mine[i:i + CHUNKS[min(rounds, len(CHUNKS) - 1)]]
         i, rounds = i + len(chunk), rounds + 1
         w.head.worker.send_all([{**job(sc, runs), "mutant": mutant} for sc, runs in chunk])
         for sc, runs in chunk:
-            r = evaluate(sc, runs, w.head.worker.receive(w.shard.timeout + 30), "head")
+            msg = w.head.worker.receive(w.shard.timeout + 30)
+            reached = _either(reached, msg.get("reached"))
+            r = evaluate(sc, runs, msg, "head")
             before = w.shard.base[sc.id]
             if r.verdict == "error":
                 errors.append((sc.id, before, r.reason))
@@ -122,14 +131,14 @@ def _catalog(w: _Workers, m: dict[str, Any], planned: list) -> tuple[dict[str, A
         if changed or len(errors) not in (0, ran):  # a change, or a crash where another scenario ran: killed
             break
     if errors and len(errors) == len(mine) and len({e[2].split(":")[0] for e in errors}) == 1:
-        return {"verdict": "error", "reason": f"fails the same way on every scenario: {errors[0][2][:300]}"}, ran
+        return {"verdict": "error", "reason": f"fails the same way on every scenario: {errors[0][2][:300]}"}, ran, reached
     if changed:
-        return {"verdict": "killed", "stage": "catalog", "killed_by": changed[0]}, ran
+        return {"verdict": "killed", "stage": "catalog", "killed_by": changed[0]}, ran, reached
     if errors:
         sid, before, reason = errors[0]
         w.kills[sid] += 1
-        return {"verdict": "killed", "stage": "catalog", "killed_by": f"{sid}: {before} -> error ({reason[:200]})"}, ran
-    return None, ran
+        return {"verdict": "killed", "stage": "catalog", "killed_by": f"{sid}: {before} -> error ({reason[:200]})"}, ran, reached
+    return None, ran, reached
 
 
 def _hunt(w: _Workers, m: dict[str, Any]) -> dict[str, Any]:
@@ -140,7 +149,8 @@ def _hunt(w: _Workers, m: dict[str, Any]) -> dict[str, Any]:
     w.head.open(sh.budget + 60)
     if w.head.conn is None:
         w.restart("head")
-        return {"verdict": "killed", "stage": "hunt", "killed_by": "hunt: the mutant's session did not start"}
+        return {"verdict": "killed", "stage": "hunt", "killed_by": "hunt: the mutant's session did not start",
+                "reached": None}
     settings = DiffSettings(boundaries=list(m["boundaries"]), time_budget=sh.budget, seed=sh.seed, first=True,
                             verify=False, shrink_time=SHRINK_S, timeout=sh.timeout,
                             max_examples=sh.examples, min_examples=min(100, sh.examples), min_valid=0,
@@ -149,11 +159,19 @@ def _hunt(w: _Workers, m: dict[str, Any]) -> dict[str, Any]:
     hunter.start()
     hunter.search()
     died = [s.reason for s in hunter.states if s.status == "error"]
+    reached = None  # a session that died cannot say
     if died:  # a side's session ended mid-hunt: start both afresh for the next mutant
         w.restart("head")
         w.restart("base")
     else:
-        w.head.close()
+        reached = (w.head.close() or {}).get("reached")
+    out = _hunted(hunter, m, died)
+    return {**out, "reached": reached}
+
+
+def _hunted(hunter: DiffHunter, m: dict[str, Any], died: list[str]) -> dict[str, Any]:
+    """The hunt's judgement of mutant `m`: killed (by its first finding, or a crash of the mutant's
+    side), or survived with the examples compared and the config choices drawn."""
     examples = {s.prop.boundary: s.examples for s in hunter.states}
     found = [(s.prop.boundary, f.finding) for s in hunter.states for f in s.found]
     if found:
@@ -172,10 +190,11 @@ def _hunt(w: _Workers, m: dict[str, Any]) -> dict[str, Any]:
 def _judge(w: _Workers, m: dict[str, Any], planned: list) -> dict[str, Any]:
     if m.get("compile_error"):
         return {"verdict": "error", "reason": f"does not compile: {m['compile_error']}"}
-    out, ran = _catalog(w, m, planned)
+    out, ran, reached = _catalog(w, m, planned)
     if out is None and w.shard.budget > 0:
         out = _hunt(w, m)
-    return {"scenarios": ran, **(out or {"verdict": "survived"})}
+        reached = _either(reached, out.pop("reached"))
+    return {"scenarios": ran, **(out or {"verdict": "survived"}), "reached": reached}
 
 
 def run_shard(shard: Shard, on_record: Callable[[dict[str, Any]], None] | None = None) -> str:

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Iterator
 
 from .operators import DELETE, OPERATORS, Context
+from .reach import MARKER
 
 _SKIP_FIELDS = {"decorator_list", "returns", "annotation", "type_comment", "ctx", "op", "ops", "type_params"}
 _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)  # their `args` (the signature) are skipped
@@ -49,7 +50,7 @@ class Mutant:
     key: str  # stable across unrelated edits (see the module docstring)
     position: str  # "FILE:LINE:COL" of the changed node
     diff: str
-    source: str  # the whole mutated function, unparsed
+    source: str  # the whole mutated function, unparsed, with the reach marker (`_mark`) before its change
     line: int  # the file line of the function's first line (the child compiles it there)
     boundaries: list[str] = field(default_factory=list)
     original: str = ""  # the changed node's text
@@ -142,14 +143,39 @@ def sites(fdef: ast.AST, operators: list[str] | None = None) -> list[tuple[str, 
     return out
 
 
-def mutated(fdef: ast.AST, op: str, k: int, j: int) -> ast.AST:
-    """A copy of `fdef` with alternative `j` of operator `op` at node `k` applied."""
+def _marker() -> ast.stmt:
+    return ast.Expr(ast.Call(ast.Name(MARKER, ast.Load()), [], []))
+
+
+def _mark(node: ast.AST, anc: list[tuple[ast.AST, str]], splice: Any) -> None:
+    """splice() (the change), and the reach marker (`reach`) put before the statement that holds it:
+    where a deleted or replaced statement stood, else before the innermost statement around the
+    changed node. Exact for a statement and for an `if` / `elif` / `while` / `for` header (the
+    marker sits in the branch that evaluates it, and a header is evaluated whenever its statement
+    is reached); over the mark (reached, maybe not evaluated) for a change inside a lambda, a
+    comprehension, a short-circuit operand or a conditional expression, and an `except` clause's
+    type: those share their enclosing statement's marker. Never under it."""
+    a = len(anc) if isinstance(node, ast.stmt) else max(i for i, (n, _) in enumerate(anc) if isinstance(n, ast.stmt))
+    stmt = node if a == len(anc) else anc[a][0]
+    parent, name = anc[a - 1]
+    i = next(n for n, v in enumerate(getattr(parent, name)) if v is stmt)
+    splice()
+    getattr(parent, name).insert(i, _marker())
+
+
+def mutated(fdef: ast.AST, op: str, k: int, j: int, mark: bool = False) -> ast.AST:
+    """A copy of `fdef` with alternative `j` of operator `op` at node `k` applied (and with
+    `mark`, the reach marker before the statement that holds it: `_mark`)."""
     new = copy.deepcopy(fdef)
     ctx = _context(new)
     for i, (node, anc) in enumerate(walk(new)):
         if i == k:
             ctx.ancestors = anc
-            _splice(node, anc, OPERATORS[op](node, ctx)[j])
+            repl = OPERATORS[op](node, ctx)[j]
+            if mark:
+                _mark(node, anc, lambda: _splice(node, anc, repl))
+            else:
+                _splice(node, anc, repl)
             return ast.fix_missing_locations(new)
     raise IndexError(f"no node {k} in the function")
 
@@ -173,10 +199,11 @@ def mutants(fn: Function, operators: list[str] | None = None) -> list[Mutant]:
         diff = "\n".join(difflib.unified_diff(before.splitlines(), after.splitlines(), f"{fn.name}",
                                               f"{fn.name} ({op})", n=1, lineterm=""))
         line = fn.line + getattr(node, "lineno", 1) - 1
-        m = Mutant(fn.name, op, key, f"{where}:{line}:{getattr(node, 'col_offset', 0) + 1}", diff, after, fn.line,
+        probe = ast.unparse(mutated(fdef, op, k, j, mark=True))
+        m = Mutant(fn.name, op, key, f"{where}:{line}:{getattr(node, 'col_offset', 0) + 1}", diff, probe, fn.line,
                    list(fn.boundaries), original, replacement, fn.source_hash)
         try:
-            compile(after, where, "exec")
+            compile(probe, where, "exec")
         except SyntaxError as e:
             m.compile_error = f"SyntaxError: {e.msg}"
         out.append(m)
@@ -197,7 +224,7 @@ def swapped(fn: Function, label: str, replacement: str, replacement_source: str)
     before, after = ast.unparse(fdef), ast.unparse(rdef)
     diff = "\n".join(difflib.unified_diff(before.splitlines(), after.splitlines(), fn.name, f"{fn.name} ({replacement})",
                                           n=1, lineterm=""))
-    call = (f"def {fdef.name}(*args, **kwargs):\n    from sentinel.mutate.apply import swapped\n"
+    call = (f"def {fdef.name}(*args, **kwargs):\n    {MARKER}()\n    from sentinel.mutate.apply import swapped\n"
             f"    return swapped({fn.name!r})(*args, **kwargs)\n")
     both = hashlib.sha256((fn.source + "\0" + replacement_source).encode()).hexdigest()[:16]
     where = fn.file or fn.name.split(":")[0]

@@ -182,12 +182,16 @@ class HistoryView(View):
         return int(exit_code(self.report))
 
 
-MUTATE_HEAD = ["", "mutants", "killed", "survived", "equivalent", "error", "score"]
+MUTATE_HEAD = ["", "mutants", "killed", "survived", "not reached", "equivalent", "error", "score"]
+# survivors by whether their change ran (MutantRecord.reached), in the order the views list them
+REACH_GROUPS = ((True, "reached, not told apart: a missing check"), (None, "reach unknown"),
+                (False, "not reached: reach work"))
 
 
-def pct(c) -> str:
-    """A mutation score as a percentage (n/a when every mutant was equivalent or an error)."""
-    return "n/a" if c.score is None else f"{100 * c.score:.1f}%"
+def pct(c, field: str = "score") -> str:
+    """A mutation score (c's `field`) as a percentage (n/a when every mutant was equivalent or an error)."""
+    score = getattr(c, field)
+    return "n/a" if score is None else f"{100 * score:.1f}%"
 
 
 @dataclass
@@ -199,9 +203,25 @@ class MutateView(View):
         s = self.mutate
 
         def rows(table) -> list[list[str]]:
-            return [[name, str(c.mutants), str(c.killed), str(c.survived), str(c.equivalent), str(c.error), pct(c)]
-                    for name, c in table.items()]
+            return [[name, str(c.mutants), str(c.killed), str(c.survived), str(c.survived_unreached), str(c.equivalent),
+                     str(c.error), pct(c)] for name, c in table.items()]
         return [("target", rows({s.target: s.totals})), ("boundary", rows(s.by_boundary)), ("operator", rows(s.by_operator))]
+
+    def survivor_groups(self) -> list[tuple[str, list]]:
+        """The survivors as (title, records) by reach (REACH_GROUPS), empty groups left out."""
+        survivors = [m for m in self.mutate.mutants if m.verdict == "survived"]
+        groups = [(title, [m for m in survivors if m.reached is r]) for r, title in REACH_GROUPS]
+        return [(t, g) for t, g in groups if g]
+
+    def reach_line(self) -> str:
+        """The survivors by reach, and the score over the mutants whose change ran ('' with none unreached)."""
+        c = self.mutate.totals
+        if not c.survived_unreached:
+            return ""
+        return (f"{c.survived_unreached} of {c.survived} survivors never ran their change (reach work), "
+                f"{c.survived_reached} ran it (a missing check); score over the mutants not proven unreached "
+                f"{pct(c, 'score_reached')} = killed {c.killed} / (mutants - equivalent - error - not reached "
+                f"{c.survived_unreached})")
 
     @property
     def mutate(self):

@@ -116,20 +116,23 @@ class Side:
             pass
         return got[0] if got else None
 
-    def close(self) -> None:
-        """End the session; the worker stays for `verify` until `stop`."""
-        if self.conn is not None:
+    def close(self) -> dict[str, Any] | None:
+        """End the session; the worker stays for `verify` until `stop`. The session child's
+        result (None: no session, or its worker died)."""
+        if self.conn is None:
+            return None
+        try:
+            self.conn.send({"op": "stop"})
+            self.conn.close()
+        except OSError:
+            pass
+        self.conn = None
+        if self.worker is not None:
             try:
-                self.conn.send({"op": "stop"})
-                self.conn.close()
-            except OSError:
-                pass
-            self.conn = None
-            if self.worker is not None:
-                try:
-                    self.worker.receive(30)  # the session child's result
-                except WorkerDied:
-                    self.worker = None
+                return self.worker.receive(30)
+            except WorkerDied:
+                self.worker = None
+        return None
 
     def verify(self, sc: Scenario) -> str | None:
         """The scenario's verdict on this side, run as `sentinel run` runs it (None: no worker)."""

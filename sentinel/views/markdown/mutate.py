@@ -1,5 +1,6 @@
-"""A mutate report in markdown: the scores (target, boundary, operator), then survivors,
-each with its diff in a code block, equivalents and stale equivalence claims."""
+"""A mutate report in markdown: the scores (target, boundary, operator), then survivors by
+reach (a missing check, unknown, reach work), each with its diff in a code block, equivalents
+and stale equivalence claims."""
 
 from __future__ import annotations
 
@@ -23,14 +24,19 @@ def mutate(view, limit: int = 60, **_: object) -> str:
              f"the catalog leaves alive (seed {s.seed}).", ""]
     for title, rows in view.tables():
         lines += _md_table(title, rows)
-    survivors = [m for m in s.mutants if m.verdict == "survived"]
-    if survivors:
-        lines += [f"### Survivors ({len(survivors)})", ""]
-        for m in survivors[:limit]:
+    if view.reach_line():
+        lines += [md_text(view.reach_line()) + ".", ""]
+    if s.totals.survived:
+        lines += [f"### Survivors ({s.totals.survived})", ""]
+    shown = 0
+    for title, group in view.survivor_groups():
+        lines += [f"#### {md_text(title)} ({len(group)})", ""]
+        for m in group[:max(0, limit - shown)]:
             lines += [f"**{md_text(m.function)}** · {md_code(m.operator)} · {md_code(m.key)} · {md_text(m.position)} — "
                       f"scenarios {m.scenarios}, hunt examples {md_text(dict(m.examples))}", "", *md_fence(m.diff, "diff"), ""]
-        if len(survivors) > limit:
-            lines += [f"... and {len(survivors) - limit} more (see the JSON report).", ""]
+        if len(group) > limit - shown:
+            lines += [f"... and {len(group) - max(0, limit - shown)} more of these (see the JSON report).", ""]
+        shown += len(group)
     eq = [m for m in s.mutants if m.verdict == "equivalent"]
     if eq:
         lines += ["### Equivalent", "", *(f"- {md_code(m.id)}: {md_text(m.reason)}" for m in eq), ""]

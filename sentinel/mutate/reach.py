@@ -1,0 +1,34 @@
+"""Whether a mutant's change was reached: a marker the mutant's compiled source calls before the
+statement that holds its change (`mutants.marked`), recorded in the forked child that runs it.
+
+A survivor whose change never ran is reach work (an option pinned, an input never drawn, a
+branch that needs several processes); one whose change ran and was not told apart is a
+missing check. The marker is a call of a builtin name (`MARKER`) that `arm` binds in the
+mutant's child only: the mutant's code keeps its module's globals, and a name no module
+defines falls through to builtins. It sets a byte of an anonymous shared mapping, so a
+process the child forks that runs the change counts too (never an under-count).
+"""
+
+from __future__ import annotations
+
+import builtins
+import mmap
+
+MARKER = "__sentinel_reached__"
+_flag: mmap.mmap | None = None
+
+
+def _hit() -> None:
+    _flag[0] = 1
+
+
+def arm() -> None:
+    """In a mutant's forked child, before its code runs: a fresh flag, the marker bound."""
+    global _flag
+    _flag = mmap.mmap(-1, 1)  # MAP_SHARED | MAP_ANONYMOUS: seen by the processes this child forks
+    setattr(builtins, MARKER, _hit)
+
+
+def reached() -> bool | None:
+    """Whether the marker fired in this child (None: no mutant armed here)."""
+    return None if _flag is None else bool(_flag[0])
