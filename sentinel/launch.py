@@ -19,22 +19,33 @@ import sys
 WORKER_COMMANDS = {"run": 1, "gate": 1, "compare": 2, "bisect": 1, "matrix": 1, "hunt": 1, "mutate": 1, "history": 0}
 
 
-def target_named(args: list[str]) -> str | None:
-    """The value of --target / -t in the command line, read without the CLI's parser (not
-    imported yet): the zygote imports that target's declared libraries while the CLI starts."""
+def option_value(args: list[str], long: str, short: str | None = None) -> str | None:
+    """The last value of an option in the command line (`--opt V`, `--opt=V`, `-s V`, `-sV`, as the
+    CLI's parser takes the last), read without the parser (not imported yet)."""
+    found = None
     for i, a in enumerate(args):
-        if a in ("--target", "-t") and i + 1 < len(args):
-            return args[i + 1]
-        if a.startswith("--target="):
-            return a.split("=", 1)[1]
-    return None
+        if a in (long, short) and i + 1 < len(args):
+            found = args[i + 1]
+        elif a.startswith(long + "="):
+            found = a.split("=", 1)[1]
+        elif short and a.startswith(short) and len(a) > len(short) and not a.startswith("--"):
+            found = a[len(short):]
+    return found
+
+
+def target_named(args: list[str]) -> str | None:
+    """The target the command names (matrix's `T=REPO@REV` as T): the zygote imports its declared
+    libraries while the CLI starts. A wrong guess costs only time."""
+    found = option_value(args, "--target", "-t")
+    return found.split("=", 1)[0] if found else None
 
 
 def entry() -> None:
     args = sys.argv[1:]
     if args and args[0] in WORKER_COMMANDS and "--help" not in args:
         from . import zygote  # first, before any other import: its torch import is the command's critical path
-        zygote.start(target_named(args))
+        if not (args[0] == "history" and option_value(args, "--executor") == "ray"):  # Ray's tasks start their own
+            zygote.start(target_named(args))
     if args and args[0] in WORKER_COMMANDS and "--help" not in args:
         from . import cleanup, process
         # before the first worker: an interrupt from now on kills the workers and cleans up

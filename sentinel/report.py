@@ -497,9 +497,9 @@ class HistoryCost(_Model):
     exhaustive_runs: int = Field(description="scenario evaluations of an exhaustive walk: commits x scenarios")
     evaluated: int = Field(description="scenario evaluations actually run (cache misses)")
     cached: int = Field(description="scenario evaluations answered from the cache")
-    tasks: int = Field(description="(commit, scenario batch) tasks sent to the executor")
+    tasks: int = Field(description="commits evaluated through the executor (a commit's scenarios may go in several parts)")
     duration_s: float
-    commits_per_minute_per_core: float = Field(0.0, description="(commit, scenario batch) tasks run per minute per core")
+    commits_per_minute_per_core: float = Field(0.0, description="commits evaluated per minute per core")
 
 
 class HistorySummary(_Model):

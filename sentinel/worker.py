@@ -119,8 +119,6 @@ class Worker:
             os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")  # slime's torch.compile costs ~20 s/function on CPU
         import torch
         torch.set_num_threads(1)  # tiny tensors; and no OpenMP team exists before fork()
-        if "torch._dynamo" in sys.modules:  # imported by the zygote (a target's preload) before the line above
-            sys.modules["torch._dynamo"].config.disable = os.environ.get("TORCHDYNAMO_DISABLE") == "1"
         if h.get("coverage"):
             import coverage  # noqa: F401 - once here, not in each measured child
 

@@ -62,3 +62,38 @@ def test_a_split_commit_runs_each_scenario_once_and_counts_once(tmp_path):
     assert all(part for s in shas for part in per_commit[s])
     assert scan.counts["tasks"] == 3
     assert {(s, sc.id) for s in shas for sc in scenarios} == set(scan.results)
+
+
+class HalfLoading(Recording):
+    """The first part of each commit is lost (its worker never loaded); the others load and hold."""
+
+    def submit(self, task, fn=None) -> Future:
+        import json
+
+        from sentinel.report import ScenarioResult, Target
+        self.tasks.append(task)
+        f: Future = Future()
+        if sum(t.commit == task.commit for t in self.tasks) == 1:
+            f.set_exception(RuntimeError("lost"))
+            return f
+        key = f"reference@{task.commit[:12]}"
+        f.set_result(json.dumps({"commit": task.commit, "environment": {},
+                                 "target": json.loads(Target(name="reference", commit=task.commit).model_dump_json()),
+                                 "results": [json.loads(ScenarioResult.for_scenario(sc, key, "holds", "").model_dump_json())
+                                             for sc in task.scenarios]}))
+        return f
+
+
+def test_a_commit_that_loaded_in_one_part_is_loaded_and_done_after_its_last(tmp_path):
+    scenarios = load_paths([CATALOG])[:4]
+    ex = HalfLoading(2)
+    ticks = []
+    scan = Scan(scenarios, Options(target="reference", repo=str(tmp_path), since=None), ex,
+                Cache(None, "reference", "reference"), progress=lambda done, total, flips: ticks.append(done))
+    sha = "a" * 40
+    scan.evaluate([sha], scenarios)  # one commit on two slots: two parts
+    assert len(ex.tasks) == 2
+    assert scan.targets[sha].load_error is None  # not `not-loaded` for the whole commit
+    cells = scan._cells(sha)
+    assert sorted(cells.values()) == ["error", "error", "holds", "holds"]
+    assert ticks == [1]  # done once, after the last part

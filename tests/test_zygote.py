@@ -78,7 +78,9 @@ def test_the_zygote_off_spawns_workers(monkeypatch):
 
 @pytest.mark.parametrize("args, target", [
     (["gate", "--target", "slime", "--repo", "x"], "slime"), (["hunt", "-t", "verl"], "verl"),
-    (["run", "--target=areal"], "areal"), (["gate"], None), (["run", "--target"], None)])
+    (["run", "--target=areal"], "areal"), (["gate"], None), (["run", "--target"], None),
+    (["hunt", "--target", "verl", "-t", "trl"], "trl"), (["gate", "-tverl"], "verl"),
+    (["matrix", "-t", "verl=/r@v1"], "verl")])
 def test_the_command_line_names_the_target_before_the_cli_parses_it(args, target):
     from sentinel.launch import target_named
     assert target_named(args) == target

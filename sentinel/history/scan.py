@@ -13,6 +13,7 @@ import json
 import os
 import threading
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -194,13 +195,16 @@ class Scan:
                 futures.append((sha, part, self.executor.submit(task)))
             with self._lock:
                 self.counts["tasks"] += 1  # a commit evaluated, in however many parts
+        parts = Counter(sha for sha, _, _ in futures)
         for sha, missing, fut in futures:
             try:
                 answer = fut.result()
             except Exception as e:  # noqa: BLE001 - the executor lost the task: undecided here, tried again next scan
                 answer = self._lost(sha, missing, e)
             self._absorb(sha, missing, answer)
-            self._commit_done(sha)
+            parts[sha] -= 1
+            if not parts[sha]:  # its last part
+                self._commit_done(sha)
 
     def _lost(self, sha: str, scenarios: list[Scenario], e: Exception) -> str:
         """A task the executor could not run (its process died, Ray lost it): the commit is
@@ -226,7 +230,11 @@ class Scan:
         with self._lock:
             self.counts[how] += 1
             self.results[(sha, sc.id)] = entry.result
-            self.targets.setdefault(sha, entry.target)
+            have = self.targets.get(sha)
+            if have is None or (have.load_error and not entry.target.load_error):
+                # a commit whose target loaded in any part (sentinel/history/scan.py `split`) is loaded: a part
+                # whose worker failed has its scenarios' errors, not the whole commit's `not-loaded`
+                self.targets[sha] = entry.target
             if entry.environment and not self.environment:
                 self.environment = entry.environment
 
