@@ -247,14 +247,17 @@ class DiffHunter(Hunt):
         if s.exclude is None:
             s.exclude = self._probe_config(b)
             self._replay(s)
-        n = min(st.max_examples - s.examples, FIRST_ROUND * 2 ** s.rounds, need or st.max_examples)
+        n = min(st.max_examples - s.examples, FIRST_ROUND * 2 ** s.rounds)
+        # past the budget the round ends at what the evidence lacks, but draws as many batches as any
+        # round may: a quota of a few examples with two draws, all rejected, would read as nothing to draw
+        quota = min(n, need) if need else n
         limit = max(MIN_ROUND, self.share(s, left))
         s.share_s += limit
         rnd = random.Random(f"{st.seed}:{b}:{s.rounds}") if st.seed is not None else None
         # extras-only differences wait for one on an output (search.SECONDARY_PATIENCE), never past
         # half of what is left of the example budget; a round with none on an output takes one
         patience = max(0, min(SECONDARY_PATIENCE - s.secondary_seen, (st.max_examples - s.examples) // 2))
-        search = Search(DiffJudge(self, s), n, time.monotonic() + limit, st.shrink_time, patience=patience,
+        search = Search(DiffJudge(self, s), quota, time.monotonic() + limit, st.shrink_time, patience=patience,
                         end_shrink=True)  # the finding is search.best: find's own answer is not read
         # a batch with no valid token has no training signal: what a side returns there is its convention
         # (a mutant's hunt draws them, min_valid 0: both sides are one trainer's code, so there a change
