@@ -82,8 +82,8 @@ class DiffSettings:
     rtol: float = RTOL
     min_valid: int = 1  # valid tokens in every drawn batch (see `_round`)
     one_sided: bool = False  # both sides one trainer's code (a mutant): a value on one side only differs
-    # a mutant's equivalence claim asks for this many compared examples per boundary: past the time
-    # budget, short rounds of the boundaries below it run on, until evidence_cap_s more seconds are spent
+    # compared examples per boundary a mutant's equivalence claim needs: past the time budget the boundaries
+    # below it run on, evidence_cap_s more seconds at most
     evidence: int = 0
     evidence_cap_s: float = 0.0
 
@@ -172,10 +172,8 @@ class DiffHunter(Hunt):
             s = min(short or running, key=lambda x: (x.rounds, self.states.index(x)))
             elapsed = time.perf_counter() - self.t_search
             try:
-                if short:
-                    self._round(s, st.time_budget + st.evidence_cap_s - elapsed, need=st.evidence - s.examples)
-                else:
-                    self._round(s, st.time_budget - elapsed)
+                self._round(s, st.time_budget + (st.evidence_cap_s if short else 0) - elapsed,
+                            need=st.evidence - s.examples if short else None)
             except SideDied as e:
                 s.status, s.reason = "error", str(e)
                 self.exit_reason = ExitReason.target_error
@@ -248,9 +246,7 @@ class DiffHunter(Hunt):
             s.exclude = self._probe_config(b)
             self._replay(s)
         n = min(st.max_examples - s.examples, FIRST_ROUND * 2 ** s.rounds)
-        # past the budget the round ends at what the evidence lacks, but draws as many batches as any
-        # round may: a quota of a few examples with two draws, all rejected, would read as nothing to draw
-        quota = min(n, need) if need else n
+        quota = min(n, need) if need else n  # stops at what the evidence lacks, draws as any round (n)
         limit = max(MIN_ROUND, self.share(s, left))
         s.share_s += limit
         rnd = random.Random(f"{st.seed}:{b}:{s.rounds}") if st.seed is not None else None
