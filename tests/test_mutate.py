@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 import render_helpers as render
+from sentinel.hunt.driver import differential as D
+from sentinel.mutate import engine
 from sentinel.mutate.driver import Options, mutate
 from sentinel.report import dump, load
 from sentinel.spec import load_paths
@@ -80,6 +82,59 @@ def test_toy_target_gives_the_exact_score_and_resumes_from_the_cache(env):
     assert 'failures="1"' in render.junit(rep) and 'skipped="1"' in render.junit(rep)
     again = mutate(load_paths([KL]), opts)
     assert again.mutate.cached == 9 and again.mutate.totals == s.totals
+
+
+TWIN = "96348721b9"  # .detach() added to zeros_like(diff): as equivalent as EQUIVALENT, but not claimed
+N = 400  # > differential.FIRST_ROUND: a --budget that ends in the first round cannot give it
+
+
+@pytest.fixture
+def toy(env, monkeypatch):
+    """`env`, and the DiffSettings each mutant's hunt ran with."""
+    settings = {}  # the mutant's source -> the DiffSettings its hunt ran with
+
+    class Recording(D.DiffHunter):
+        def __init__(self, base, head, st, **kw):
+            super().__init__(base, head, st, **kw)
+            settings[kw["sides"].head.job_extra["mutant"]["source"]] = st
+    monkeypatch.setattr(engine, "DiffHunter", Recording)
+    return (*env, settings)
+
+
+@pytest.mark.slow  # one toy prepare, two toy mutants: under a minute on a free core
+def test_a_claimed_survivor_hunts_until_its_evidence_and_the_rest_as_before(toy):
+    tmp, claims, settings = toy
+    opts = Options(TOY, budget=0.01, equivalent=claims, equivalent_examples=N, only=[EQUIVALENT, TWIN],
+                   cache=tmp / "cache", seed=1)
+    s = mutate(load_paths([KL]), opts).mutate
+    by = {m.key: m for m in s.mutants}
+    assert by[EQUIVALENT].verdict == "equivalent" and by[EQUIVALENT].examples["kl"] >= N, s.stale_equivalents
+    assert not s.stale_equivalents
+    # the unclaimed twin: its budget's first round only (FIRST_ROUND examples at most), as before
+    assert by[TWIN].verdict == "survived" and by[TWIN].examples["kl"] <= D.FIRST_ROUND
+    claimed_st, = (st for src, st in settings.items() if "loss_mask.bool()\n" in src)
+    twin_st, = (st for src, st in settings.items() if "zeros_like(diff).detach()" in src)
+    assert (claimed_st.evidence, claimed_st.evidence_cap_s) == (N, opts.evidence_cap_s)
+    assert twin_st == D.DiffSettings(boundaries=["kl"], time_budget=0.01, seed=1, first=True, verify=False,
+                                     shrink_time=engine.SHRINK_S, timeout=opts.timeout, max_examples=opts.hunt_examples,
+                                     min_examples=100, min_valid=0, one_sided=True)  # the settings of before
+    # a cached claimed survivor short of a larger N is hunted again; the twin comes from the cache
+    again = mutate(load_paths([KL]), Options(**{**opts.__dict__, "equivalent_examples": 2 * N})).mutate
+    by = {m.key: m for m in again.mutants}
+    assert not by[EQUIVALENT].cached and by[TWIN].cached
+    assert by[EQUIVALENT].examples["kl"] >= 2 * N and by[EQUIVALENT].verdict == "equivalent"
+
+
+@pytest.mark.slow  # one toy prepare, one toy mutant hunted to a 1 s cap
+def test_a_claim_the_cap_leaves_short_says_why(toy):
+    tmp, claims, _ = toy
+    s = mutate(load_paths([KL]), Options(TOY, budget=0.01, equivalent=claims, equivalent_examples=10 ** 7,
+                                         evidence_cap_s=1.0, only=[EQUIVALENT], cache=None, seed=1)).mutate
+    m, = s.mutants
+    assert m.verdict == "survived" and m.examples["kl"] < 10 ** 7
+    assert "evidence cap (0.01 s budget + 1 s) ended the hunt" in m.reason and "kl compared" in m.reason
+    stale, = s.stale_equivalents
+    assert "a claim needs 10000000 per boundary" in stale and "evidence cap" in stale
 
 
 def test_bad_operator_is_a_usage_error():

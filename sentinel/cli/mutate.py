@@ -13,6 +13,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from ..errors import SentinelError, UsageError
+from ..mutate.equivalent import EVIDENCE_CAP_S
 from ..report import dump, write_atomic
 from .common import TARGETS, Device, _check_location, app, err, out, usage_error
 from .history import ExecutorName, _scenarios
@@ -61,7 +62,7 @@ def mutate(
     out_dir: Optional[Path] = typer.Option(None, "--out", help="Write the report here: DIR/mutate.json (and .md). Default: reports/mutate.json."),
     format: MutateFormat = typer.Option(MutateFormat.text, "--format", "-f", help="text, markdown, junit, json or html on stdout."),
     equivalent: Optional[Path] = typer.Option(None, "--equivalent", help="Equivalence claims (default: ./equivalent.yaml when it exists)."),
-    equivalent_examples: int = typer.Option(100, "--equivalent-examples", min=1, help="Hunt examples per boundary an equivalence claim needs."),
+    equivalent_examples: int = typer.Option(100, "--equivalent-examples", min=1, help=f"Hunt examples per boundary an equivalence claim needs: a claimed mutant's hunt runs past --budget until it has them ({EVIDENCE_CAP_S:g} s more at most)."),
     fail_under: float = typer.Option(0.0, "--fail-under", min=0, max=100, help="Exit 1 when the score (percent) is lower."),
     cache: Path = typer.Option(Path(".sentinel") / "mutate-cache", "--cache", help="Judged mutants: a killed run resumes, a re-run judges nothing again."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Neither read nor write the cache."),

@@ -8,6 +8,8 @@
    swapped for the plant's code (`plant_mutants`).
 3. Judge each mutant not in the cache, in shards an executor runs (`engine.run_shard`,
    `-j` local processes or Ray tasks, as `sentinel history` does).
+   A mutant with a claim in `equivalent.yaml` is hunted until it has the claim's evidence
+   (`equivalent.EVIDENCE_CAP_S` past the budget at most).
 4. Honour the equivalence claims of `equivalent.yaml` that have their evidence, and score:
    killed / (mutants - equivalent - error), per target, boundary, operator and function.
 """
@@ -61,6 +63,7 @@ class Options:
     cache: Path | None = mcache.DEFAULT_DIR
     equivalent: Path | None = None
     equivalent_examples: int = 100
+    evidence_cap_s: float = equiv.EVIDENCE_CAP_S  # hunt seconds past the budget a claimed mutant may take
     fail_under: float = 0.0  # percent
     command: list[str] = field(default_factory=list)
 
@@ -142,6 +145,11 @@ def _grouped(records: list[MutantRecord], keys: Callable[[MutantRecord], list[st
     return {k: _count(v) for k, v in sorted(groups.items())}
 
 
+def _short(examples: dict[str, int], boundaries: tuple[str, ...] | list[str], n: int) -> dict[str, int]:
+    """The boundaries that compared fewer than the `n` examples a claim needs (the evidence rule)."""
+    return {b: examples.get(b, 0) for b in boundaries if examples.get(b, 0) < n}
+
+
 def _honour(records: list[MutantRecord], claims: dict[str, equiv.Claim], functions: set[str], n: int,
             known: set[str] | None = None) -> list[str]:
     """Survivors with a claim and its evidence become `equivalent`; the claims not honoured, why.
@@ -155,9 +163,10 @@ def _honour(records: list[MutantRecord], claims: dict[str, equiv.Claim], functio
         if r.verdict != "survived":
             stale.append(f"{c.where}: {r.id} is {r.verdict}" + (f" by {r.killed_by}" if r.killed_by else ""))
             continue
-        short = {b: r.examples.get(b, 0) for b in r.boundaries if r.examples.get(b, 0) < n}
+        short = _short(r.examples, r.boundaries, n)
         if short:
-            stale.append(f"{c.where}: {r.id}: the hunt compared {short} example(s); a claim needs {n} per boundary")
+            stale.append(f"{c.where}: {r.id}: the hunt compared {short} example(s); a claim needs {n} per boundary"
+                         + (f" ({r.reason})" if r.reason else ""))
             continue
         r.verdict, r.reason = "equivalent", c.reason
     stale += [f"{c.where}: {i}: no such mutant (the function changed, or the operator no longer applies)"
@@ -219,7 +228,9 @@ def mutate(scenarios: list[Scenario], opts: Options,
     done: dict[str, tuple[dict[str, Any], bool]] = {}
     for m in ms:
         hit = store.get(m.as_dict())
-        if hit is not None:
+        # a claimed survivor cached short of its evidence (an older run, or one the cap ended) is hunted again
+        if hit is not None and not (m.id in claims and hit["verdict"] == "survived" and
+                                    _short(hit.get("examples", {}), m.boundaries, opts.equivalent_examples)):
             done[m.id] = (hit, True)
     todo = [m for m in ms if m.id not in done]
     tally: dict[str, int] = {}
@@ -250,7 +261,9 @@ def mutate(scenarios: list[Scenario], opts: Options,
 
     def task(shard: list[Mutant]) -> Shard:
         return Shard(opts.target, opts.repo, p.spec.commit, opts.device, [{**m.as_dict(), "id": m.id} for m in shard],
-                     scs, base, opts.budget, opts.seed, opts.timeout, opts.hunt_examples)
+                     scs, base, opts.budget, opts.seed, opts.timeout, opts.hunt_examples,
+                     claimed=[m.id for m in shard if m.id in claims], evidence=opts.equivalent_examples,
+                     evidence_cap_s=opts.evidence_cap_s)
     if todo and opts.executor == "local" and opts.jobs == 1:  # here, one shard: no process pool to start
         take(json.loads(run_shard(task(todo), one)))
     elif todo:

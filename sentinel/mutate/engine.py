@@ -15,6 +15,10 @@ sends each mutant along with its jobs; the worker's forked child puts it in plac
 - Hunt: the unmutated target as base, the mutant as head (`hunt.driver.differential.DiffHunter`,
   seeded, stopped at its first finding): any difference no declared deviation explains
   kills it. Survivors keep the examples compared per boundary and the config choices drawn.
+  A mutant with an equivalence claim (`Shard.claimed`) is hunted until every boundary it maps
+  compared the claim's `evidence` examples, past the budget if need be, for at most
+  `equivalent.EVIDENCE_CAP_S` more seconds (a boundary that draws few valid examples must not hang the
+  shard); a record the cap left short says so in its reason.
 - Reach: every child that runs the mutant says whether its change ran (`reach`); a record's
   `reached` is True when any did, False when all said no, None when one could not say.
 """
@@ -34,6 +38,7 @@ from ..process import WorkerDied
 from ..report import Target
 from ..runner import TargetSpec, evaluate, job, plan
 from ..spec import Scenario
+from .equivalent import EVIDENCE_CAP_S
 
 SHRINK_S = 0.5  # a kill needs a difference, not its smallest example
 DECIDED = ("holds", "violated")
@@ -53,6 +58,9 @@ class Shard:
     seed: int = 0
     timeout: float = 30.0
     examples: int = 100_000  # per boundary: a hunt ends at this many compared examples, or at its budget
+    claimed: list[str] = field(default_factory=list)  # ids of the mutants with an equivalence claim
+    evidence: int = 0  # compared examples per boundary a claim needs (--equivalent-examples)
+    evidence_cap_s: float = EVIDENCE_CAP_S
 
 
 class _Workers:
@@ -144,17 +152,20 @@ def _catalog(w: _Workers, m: dict[str, Any], planned: list) -> tuple[dict[str, A
 def _hunt(w: _Workers, m: dict[str, Any]) -> dict[str, Any]:
     """The differential hunt of the unmutated target (base) against the mutant (head)."""
     sh = w.shard
+    evidence = sh.evidence if m["id"] in sh.claimed else 0  # the rest hunt as before: the same settings and draws
+    cap = sh.evidence_cap_s if evidence else 0.0
     base = w.base_side()
     w.head.job_extra = {"mutant": _job(m)}
-    w.head.open(sh.budget + 60)
+    w.head.open(sh.budget + cap + 60)
     if w.head.conn is None:
         w.restart("head")
         return {"verdict": "killed", "stage": "hunt", "killed_by": "hunt: the mutant's session did not start",
                 "reached": None}
     settings = DiffSettings(boundaries=list(m["boundaries"]), time_budget=sh.budget, seed=sh.seed, first=True,
                             verify=False, shrink_time=SHRINK_S, timeout=sh.timeout,
-                            max_examples=sh.examples, min_examples=min(100, sh.examples), min_valid=0,
-                            one_sided=True)  # a metric the mutant adds or drops is its change
+                            max_examples=max(sh.examples, evidence), min_examples=min(100, sh.examples), min_valid=0,
+                            one_sided=True,  # a metric the mutant adds or drops is its change
+                            evidence=evidence, evidence_cap_s=cap)
     hunter = DiffHunter(w.spec, w.spec, settings, sides=Sides(base, w.head))
     hunter.start()
     hunter.search()
@@ -183,8 +194,15 @@ def _hunted(hunter: DiffHunter, m: dict[str, Any], died: list[str]) -> dict[str,
         return {"verdict": "killed", "stage": "hunt", "examples": examples, "killed_by": f"hunt: {died[0][:300]}"}
     if died:
         return {"verdict": "survived", "examples": examples, "transient": True, "reason": f"hunt failed: {died[0][:300]}"}
-    return {"verdict": "survived", "examples": examples,
-            "configs": {b: hunter.choices(b) for b in m["boundaries"] if examples.get(b)}}
+    out = {"verdict": "survived", "examples": examples,
+           "configs": {b: hunter.choices(b) for b in m["boundaries"] if examples.get(b)}}
+    short = {s.prop.boundary: s for s in hunter.states if s.examples < evidence}
+    if short:  # why the claim's evidence is still missing: the cap, or a boundary that drew no more
+        why = (f"the evidence cap ({sh.budget:g} s budget + {cap:g} s) ended the hunt" if hunter.evidence_capped
+               else "the hunt ended")
+        out["reason"] = f"{why} short of the claim's {evidence} examples: " + "; ".join(
+            f"{b} compared {s.examples} ({s.status}{': ' + s.reason[:200] if s.reason else ''})" for b, s in short.items())
+    return out
 
 
 def _judge(w: _Workers, m: dict[str, Any], planned: list) -> dict[str, Any]:

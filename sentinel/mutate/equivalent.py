@@ -9,7 +9,8 @@ names a mutant:
       reason: "m.sum() >= 1 here: the branch above returned for an empty mask"
 
 A claim is honoured only with evidence: the mutant survived the catalog and a hunt that
-compared at least N examples on every boundary it maps (`--equivalent-examples`). A claim
+compared at least N examples on every boundary it maps (`--equivalent-examples`): its hunt
+runs past the budget until it has them, EVIDENCE_CAP_S more at most. A claim
 for a mutant that is killed, or that no longer exists, is listed as stale in the report.
 """
 
@@ -23,6 +24,7 @@ import yaml
 from ..errors import UsageError
 
 FIELDS = ("function", "operator", "key", "reason")
+EVIDENCE_CAP_S = 120.0  # hunt seconds past --budget a claimed mutant may take to compare its N examples
 
 
 @dataclass(frozen=True)

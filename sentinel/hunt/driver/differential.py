@@ -82,6 +82,10 @@ class DiffSettings:
     rtol: float = RTOL
     min_valid: int = 1  # valid tokens in every drawn batch (see `_round`)
     one_sided: bool = False  # both sides one trainer's code (a mutant): a value on one side only differs
+    # compared examples per boundary a mutant's equivalence claim needs: past the time budget the boundaries
+    # below it run on, evidence_cap_s more seconds at most
+    evidence: int = 0
+    evidence_cap_s: float = 0.0
 
     @property
     def minimum(self) -> int:
@@ -112,6 +116,7 @@ class DiffHunter(Hunt):
                        for b in names]
         self.excluded: dict[str, dict[str, list[Any]]] = {"base": {}, "head": {}}
         self.compared = self.differing = 0
+        self.evidence_capped = False  # the cap past the budget ended the hunt short of `evidence`
         # a difference no family explains is judged by the reference (against it, it is a side)
         self.referee = None if against else Referee(settings.timeout, settings.time_budget + 600)
 
@@ -149,23 +154,42 @@ class DiffHunter(Hunt):
     def rounds(self) -> None:
         """One boundary's round at a time, the one with the fewest rounds first, each its fair
         share of the time left (`Hunt.share`). Every boundary gets its first round, even where
-        the time is spent before its turn (workers slow to answer): a short one (MIN_ROUND s)."""
+        the time is spent before its turn (workers slow to answer): a short one (MIN_ROUND s).
+        With `evidence`, the boundaries that compared fewer examples run on past the budget
+        (`short_of_evidence`), each round asking only for what they lack."""
         st = self.settings
         while True:
             reason = self.over()
             running = [s for s in self.states if not s.done]
             if reason is ExitReason.time_budget and any(x.rounds == 0 for x in running):
                 reason = None
+            short = self.short_of_evidence(running) if reason is ExitReason.time_budget else []
+            if short:
+                reason = None
             if reason is not None:
                 self.exit_reason = reason
                 return
-            s = min(running, key=lambda x: (x.rounds, self.states.index(x)))
+            s = min(short or running, key=lambda x: (x.rounds, self.states.index(x)))
+            elapsed = time.perf_counter() - self.t_search
             try:
-                self._round(s, st.time_budget - (time.perf_counter() - self.t_search))
+                self._round(s, st.time_budget + (st.evidence_cap_s if short else 0) - elapsed,
+                            need=st.evidence - s.examples if short else None)
             except SideDied as e:
                 s.status, s.reason = "error", str(e)
                 self.exit_reason = ExitReason.target_error
                 return
+
+    def short_of_evidence(self, running: list[PropertyState]) -> list[PropertyState]:
+        """The running boundaries below `evidence` compared examples, while the cap past the time
+        budget lasts and no finding ends the hunt (`first`); `evidence_capped` once the cap ends it."""
+        st = self.settings
+        if not st.evidence or (st.first and any(x.found for x in self.states)):
+            return []
+        short = [x for x in running if x.examples < st.evidence]
+        if short and time.perf_counter() - self.t_search >= st.time_budget + st.evidence_cap_s:
+            self.evidence_capped = True
+            return []
+        return short
 
     def cut_off(self, s: PropertyState) -> str:
         return f"cut off ({self.exit_reason.name if self.exit_reason else ''}) after {s.examples} compared example(s)"
@@ -211,7 +235,9 @@ class DiffHunter(Hunt):
         out.update({k: [v] for k, v in pins.items() if k not in out})
         return out
 
-    def _round(self, s: PropertyState, left: float) -> None:
+    def _round(self, s: PropertyState, left: float, need: int | None = None) -> None:
+        """One round of boundary `b`'s search, `left` seconds of the hunt left; `need`: the examples
+        the boundary lacks for its evidence (a round past the budget asks for no more)."""
         st, b = self.settings, s.prop.boundary
         t0 = time.perf_counter()
         before_s = time.perf_counter() - self.t_search
@@ -220,13 +246,14 @@ class DiffHunter(Hunt):
             s.exclude = self._probe_config(b)
             self._replay(s)
         n = min(st.max_examples - s.examples, FIRST_ROUND * 2 ** s.rounds)
+        quota = min(n, need) if need else n  # stops at what the evidence lacks, draws as any round (n)
         limit = max(MIN_ROUND, self.share(s, left))
         s.share_s += limit
         rnd = random.Random(f"{st.seed}:{b}:{s.rounds}") if st.seed is not None else None
         # extras-only differences wait for one on an output (search.SECONDARY_PATIENCE), never past
         # half of what is left of the example budget; a round with none on an output takes one
         patience = max(0, min(SECONDARY_PATIENCE - s.secondary_seen, (st.max_examples - s.examples) // 2))
-        search = Search(DiffJudge(self, s), n, time.monotonic() + limit, st.shrink_time, patience=patience,
+        search = Search(DiffJudge(self, s), quota, time.monotonic() + limit, st.shrink_time, patience=patience,
                         end_shrink=True)  # the finding is search.best: find's own answer is not read
         # a batch with no valid token has no training signal: what a side returns there is its convention
         # (a mutant's hunt draws them, min_valid 0: both sides are one trainer's code, so there a change
