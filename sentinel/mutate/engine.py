@@ -176,13 +176,14 @@ def _hunt(w: _Workers, m: dict[str, Any]) -> dict[str, Any]:
         w.restart("base")
     else:
         reached = (w.head.close() or {}).get("reached")
-    out = _hunted(hunter, m, died)
+    out = _hunted(hunter, m, died, evidence, f"{sh.budget:g} s budget + {cap:g} s")
     return {**out, "reached": reached}
 
 
-def _hunted(hunter: DiffHunter, m: dict[str, Any], died: list[str]) -> dict[str, Any]:
+def _hunted(hunter: DiffHunter, m: dict[str, Any], died: list[str], evidence: int, cap: str) -> dict[str, Any]:
     """The hunt's judgement of mutant `m`: killed (by its first finding, or a crash of the mutant's
-    side), or survived with the examples compared and the config choices drawn."""
+    side), or survived with the examples compared and the config choices drawn (and, for a claimed
+    mutant short of its `evidence`, why: `cap` says the hunt's limit)."""
     examples = {s.prop.boundary: s.examples for s in hunter.states}
     found = [(s.prop.boundary, f.finding) for s in hunter.states for f in s.found]
     if found:
@@ -198,7 +199,7 @@ def _hunted(hunter: DiffHunter, m: dict[str, Any], died: list[str]) -> dict[str,
            "configs": {b: hunter.choices(b) for b in m["boundaries"] if examples.get(b)}}
     short = {s.prop.boundary: s for s in hunter.states if s.examples < evidence}
     if short:  # why the claim's evidence is still missing: the cap, or a boundary that drew no more
-        why = (f"the evidence cap ({sh.budget:g} s budget + {cap:g} s) ended the hunt" if hunter.evidence_capped
+        why = (f"the evidence cap ({cap}) ended the hunt" if hunter.evidence_capped
                else "the hunt ended")
         out["reason"] = f"{why} short of the claim's {evidence} examples: " + "; ".join(
             f"{b} compared {s.examples} ({s.status}{': ' + s.reason[:200] if s.reason else ''})" for b, s in short.items())
