@@ -244,3 +244,45 @@ def test_reach_marker_fires_only_where_the_change_runs(toy_module, monkeypatch):
                 mod.clipped(*args)
         assert reach.reached() is expected, (job["source"], calls)
     assert mod.clipped(5) == 6  # the marker changes nothing the function computes
+
+
+COMPILED = '''
+import torch
+
+@torch.compile(backend="eager", fullgraph=True)
+def kl(a, b):
+    d = a - b
+    return (d * 2).sum()
+'''
+
+
+def test_reach_marker_is_no_graph_break_under_torch_compile(tmp_path, monkeypatch):
+    """slime's --compile: dynamo traces the mutant's code, marker included. The marker is a call
+    dynamo runs after its graph, not a graph break (one splits the mutant's graph, and under
+    fullgraph=True fails the mutant as if its change had)."""
+    import builtins
+    torch = pytest.importorskip("torch")
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+    from sentinel.mutate import reach
+    monkeypatch.setattr(builtins, reach.MARKER, None, raising=False)
+    monkeypatch.setattr(reach, "_flag", None)
+    monkeypatch.setattr(torch._dynamo.config, "reorderable_logging_functions", set())
+    (tmp_path / "mut_compiled_mod.py").write_text(COMPILED)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "mut_compiled_mod", raising=False)
+    import mut_compiled_mod as mod
+    torch._dynamo.reset()
+    counters.clear()
+    a, b = torch.ones(3), torch.zeros(3)
+    try:
+        assert float(mod.kl(a, b)) == 6.0
+        apply(_mutant(mod, "kl", "sign", "a + b"))
+        assert reach.reached() is False
+        assert float(mod.kl(a, b)) == 6.0 and reach.reached() is True  # b is zero: the same value, reached
+        reach._flag[0] = 0
+        assert float(mod.kl(a, -b)) == 6.0 and reach.reached() is True  # the compiled code, run again
+        assert not counters["graph_break"]
+    finally:
+        torch._dynamo.reset()
+        sys.modules.pop("mut_compiled_mod", None)
