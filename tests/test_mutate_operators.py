@@ -286,3 +286,20 @@ def test_reach_marker_is_no_graph_break_under_torch_compile(tmp_path, monkeypatc
     finally:
         torch._dynamo.reset()
         sys.modules.pop("mut_compiled_mod", None)
+
+
+def test_a_mutant_put_in_place_takes_out_the_one_before(toy_module, monkeypatch):
+    """Where the worker cannot fork (CUDA initialised at load) every mutant is put in place in
+    the worker itself: the one before must not stay, running in the next one's jobs and firing
+    the next one's reach marker (a survivor read as reached, a missing check, when it is not)."""
+    import builtins
+    from sentinel.mutate import reach
+    monkeypatch.setattr(builtins, reach.MARKER, None, raising=False)
+    monkeypatch.setattr(reach, "_flag", None)
+    mod, _ = toy_module
+    apply(_mutant(mod, "helper", "sign", "x - 1"))
+    assert mod.helper(5) == 4 and reach.reached() is True
+    apply(_mutant(mod, "clipped", "compare", "clip >= 0"))  # its change: the elif test, not run below
+    assert mod.helper(5) == 6 and mod.twice(5) == 12 and mod.clipped(5) == 4
+    assert reach.reached() is False
+    assert mod.clipped(5, -1) == 5 and reach.reached() is True

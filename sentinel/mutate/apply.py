@@ -22,6 +22,7 @@ from typing import Any, Callable
 from . import reach
 
 _SWAPS: dict[str, Callable] = {}  # function name -> what its swap mutant calls (this forked child only)
+_PLACED: dict[types.FunctionType, types.CodeType] = {}  # a function with a mutant in place here -> its own code
 
 
 def _lookup(name: str) -> Any:
@@ -162,9 +163,15 @@ def _swap(fn: types.FunctionType, name: str, replacement: str) -> None:
 
 def apply(mutant: dict[str, Any]) -> None:
     """Put the mutant in place of its function, in this process (a forked child), its reach
-    marker armed (`reach`)."""
+    marker armed (`reach`). One an earlier call put in place here is taken out first: where the
+    worker cannot fork (CUDA initialised at load) every mutant runs in the worker itself, and the
+    one before would run in this one's jobs and fire its marker."""
+    for f, code in _PLACED.items():
+        f.__code__ = code
+    _PLACED.clear()
     fn = resolve(mutant["function"])
     reach.arm()
     if mutant.get("swap"):
         _swap(fn, mutant["function"], mutant["swap"])
+    _PLACED[fn] = fn.__code__
     fn.__code__ = compiled(fn, mutant["source"], int(mutant.get("line", 1)))
