@@ -303,3 +303,21 @@ def test_a_mutant_put_in_place_takes_out_the_one_before(toy_module, monkeypatch)
     assert mod.helper(5) == 6 and mod.twice(5) == 12 and mod.clipped(5) == 4
     assert reach.reached() is False
     assert mod.clipped(5, -1) == 5 and reach.reached() is True
+
+
+@pytest.mark.parametrize("future", ["", "from __future__ import annotations\n"])
+def test_a_mutant_compiles_under_its_modules_future_imports(future, tmp_path, monkeypatch):
+    """A mutant is compiled under its module's `from __future__` imports, not apply.py's: a
+    nested def's annotations stay what the unmutated function makes (objects, or strings)."""
+    (tmp_path / "mut_future_mod.py").write_text(
+        future + "def outer(x):\n    def inner(y: int) -> int:\n        return y\n    z = x - 1\n"
+                 "    return inner.__annotations__, z\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "mut_future_mod", raising=False)
+    import mut_future_mod as mod
+    try:
+        before, _ = mod.outer(5)
+        apply(_mutant(mod, "outer", "sign", "x + 1"))
+        assert mod.outer(5) == (before, 6)
+    finally:
+        sys.modules.pop("mut_future_mod", None)

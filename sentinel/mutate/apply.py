@@ -10,9 +10,12 @@ dies with it, so one warm worker serves every mutant.
 
 from __future__ import annotations
 
+import __future__
 import ast
+import functools
 import importlib
 import inspect
+import operator
 import sys
 import textwrap
 import types
@@ -23,6 +26,7 @@ from . import reach
 
 _SWAPS: dict[str, Callable] = {}  # function name -> what its swap mutant calls (this forked child only)
 _PLACED: dict[types.FunctionType, types.CodeType] = {}  # a function with a mutant in place here -> its own code
+_FUTURES = functools.reduce(operator.or_, (getattr(__future__, f).compiler_flag for f in __future__.all_feature_names))
 
 
 def _lookup(name: str) -> Any:
@@ -134,7 +138,9 @@ def compiled(fn: types.FunctionType, source: str, line: int) -> types.CodeType:
     ast.fix_missing_locations(module)
     ast.increment_lineno(module, line - 1)
     scope: dict[str, Any] = {}
-    exec(compile(module, fn.__code__.co_filename, "exec"), scope)  # noqa: S102 - the mutant, by design
+    # under its module's `from __future__` imports, not this file's (a nested def's annotations)
+    code = compile(module, fn.__code__.co_filename, "exec", flags=fn.__code__.co_flags & _FUTURES, dont_inherit=True)
+    exec(code, scope)  # noqa: S102 - the mutant, by design
     new = scope["__sentinel_mutant__"]()
     if isinstance(new, (staticmethod, classmethod)):
         new = new.__func__
