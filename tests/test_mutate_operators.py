@@ -244,3 +244,80 @@ def test_reach_marker_fires_only_where_the_change_runs(toy_module, monkeypatch):
                 mod.clipped(*args)
         assert reach.reached() is expected, (job["source"], calls)
     assert mod.clipped(5) == 6  # the marker changes nothing the function computes
+
+
+COMPILED = '''
+import torch
+
+@torch.compile(backend="eager", fullgraph=True)
+def kl(a, b):
+    d = a - b
+    return (d * 2).sum()
+'''
+
+
+def test_reach_marker_is_no_graph_break_under_torch_compile(tmp_path, monkeypatch):
+    """slime's --compile: dynamo traces the mutant's code, marker included. The marker is a call
+    dynamo runs after its graph, not a graph break (one splits the mutant's graph, and under
+    fullgraph=True fails the mutant as if its change had)."""
+    import builtins
+    torch = pytest.importorskip("torch")
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+    from sentinel.mutate import reach
+    monkeypatch.setattr(builtins, reach.MARKER, None, raising=False)
+    monkeypatch.setattr(reach, "_flag", None)
+    monkeypatch.setattr(torch._dynamo.config, "reorderable_logging_functions", set())
+    (tmp_path / "mut_compiled_mod.py").write_text(COMPILED)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "mut_compiled_mod", raising=False)
+    import mut_compiled_mod as mod
+    torch._dynamo.reset()
+    counters.clear()
+    a, b = torch.ones(3), torch.ones(3)
+    try:
+        assert float(mod.kl(a, b)) == 0.0
+        apply(_mutant(mod, "kl", "sign", "a + b"))
+        assert reach.reached() is False
+        assert float(mod.kl(a, b)) == 12.0 and reach.reached() is True  # the mutant compiled, its marker ran
+        reach._flag[0] = 0
+        assert float(mod.kl(a, 2 * b)) == 18.0 and reach.reached() is True  # the compiled code, run again
+        assert not counters["graph_break"]
+    finally:
+        torch._dynamo.reset()
+        sys.modules.pop("mut_compiled_mod", None)
+
+
+def test_a_mutant_put_in_place_takes_out_the_one_before(toy_module, monkeypatch):
+    """Where the worker cannot fork (CUDA initialised at load) every mutant is put in place in
+    the worker itself: the one before must not stay, running in the next one's jobs and firing
+    the next one's reach marker (a survivor read as reached, a missing check, when it is not)."""
+    import builtins
+    from sentinel.mutate import reach
+    monkeypatch.setattr(builtins, reach.MARKER, None, raising=False)
+    monkeypatch.setattr(reach, "_flag", None)
+    mod, _ = toy_module
+    apply(_mutant(mod, "helper", "sign", "x - 1"))
+    assert mod.helper(5) == 4 and reach.reached() is True
+    apply(_mutant(mod, "clipped", "compare", "clip >= 0"))  # its change: the elif test, not run below
+    assert mod.helper(5) == 6 and mod.twice(5) == 12 and mod.clipped(5) == 4
+    assert reach.reached() is False
+    assert mod.clipped(5, -1) == 5 and reach.reached() is True
+
+
+@pytest.mark.parametrize("future", ["", "from __future__ import annotations\n"])
+def test_a_mutant_compiles_under_its_modules_future_imports(future, tmp_path, monkeypatch):
+    """A mutant is compiled under its module's `from __future__` imports, not apply.py's: a
+    nested def's annotations stay what the unmutated function makes (objects, or strings)."""
+    (tmp_path / "mut_future_mod.py").write_text(
+        future + "def outer(x):\n    def inner(y: int) -> int:\n        return y\n    z = x - 1\n"
+                 "    return inner.__annotations__, z\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "mut_future_mod", raising=False)
+    import mut_future_mod as mod
+    try:
+        before, _ = mod.outer(5)
+        apply(_mutant(mod, "outer", "sign", "x + 1"))
+        assert mod.outer(5) == (before, 6)
+    finally:
+        sys.modules.pop("mut_future_mod", None)

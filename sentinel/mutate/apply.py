@@ -10,9 +10,12 @@ dies with it, so one warm worker serves every mutant.
 
 from __future__ import annotations
 
+import __future__
 import ast
+import functools
 import importlib
 import inspect
+import operator
 import sys
 import textwrap
 import types
@@ -22,6 +25,8 @@ from typing import Any, Callable
 from . import reach
 
 _SWAPS: dict[str, Callable] = {}  # function name -> what its swap mutant calls (this forked child only)
+_PLACED: dict[types.FunctionType, types.CodeType] = {}  # a function with a mutant in place here -> its own code
+_FUTURES = functools.reduce(operator.or_, (getattr(__future__, f).compiler_flag for f in __future__.all_feature_names))
 
 
 def _lookup(name: str) -> Any:
@@ -133,7 +138,9 @@ def compiled(fn: types.FunctionType, source: str, line: int) -> types.CodeType:
     ast.fix_missing_locations(module)
     ast.increment_lineno(module, line - 1)
     scope: dict[str, Any] = {}
-    exec(compile(module, fn.__code__.co_filename, "exec"), scope)  # noqa: S102 - the mutant, by design
+    # under its module's `from __future__` imports, not this file's (a nested def's annotations)
+    code = compile(module, fn.__code__.co_filename, "exec", flags=fn.__code__.co_flags & _FUTURES, dont_inherit=True)
+    exec(code, scope)  # noqa: S102 - the mutant, by design
     new = scope["__sentinel_mutant__"]()
     if isinstance(new, (staticmethod, classmethod)):
         new = new.__func__
@@ -162,9 +169,15 @@ def _swap(fn: types.FunctionType, name: str, replacement: str) -> None:
 
 def apply(mutant: dict[str, Any]) -> None:
     """Put the mutant in place of its function, in this process (a forked child), its reach
-    marker armed (`reach`)."""
+    marker armed (`reach`). One an earlier call put in place here is taken out first: where the
+    worker cannot fork (CUDA initialised at load) every mutant runs in the worker itself, and the
+    one before would run in this one's jobs and fire its marker."""
+    for f, code in _PLACED.items():
+        f.__code__ = code
+    _PLACED.clear()
     fn = resolve(mutant["function"])
     reach.arm()
     if mutant.get("swap"):
         _swap(fn, mutant["function"], mutant["swap"])
+    _PLACED[fn] = fn.__code__
     fn.__code__ = compiled(fn, mutant["source"], int(mutant.get("line", 1)))

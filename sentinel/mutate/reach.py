@@ -1,18 +1,22 @@
 """Whether a mutant's change was reached: a marker the mutant's compiled source calls before the
-statement that holds its change (`mutants.marked`), recorded in the forked child that runs it.
+statement that holds its change (`mutants._mark`), recorded in the forked child that runs it.
 
 A survivor whose change never ran is reach work (an option pinned, an input never drawn, a
 branch that needs several processes); one whose change ran and was not told apart is a
 missing check. The marker is a call of a builtin name (`MARKER`) that `arm` binds in the
 mutant's child only: the mutant's code keeps its module's globals, and a name no module
 defines falls through to builtins. It sets a byte of an anonymous shared mapping, so a
-process the child forks that runs the change counts too (never an under-count).
+process the child forks that runs the change counts too (never an under-count). Under
+torch.compile the marker is a call dynamo defers past its graph (a logging function), not a
+graph break: a break would split the mutant's graph apart from the unmutated one's, and under
+`fullgraph=True` fail it.
 """
 
 from __future__ import annotations
 
 import builtins
 import mmap
+import sys
 
 MARKER = "__sentinel_reached__"
 _flag: mmap.mmap | None = None
@@ -27,6 +31,9 @@ def arm() -> None:
     global _flag
     _flag = mmap.mmap(-1, 1)  # MAP_SHARED | MAP_ANONYMOUS: seen by the processes this child forks
     setattr(builtins, MARKER, _hit)
+    dynamo = sys.modules.get("torch._dynamo.config")  # imported at load by a target that compiles
+    if dynamo is not None and hasattr(dynamo, "reorderable_logging_functions"):
+        dynamo.reorderable_logging_functions.add(_hit)
 
 
 def reached() -> bool | None:
