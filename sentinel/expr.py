@@ -285,7 +285,8 @@ def evaluate(source: str, namespace: dict[str, Any], time_limit: float = TIME_LI
     if unknown := read - namespace.keys():
         raise UnknownName(sorted(unknown), "not produced by this run")
     ev = _Evaluator(source, {name: _read_only(value) for name, value in namespace.items()})
-    with _deadline(time_limit) as ev.deadline:
+    # numpy's warnings off once for the whole walk: a per-node errstate cost more than most nodes
+    with _deadline(time_limit) as ev.deadline, np.errstate(all="ignore"):
         value = ev.eval(tree.body)
         ev.size(value, tree.body)
         try:
@@ -395,7 +396,7 @@ class _Evaluator:
     def eval(self, node: ast.AST) -> Any:
         self.deadline()
         try:
-            value = getattr(self, "_" + type(node).__name__)(node)
+            value = _NODES[type(node)](self, node)
         except ExprError:
             raise
         except Exception as e:  # noqa: BLE001 - numpy and arithmetic errors name the node that raised them
@@ -427,8 +428,7 @@ class _Evaluator:
         elif isinstance(node.op, ast.Mult) and isinstance(a, int) and isinstance(b, int) \
                 and a.bit_length() + b.bit_length() > MAX_INT_BITS:
             raise self.limit(f"an integer of more than {MAX_INT_BITS} bits", node)
-        with np.errstate(all="ignore"):
-            return _BINOPS[type(node.op)](a, b)
+        return _BINOPS[type(node.op)](a, b)
 
     def _check_pow(self, base: Any, exp: Any, node: ast.BinOp) -> None:
         if isinstance(exp, (int, np.integer)):
@@ -443,8 +443,7 @@ class _Evaluator:
 
     def _UnaryOp(self, node: ast.UnaryOp) -> Any:
         a = self.array(self.eval(node.operand), node.operand)
-        with np.errstate(all="ignore"):
-            return _UNARY[type(node.op)](a)
+        return _UNARY[type(node.op)](a)
 
     def _BoolOp(self, node: ast.BoolOp) -> Any:
         values = [self.array(self.eval(v), v) for v in node.values]
@@ -461,8 +460,7 @@ class _Evaluator:
         for op, right_node in zip(node.ops, node.comparators):
             right = self.array(self.eval(right_node), right_node)
             self.broadcast(node, left, right, *(() if out is None else (out,)))
-            with np.errstate(all="ignore"):
-                r = _COMPARE[type(op)](left, right)
+            r = _COMPARE[type(op)](left, right)
             out = r if out is None else np.logical_and(out, r)
             left = right
         return out
@@ -525,12 +523,16 @@ class _Evaluator:
             receiver = np.asarray(self.array(self.eval(func.value), func.value))
             if func.attr in _ELEMENTWISE:  # x.clip(lo, hi) has the broadcast shape of x, lo and hi
                 self.broadcast(node, receiver, *(self.array(a, node) for a in args))
-            with np.errstate(all="ignore"):
-                return getattr(receiver, func.attr)(*args, **kwargs)
+            return getattr(receiver, func.attr)(*args, **kwargs)
         name = func.id if isinstance(func, ast.Name) else func.attr
         if name in _ELEMENTWISE:
             self.broadcast(node, *(self.array(a, node) for a in args))
         elif (n := sum(_count(a) for a in args)) > MAX_ELEMENTS:
             raise self.limit(f"{name} over {n} elements (the limit is {MAX_ELEMENTS})", node)
-        with np.errstate(all="ignore"):
-            return FUNCTIONS[name](*args, **kwargs)
+        return FUNCTIONS[name](*args, **kwargs)
+
+
+# each node type's method, looked up once (a per-node getattr by name cost as much as a small node)
+_NODES: dict[type, Callable[[_Evaluator, Any], Any]] = {
+    getattr(ast, name[1:]): fn for name, fn in vars(_Evaluator).items()
+    if name[1:2].isupper() and name.startswith("_") and isinstance(getattr(ast, name[1:], None), type)}

@@ -71,3 +71,18 @@ def test_a_finding_ends_the_evidence_rounds():
     h._round = round_
     h.rounds()
     assert h.states[0].rounds == 3 and not h.evidence_capped
+
+
+def test_a_mutant_that_does_not_compile_is_served_from_the_cache(tmp_path):
+    """An `error` record for a mutant that does not compile says its reach (None: nothing ran), so
+    the cache, which judges again any record made before reach was measured, serves it: it was
+    judged again on every run (and could start a worker for nothing)."""
+    from sentinel.mutate import engine
+    from sentinel.mutate.cache import Cache
+    m = {"compile_error": "SyntaxError: invalid syntax", "function_hash": "h", "function": "f", "operator": "swap-args",
+         "key": "k"}
+    record = engine._judge(None, m, [])  # no worker: a mutant that does not compile never reaches one
+    assert record["verdict"] == "error" and record["reached"] is None
+    cache = Cache(tmp_path, "toy", "toy", "c0", "cat", 2.0, 0)
+    cache.put(m, record)
+    assert cache.get(m) == record

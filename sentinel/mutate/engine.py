@@ -208,7 +208,8 @@ def _hunted(hunter: DiffHunter, m: dict[str, Any], died: list[str], evidence: in
 
 def _judge(w: _Workers, m: dict[str, Any], planned: list) -> dict[str, Any]:
     if m.get("compile_error"):
-        return {"verdict": "error", "reason": f"does not compile: {m['compile_error']}"}
+        # reach None (nothing ran): the cache serves a record that says whether reach was measured
+        return {"verdict": "error", "reason": f"does not compile: {m['compile_error']}", "reached": None}
     out, ran, reached = _catalog(w, m, planned)
     if out is None and w.shard.budget > 0:
         out = _hunt(w, m)

@@ -154,7 +154,9 @@ def _mark(node: ast.AST, anc: list[tuple[ast.AST, str]], splice: Any) -> None:
     marker sits in the branch that evaluates it, and a header is evaluated whenever its statement
     is reached); over the mark (reached, maybe not evaluated) for a change inside a lambda, a
     comprehension, a short-circuit operand or a conditional expression, and an `except` clause's
-    type: those share their enclosing statement's marker. Never under it."""
+    type: those share their enclosing statement's marker; over it too where an earlier part of the
+    statement raises before the changed part is evaluated (`d[0] + (x - 1)` with `d` empty). Never
+    under it."""
     a = len(anc) if isinstance(node, ast.stmt) else max(i for i, (n, _) in enumerate(anc) if isinstance(n, ast.stmt))
     stmt = node if a == len(anc) else anc[a][0]
     parent, name = anc[a - 1]
