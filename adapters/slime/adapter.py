@@ -66,7 +66,7 @@ class SlimeAdapter(EntryLoss, Surfaces, TrainerAdapter):
     package, marker, extra, light = "slime", PPO_UTILS, EXTRA, LIGHT
     lookup_modules = (PPO_UTILS, LOSS, CP_UTILS)
     description = ("THUDM/slime: ppo_utils / megatron_utils.loss / cp_utils called on one process "
-                   "(context parallel size 1) with per-sample response tensors.")
+                   "(context parallel size 1; loss_agg's reducer on 1, 2 or 4 ranks in turn) with per-sample response tensors.")
     loss_path_files = ("slime/utils/ppo_utils.py", "slime/backends/megatron_utils/loss.py",
                        "slime/backends/megatron_utils/cp_utils.py", "slime/ray/rollout.py")
     deviations = DEVIATIONS  # where slime departs from the reference math on purpose
@@ -299,12 +299,14 @@ class SlimeAdapter(EntryLoss, Surfaces, TrainerAdapter):
             return "kl"
         return kl_type
 
-    @implements("loss_agg", calls=(f"{CP_UTILS}:get_sum_of_sample_mean",), steps=(loss_function_scale, cp_all_reduce))
+    @implements("loss_agg", calls=(f"{CP_UTILS}:get_sum_of_sample_mean", f"{CP_UTILS}:get_logits_and_tokens_offset_with_cp"),
+                steps=(loss_function_scale, cp_all_reduce))
     def b_loss_agg(self, inputs, config):
         """get_sum_of_sample_mean, scaled as loss_function / Megatron do for one micro-batch (the
         declared `loss_function_scale`: loss_function's custom_loss would import the adapter by its
         module path, which an exported validate.py cannot); with a drawn context-parallel size,
-        on each rank's zigzag share in turn, after a prompt of the drawn length (`context_parallel`)."""
+        on each rank's zigzag share in turn, after a prompt of the drawn length (`context_parallel`):
+        slime then cuts each loss mask by get_logits_and_tokens_offset_with_cp."""
         mask = inputs["loss_mask"].to(self.device)
         vals = self._tok(inputs, "values", mask)
         masks = self._masks(mask)
