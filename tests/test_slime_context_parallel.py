@@ -1,8 +1,10 @@
 """slime's loss reducer under context parallelism, every rank played in turn on one process.
 
 The layout the adapter cuts each sample by (adapters/slime/context_parallel.py) is checked here
-on its own; with SENTINEL_SLIME_REPO set, the catalog's context-parallel scenarios hold on that
-checkout and fail on a clone whose second-chunk mask offset is planted one token off.
+on its own; with SENTINEL_SLIME_REPO set, two scenarios (the ranks' sum is the one-rank loss) hold
+on that checkout and fail on a clone whose second-chunk mask offset is planted one token off. They
+live here, not in the catalog: a trainer option in a scenario's config is slime's alone, and the
+reference must support every catalog scenario (`sentinel gate`).
 """
 
 from __future__ import annotations
@@ -18,7 +20,31 @@ import pytest
 from sentinel_adapters.slime.context_parallel import zigzag_indices
 
 SLIME = os.environ.get("SENTINEL_SLIME_REPO")
-SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios" / "loss_agg" / "context-parallel.yaml"
+SCENARIOS = """
+id: loss-agg-context-parallel-seq-mean
+title: the context-parallel ranks' per-sample means add up to the one-rank loss
+boundary: loss_agg
+targets: [slime]
+config: {mode: seq-mean-token-mean, "trainer:context_parallel_size": 2}
+inputs:
+  values:    [[1.0, 2.0, 3.0, 4.0, 5.0], [0.5, -1.0, 2.0, 9.0, 9.0], [3.0, 0.0, 1.0, -2.0, 4.0]]
+  loss_mask: [[1, 1, 1, 1, 1], [1, 0, 1, 0, 1], [0, 1, 0, 1, 1]]
+invariants:
+  - close: {output: loss, expected: 2.5}                # (3 + 11.5 / 3 + 2 / 3) / 3
+  - batching_invariant: {against: [{"trainer:context_parallel_size": 1}]}
+---
+id: loss-agg-context-parallel-token-mean
+title: four ranks after a five-token prompt (whole chunks of prompt) sum to the one-rank token mean
+boundary: loss_agg
+targets: [slime]
+config: {mode: token-mean, "trainer:context_parallel_size": 4, "trainer:prompt_length": 5}
+inputs:
+  values:    [[1.0, 2.0, 3.0, 4.0, 5.0], [0.5, -1.0, 2.0, 9.0, 9.0], [3.0, 0.0, 1.0, -2.0, 4.0]]
+  loss_mask: [[1, 1, 1, 1, 1], [1, 1, 1, 0, 0], [0, 1, 0, 1, 1]]
+invariants:
+  - close: {output: loss, expected: 1.6818182}          # (15 + 1.5 + 2) / 11
+  - batching_invariant: {against: [{"trainer:context_parallel_size": 1}, {"trainer:context_parallel_size": 2}]}
+"""
 CP_UTILS = Path("slime") / "backends" / "megatron_utils" / "cp_utils.py"
 RIGHT = "loss_mask_1 = loss_mask[tokens_offset[1][0] - prompt_length : tokens_offset[1][1] - prompt_length]"
 PLANT = "loss_mask_1 = loss_mask[tokens_offset[1][0] - prompt_length - 1 : tokens_offset[1][1] - prompt_length - 1]"
@@ -44,7 +70,9 @@ def test_zigzag_follows_the_load_balanced_rule():
 
 
 def _run(repo: Path | str, cwd: Path) -> dict[str, str]:
-    p = subprocess.run([sys.executable, "-m", "sentinel.cli", "run", str(SCENARIOS), "--target", "slime",
+    scenarios = cwd / "context-parallel.yaml"
+    scenarios.write_text(SCENARIOS)
+    p = subprocess.run([sys.executable, "-m", "sentinel.cli", "run", str(scenarios), "--target", "slime",
                         "--repo", str(repo), "-o", "-", "--json"], capture_output=True, text=True, cwd=cwd, timeout=600)
     assert p.stdout, p.stderr[-4000:]
     return {r["id"]: r["verdict"] for r in json.loads(p.stdout)["results"]}
