@@ -3,7 +3,8 @@
 Modules: ``adapter`` (`SlimeAdapter`: loading and the boundaries, each marked with the slime
 functions it calls), ``entry`` (the reduced loss through slime's Megatron loss entry),
 ``conventions`` (slime's module names, ``args`` defaults, estimator names), ``megatron``
-(the one-rank Megatron shim).
+(the one-rank Megatron shim), ``context_parallel`` (the reducer's context-parallel ranks played
+in turn on one process).
 
 Where the code lives in slime (paths relative to a checkout):
 - ``slime/utils/ppo_utils.py``: compute_approx_kl, compute_opsm_mask, compute_gspo_kl,
@@ -27,7 +28,10 @@ Conventions translated here:
   with mask 0 is a Sample with ``remove_sample`` set;
 - one process, context-parallel size 1 (``megatron.core.mpu`` is a functional shim), one
   micro-batch, data-parallel size 1, step_global_batch_size = B, one sample per rollout
-  (``rollout_mask_sums`` = each sample's own mask total);
+  (``rollout_mask_sums`` = each sample's own mask total); except ``loss_agg``, which draws a
+  context-parallel size (1, 2, 4) and a prompt length: the shim answers each rank in turn, slime's
+  reducer gets that rank's zigzag share of every sample, the ranks' results are summed
+  (``context_parallel``);
 - an ``argparse.Namespace`` ``args`` carrying slime's option names with slime's defaults; a
   read of an option this adapter does not set fails loudly (signature drift).
 

@@ -25,9 +25,11 @@ from sentinel.adapters.spying import spy
 from sentinel.adapters.trainer import TrainerAdapter, straight_through
 from sentinel.errors import Unsupported
 
+from .context_parallel import cp_all_reduce
 from .conventions import (
     BARE_PACKAGES,
     BOUNDARY_MODULES,
+    CP_SIZE,
     CP_UTILS,
     ESTIMATORS,
     EXTRA,
@@ -38,6 +40,7 @@ from .conventions import (
     PPO_UTILS,
     OPTION_DOMAINS,
     PINNED,
+    PROMPT_LENGTH,
     REUSE,
     ROLLOUT,
     UNREACHABLE,
@@ -63,7 +66,7 @@ class SlimeAdapter(EntryLoss, Surfaces, TrainerAdapter):
     package, marker, extra, light = "slime", PPO_UTILS, EXTRA, LIGHT
     lookup_modules = (PPO_UTILS, LOSS, CP_UTILS)
     description = ("THUDM/slime: ppo_utils / megatron_utils.loss / cp_utils called on one process "
-                   "(context parallel size 1) with per-sample response tensors.")
+                   "(context parallel size 1; loss_agg's reducer on 1, 2 or 4 ranks in turn) with per-sample response tensors.")
     loss_path_files = ("slime/utils/ppo_utils.py", "slime/backends/megatron_utils/loss.py",
                        "slime/backends/megatron_utils/cp_utils.py", "slime/ray/rollout.py")
     deviations = DEVIATIONS  # where slime departs from the reference math on purpose
@@ -152,11 +155,11 @@ class SlimeAdapter(EntryLoss, Surfaces, TrainerAdapter):
         return [m.to(torch.int32) for m in mask]
 
     @staticmethod
-    def _lengths(mask: torch.Tensor, parts: list[torch.Tensor]) -> tuple[list[int], list[int]]:
+    def _lengths(mask: torch.Tensor, parts: list[torch.Tensor], prompt: int = 1) -> tuple[list[int], list[int]]:
         """(response_lengths, total_lengths): the whole row is the response, after a one-token
-        prompt (the prompt the loss entry builds; canonical inputs carry none)."""
+        prompt (the prompt the loss entry builds; canonical inputs carry none) or `prompt` tokens."""
         response = [int(p.numel()) for p in parts]
-        return response, [n + 1 for n in response]
+        return response, [n + prompt for n in response]
 
     @staticmethod
     def _back(cat: torch.Tensor, lengths: list[int], mask: torch.Tensor) -> torch.Tensor:
@@ -296,17 +299,21 @@ class SlimeAdapter(EntryLoss, Surfaces, TrainerAdapter):
             return "kl"
         return kl_type
 
-    @implements("loss_agg", calls=(f"{CP_UTILS}:get_sum_of_sample_mean",), steps=(loss_function_scale,))
+    @implements("loss_agg", calls=(f"{CP_UTILS}:get_sum_of_sample_mean", f"{CP_UTILS}:get_logits_and_tokens_offset_with_cp"),
+                steps=(loss_function_scale, cp_all_reduce))
     def b_loss_agg(self, inputs, config):
         """get_sum_of_sample_mean, scaled as loss_function / Megatron do for one micro-batch (the
         declared `loss_function_scale`: loss_function's custom_loss would import the adapter by its
-        module path, which an exported validate.py cannot)."""
+        module path, which an exported validate.py cannot); with a drawn context-parallel size,
+        on each rank's zigzag share in turn, after a prompt of the drawn length (`context_parallel`):
+        slime then cuts each loss mask by get_logits_and_tokens_offset_with_cp."""
         mask = inputs["loss_mask"].to(self.device)
         vals = self._tok(inputs, "values", mask)
         masks = self._masks(mask)
-        lengths, totals = self._lengths(mask, vals)
+        drawn = trainer_options(config)
+        lengths, totals = self._lengths(mask, vals, drawn[PROMPT_LENGTH])
         x = torch.cat(vals) if vals else torch.zeros(0, device=self.device)
-        loss = self._reduce("loss_agg", x, masks, lengths, totals, config["mode"])
+        loss = self._reduce("loss_agg", x, masks, lengths, totals, config["mode"], cp_size=drawn[CP_SIZE])
         fn = self._fn("get_sum_of_sample_mean", CP_UTILS, boundary="loss_agg")
         return BoundaryResult({"loss": loss}, self._after(inputs, {"values": vals}, mask), self._ref(fn))
 

@@ -107,6 +107,12 @@ ADVANTAGE_OPTIONS: dict[str, tuple[Any, ...]] = {
 # option: the adapter hands the loss entry that batch (EntryLoss._entry_loss) and the per-token loss
 # the same old policy.
 REUSE = "trainer:can_reuse_log_probs_in_loss"
+# The context-parallel size the loss reducer runs under (adapters/slime/context_parallel.py: each
+# rank played in turn on one process), and the prompt length before each response, which under
+# context parallelism moves where the response falls in the ranks' chunks (a prompt chunk holds no
+# response token). Neither is an args option slime's reducer reads: it asks megatron.core.mpu, and
+# takes the prompt from total_lengths - response_lengths.
+CP_SIZE, PROMPT_LENGTH = "context_parallel_size", "prompt_length"
 OPTION_DOMAINS = {
     # get_log_probs_and_entropy's with_entropy: True in the loss pass (policy_loss_function), False in
     # the actor's forward-only log-prob pass without --use-rollout-entropy (model.forward_only)
@@ -114,6 +120,7 @@ OPTION_DOMAINS = {
                  # the rollout's top-p: its nucleus replayed on the log-probs (Surfaces._nucleus)
                  "trainer:rollout_top_p": (1.0, 0.9, 0.5)},
     "advantages": ADVANTAGE_OPTIONS,
+    "loss_agg": {f"trainer:{CP_SIZE}": (1, 2, 4), f"trainer:{PROMPT_LENGTH}": (1, 5)},
     "policy_loss": {**LOSS_OPTIONS, REUSE: (False, True)},
     "cispo_loss": LOSS_OPTIONS,
     "is_correction": {k: v for k, v in LOSS_OPTIONS.items() if k not in _NOT_UNDER_TIS},
@@ -178,8 +185,6 @@ _GUARD = "raises on an estimator name the adapter never passes (it maps the cano
 # rollout/_fanout_test_helpers' group normaliser, so that branch stays reachable, uncovered until one is drawn)
 _PLUGIN = "a user's plug-in (a module path slime imports; slime ships none), pinned at None"
 UNREACHABLE = {
-    f"{CP_UTILS}:get_sum_of_sample_mean": {"if cp_size == 1 -> cp_chunk_lengths": _CP,
-                                           "for total_length, response_length, loss_mask in zip(": _CP},
     f"{LOSS}:compute_advantages_and_returns": {
         "if not mpu.is_pipeline_last_stage() -> return": _PP, "if cp_rank == 0 -> rewards.append": _CP,
         "if cp_size == 1 -> mask_chunks = []": _CP, "for i in range(len(advantages))": _CP,

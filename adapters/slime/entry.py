@@ -28,6 +28,7 @@ from sentinel.adapters.options import trainer_options
 from sentinel.adapters.spying import composes
 from sentinel.errors import Unsupported
 
+from .context_parallel import as_rank, cp_all_reduce, zigzag_indices
 from .conventions import CP_UTILS, LOSS, LOSS_AGG, PPO_UTILS, REUSE, slime_args
 
 
@@ -114,14 +115,17 @@ class EntryLoss:
     """slime's loss reduction and loss entry, for the loss boundaries of `SlimeAdapter`."""
 
     def _reduce(self, boundary: str, x: torch.Tensor, masks: list[torch.Tensor], lengths: list[int],
-                totals: list[int], mode: str, reducer_masks: list[torch.Tensor] | None = None) -> torch.Tensor:
-        """slime's loss reduction for one micro-batch on one rank.
+                totals: list[int], mode: str, reducer_masks: list[torch.Tensor] | None = None,
+                cp_size: int = 1) -> torch.Tensor:
+        """slime's loss reduction for one micro-batch.
 
         get_sum_of_sample_mean gives a sum over samples of a per-sample mean (or, with
         calculate_per_token_loss, a token sum); loss_function then divides by the step's
         sample count (one micro-batch, DP = 1) or Megatron divides by num_tokens =
         sum_i max(loss_mask_i.sum(), 1). `reducer_masks` are the masks a TIS / rejection
-        function returned; denominators stay the original ones (policy_loss_function)."""
+        function returned; denominators stay the original ones (policy_loss_function).
+        `cp_size` > 1: each context-parallel rank in turn gets its zigzag share of `x`
+        (`context_parallel`), the ranks' results summed as the group's all-reduce does."""
         if mode not in LOSS_AGG:
             raise Unsupported(f"slime has no loss aggregation {mode!r} (it offers per-sample mean "
                               f"[seq-mean-token-mean] and --calculate-per-token-loss [token-mean])")
@@ -130,15 +134,28 @@ class EntryLoss:
         use = reducer_masks if reducer_masks is not None else masks
         given: dict[str, Any] = {"total_lengths": totals, "response_lengths": lengths, "loss_masks": use,
                                  "calculate_per_token_loss": per_token}
-        if "xs" in parameters(fn):  # slime before 2025-07: the per-sample tensors (read only under CP > 1)
-            given["xs"] = list(x.split(lengths, dim=0))
-        kw = bind(fn, boundary, given)
-        if reducer_masks is not None and "sample_denoms" in parameters(fn):
-            kw["sample_denoms"] = [m.sum() for m in masks]
-        total = fn(**kw)(x)
-        if not isinstance(total, torch.Tensor):  # sum([]) of an empty batch
-            total = torch.as_tensor(float(total), device=self.device)
-        return loss_function_scale(total, masks, per_token)
+
+        def on_rank(local: list[torch.Tensor], flat: torch.Tensor) -> torch.Tensor:
+            if "xs" in parameters(fn):  # slime before 2025-07: this rank's per-sample tensors (read under CP > 1)
+                given["xs"] = local
+            kw = bind(fn, boundary, given)
+            if reducer_masks is not None and "sample_denoms" in parameters(fn):
+                kw["sample_denoms"] = [m.sum() for m in masks]
+            total = fn(**kw)(flat)
+            if not isinstance(total, torch.Tensor):  # sum([]) of an empty batch
+                total = torch.as_tensor(float(total), device=self.device)
+            return total
+
+        parts = list(x.split(lengths, dim=0)) if lengths else []
+        if cp_size == 1:
+            return loss_function_scale(on_rank(parts, x), masks, per_token)
+        partials = []
+        for rank in range(cp_size):
+            local = [p[torch.as_tensor(zigzag_indices(t, n, cp_size, rank), dtype=torch.long, device=p.device)]
+                     for p, t, n in zip(parts, totals, lengths)]
+            with as_rank(rank, cp_size):
+                partials.append(on_rank(local, torch.cat(local) if local else x))
+        return loss_function_scale(cp_all_reduce(partials), masks, per_token)
 
     def _entry_loss(self, boundary: str, config: dict[str, Any], flat: torch.Tensor, lengths: list[int],
                     totals: list[int], old: list[torch.Tensor], adv: list[torch.Tensor], masks: list[torch.Tensor],
