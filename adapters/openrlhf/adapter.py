@@ -208,6 +208,8 @@ class OpenRLHFAdapter(TrainerAdapter):
         observed = extras(out, watch)  # the loss and the metrics forward returns beside it (clip ratio, ppo_kl, ...)
         loss = out[0] if isinstance(out, tuple) else out
         if not reduced:
+            if reducer == "aggregate_loss":  # the version has it: a forward that skips it is changed code, not absent
+                raise RuntimeError("PolicyLoss.forward did not call aggregate_loss (its loss is unreduced)")
             raise Unsupported(f"PolicyLoss.forward did not call {reducer} at this OpenRLHF version")
         args = reduced[0][0]
         token = args.get("loss", args.get("tensor"))
