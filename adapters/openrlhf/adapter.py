@@ -25,6 +25,7 @@ from sentinel.errors import Unsupported
 
 from .conventions import (
     BLOCKED,
+    DYNAMIC_STEP,
     ESTIMATORS,
     EXPERIENCE,
     GROUP_NORM_EPS,
@@ -224,15 +225,13 @@ class OpenRLHFAdapter(TrainerAdapter):
     def _batch_info(norms: Callable, boundary: str, mask: torch.Tensor, config: dict[str, Any]) -> dict[str, Any]:
         """The actor's normalisers for one micro-batch on one rank, asked for as
         ppo_actor.training_step asks: with its replay buffer and step, dynamic batching as drawn
-        (on: the buffer holds the step's counts, OPTION_DOMAINS' micro-batches per step)."""
-        drawn = trainer_options(config)
-        dynamic = bool(drawn.get("dynamic_batch_enable"))
+        (on: the buffer holds the counts of a step of DYNAMIC_STEP micro-batches)."""
+        dynamic = bool(trainer_options(config).get("dynamic_batch_enable"))
         if "dynamic_batch" not in parameters(norms):
             if dynamic:
                 raise Unsupported(f"{signature_text(norms)} has no dynamic_batch at this OpenRLHF version")
             return norms(None, mask)
-        micro_batches = drawn.get("dynamic_step_micro_batches") or 1
-        buffer = replay_buffer(mask, micro_batches if dynamic else None)
+        buffer = replay_buffer(mask, DYNAMIC_STEP if dynamic else None)
         return norms(**bind(norms, boundary, {"strategy": None, "loss_mask": mask, "replay_buffer": buffer,
                                               "step": 0, "dynamic_batch": dynamic}))
 

@@ -113,6 +113,10 @@ ARG_NAMES = {
     "overlong_buffer_len": ("overlong_buffer_len", "reward.overlong_buffer_len"),
     "overlong_penalty_factor": ("overlong_penalty_factor", "reward.overlong_penalty_factor"),
 }
+# Under dynamic batching, the micro-batches of the optimizer step the drawn one belongs to (setup_dynamic_batch's
+# partition, sized by train.max_tokens_per_gpu; not an option the trainer reads): more than one, so that the step's
+# counts differ from the micro-batch's own (with one they are equal, and the dynamic arm is indistinguishable)
+DYNAMIC_STEP = 3
 VLLM_IS_THRESHOLD = [0.5, 2.0]  # policy_loss's trainer option enable_vllm_is_correction: the band it uses
 
 # Trainer options the hunt draws (adapters.options: `trainer:<name>`, OpenRLHF's default first):
@@ -128,10 +132,8 @@ OPTION_DOMAINS = {
                     "trainer:enable_vllm_is_correction": (False, True),
                     "trainer:vllm_is_correction_type": ("tis", "icepop", "seq-mask-tis"),
                     # train.dynamic_batch_enable: the actor's normalisers come from the replay buffer's
-                    # per-step counts (get_loss_batch_info's dynamic arm); the step's micro-batches
-                    # (setup_dynamic_batch's partition, sized by train.max_tokens_per_gpu) set those counts
-                    "trainer:dynamic_batch_enable": (False, True),
-                    "trainer:dynamic_step_micro_batches": (1, 3)},
+                    # per-step counts (get_loss_batch_info's dynamic arm), a step of DYNAMIC_STEP micro-batches
+                    "trainer:dynamic_batch_enable": (False, True)},
     "is_correction": {"trainer:vllm_is_correction_type": (None, "seq-mask-tis")},
     "advantages": {"trainer:no_advantage_std_norm": (False, True), "trainer:overlong_buffer_len": (None, 2),
                    "trainer:overlong_penalty_factor": (1.0, 0.5)},
