@@ -95,6 +95,24 @@ def test_policy_loss_dual_clip_and_gspo(orl):
         orl.call("policy_loss", inputs, {"importance_sampling_level": "sequence", "loss_agg": "token-mean"})
 
 
+def test_policy_loss_that_skips_aggregate_loss_is_an_error(orl, monkeypatch):
+    """A version that has aggregate_loss but a forward that returns the per-token loss unreduced
+    is changed code (a trainer's backward would fail on it), not a missing symbol: an error."""
+    mod = orl.mods["openrlhf.models.loss"]
+    if not callable(getattr(mod, "aggregate_loss", None)):
+        pytest.skip("this openrlhf reduces inline (no aggregate_loss)")
+
+    def unreduced(self, log_probs, old_log_probs, advantages, action_mask=None, rollout_log_probs=None,
+                  dp_size=1, batch_num_tokens=None, global_batch_size=None):
+        return -(log_probs - old_log_probs).exp() * advantages, None, None, None
+
+    monkeypatch.setattr(mod.PolicyLoss, "forward", unreduced)
+    inputs = {"log_probs": T([[-0.5, -1.0]]), "old_log_probs": T([[-0.6, -0.9]]), "advantages": T([[1.0, 1.0]]),
+              "loss_mask": T([[1, 1]])}
+    with pytest.raises(RuntimeError, match="did not call aggregate_loss"):
+        orl.call("policy_loss", inputs, {"eps_clip": 0.2})
+
+
 def test_is_correction_weights(orl):
     inputs = {"log_probs": T([[-1.0, -0.5, -2.0]]), "old_log_probs": T([[-1.0, -0.5, -2.0]]),
               "rollout_log_probs": T([[-1.1, -0.2, -2.9]]), "advantages": T([[1.0, -0.5, 2.0]]),

@@ -117,6 +117,28 @@ def test_openrlhf_policy_loss_reaches_the_vllm_is_correction(orl):
     assert float(drawn["loss"]) != pytest.approx(float(base["loss"]))
 
 
+@needs_openrlhf
+@pytest.mark.skipif(not REPO, reason="set SENTINEL_OPENRLHF_REPO to an OpenRLHF clone (its get_loss_batch_info)")
+def test_openrlhf_policy_loss_reaches_the_dynamic_batch_counts(orl):
+    """trainer:dynamic_batch_enable: get_loss_batch_info takes the replay buffer's per-step counts
+    (DYNAMIC_STEP = 3 micro-batches of 3 tokens and 2 rows each), so the token-mean loss is a
+    third of the micro-batch's own; dynamic batching off, the counts stay the micro-batch's."""
+    adapter, root = orl
+    batch = {**_policy_batch(), "loss_mask": T([[1, 1, 0], [1, 0, 0]]), "log_probs": T([[-0.5, -1.0, -0.3]] * 2),
+             "old_log_probs": T([[-0.6, -0.9, -0.3]] * 2), "advantages": T([[1.0, 1.0, 1.0]] * 2)}
+    batch.pop("rollout_log_probs")
+    base = adapter.call("policy_loss", batch, {}).outputs["loss"]
+    on = {"trainer:dynamic_batch_enable": True}
+    try:
+        dynamic = adapter.call("policy_loss", batch, on).outputs["loss"]
+    except options_unsupported() as e:
+        pytest.skip(f"this checkout's get_loss_batch_info has no dynamic batching: {e}")
+    assert float(dynamic) == pytest.approx(float(base) / 3)
+    seq = {"loss_agg": "seq-mean-token-mean"}  # the row count (global_batch_size) divides this one
+    per_seq = adapter.call("policy_loss", batch, {**seq, **on}).outputs
+    assert float(per_seq["loss"]) == pytest.approx(float(adapter.call("policy_loss", batch, seq).outputs["loss"]) / 3)
+
+
 def options_unsupported():
     from sentinel.errors import Unsupported
     return Unsupported

@@ -10,7 +10,9 @@ What each boundary reaches (``openrlhf.models.loss`` / ``.utils``, ``trainer.ppo
 policy_loss     ``PolicyLoss`` (clip, asymmetric clip since 0.7, ``dual_clip``,
                 ``policy_loss_type="gspo"`` for importance_sampling_level=sequence), on
                 one micro-batch with the actor's normalisers (``utils.loss_utils.
-                get_loss_batch_info`` where it exists). The per-token loss is the tensor
+                get_loss_batch_info`` where it exists, asked with the replay buffer and step
+                as ``training_step`` asks; drawn dynamic batching: the buffer holds the
+                step's counts). The per-token loss is the tensor
                 ``PolicyLoss.forward`` hands ``aggregate_loss`` (before 0.11: its first
                 ``masked_mean``), recorded by a call-through spy
 is_correction   ``PolicyLoss`` with ``enable_vllm_is_correction``: vanilla_tis = "tis",

@@ -25,6 +25,7 @@ from sentinel.errors import Unsupported
 
 from .conventions import (
     BLOCKED,
+    DYNAMIC_STEP,
     ESTIMATORS,
     EXPERIENCE,
     GROUP_NORM_EPS,
@@ -41,6 +42,7 @@ from .conventions import (
     VLLM_IS_THRESHOLD,
     UTILS,
     experience,
+    replay_buffer,
     trainer_args,
     whitened,
 )
@@ -198,8 +200,7 @@ class OpenRLHFAdapter(TrainerAdapter):
         norms = getattr(self.mods.get(LOSS_UTILS), "get_loss_batch_info", None)
         fwd = parameters(loss_fn.forward)
         if callable(norms) and "batch_num_tokens" in fwd:
-            # the actor's normalisers for one micro-batch on one rank (ppo_actor.training_step)
-            call.update(norms(None, mask))
+            call.update(self._batch_info(norms, boundary, mask, config))
         forward = type(loss_fn).forward
         reducer = "aggregate_loss" if callable(getattr(self.mods[LOSS], "aggregate_loss", None)) else "masked_mean"
         watch = Watch(loss_fn, "loss_fn")  # the PolicyLoss module: a forward that changes its own state
@@ -208,6 +209,8 @@ class OpenRLHFAdapter(TrainerAdapter):
         observed = extras(out, watch)  # the loss and the metrics forward returns beside it (clip ratio, ppo_kl, ...)
         loss = out[0] if isinstance(out, tuple) else out
         if not reduced:
+            if reducer == "aggregate_loss":  # the version has it: a forward that skips it is changed code, not absent
+                raise RuntimeError("PolicyLoss.forward did not call aggregate_loss (its loss is unreduced)")
             raise Unsupported(f"PolicyLoss.forward did not call {reducer} at this OpenRLHF version")
         args = reduced[0][0]
         token = args.get("loss", args.get("tensor"))
@@ -217,6 +220,20 @@ class OpenRLHFAdapter(TrainerAdapter):
             if weight is not None:
                 outputs["weights"] = weight
         return outputs, forward, observed
+
+    @staticmethod
+    def _batch_info(norms: Callable, boundary: str, mask: torch.Tensor, config: dict[str, Any]) -> dict[str, Any]:
+        """The actor's normalisers for one micro-batch on one rank, asked for as
+        ppo_actor.training_step asks: with its replay buffer and step, dynamic batching as drawn
+        (on: the buffer holds the counts of a step of DYNAMIC_STEP micro-batches)."""
+        dynamic = bool(trainer_options(config).get("dynamic_batch_enable"))
+        if "dynamic_batch" not in parameters(norms):
+            if dynamic:
+                raise Unsupported(f"{signature_text(norms)} has no dynamic_batch at this OpenRLHF version")
+            return norms(None, mask)
+        buffer = replay_buffer(mask, DYNAMIC_STEP if dynamic else None)
+        return norms(**bind(norms, boundary, {"strategy": None, "loss_mask": mask, "replay_buffer": buffer,
+                                              "step": 0, "dynamic_batch": dynamic}))
 
     @staticmethod
     def _drawn_correction(config: dict[str, Any], params: Any,

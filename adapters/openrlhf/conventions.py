@@ -6,6 +6,7 @@ records built with the fields a version has."""
 from __future__ import annotations
 
 import dataclasses
+import types
 from typing import Any
 
 import torch
@@ -112,6 +113,10 @@ ARG_NAMES = {
     "overlong_buffer_len": ("overlong_buffer_len", "reward.overlong_buffer_len"),
     "overlong_penalty_factor": ("overlong_penalty_factor", "reward.overlong_penalty_factor"),
 }
+# Under dynamic batching, the micro-batches of the optimizer step the drawn one belongs to (setup_dynamic_batch's
+# partition, sized by train.max_tokens_per_gpu; not an option the trainer reads): more than one, so that the step's
+# counts differ from the micro-batch's own (with one they are equal, and the dynamic arm is indistinguishable)
+DYNAMIC_STEP = 3
 VLLM_IS_THRESHOLD = [0.5, 2.0]  # policy_loss's trainer option enable_vllm_is_correction: the band it uses
 
 # Trainer options the hunt draws (adapters.options: `trainer:<name>`, OpenRLHF's default first):
@@ -125,7 +130,10 @@ OPTION_DOMAINS = {
     "reward_norm": {"trainer:advantage_estimator": (None, "rloo", "reinforce_baseline")},
     "policy_loss": {"trainer:token_level_loss": (None, True, False),  # None: as loss_agg says
                     "trainer:enable_vllm_is_correction": (False, True),
-                    "trainer:vllm_is_correction_type": ("tis", "icepop", "seq-mask-tis")},
+                    "trainer:vllm_is_correction_type": ("tis", "icepop", "seq-mask-tis"),
+                    # train.dynamic_batch_enable: the actor's normalisers come from the replay buffer's
+                    # per-step counts (get_loss_batch_info's dynamic arm), a step of DYNAMIC_STEP micro-batches
+                    "trainer:dynamic_batch_enable": (False, True)},
     "is_correction": {"trainer:vllm_is_correction_type": (None, "seq-mask-tis")},
     "advantages": {"trainer:no_advantage_std_norm": (False, True), "trainer:overlong_buffer_len": (None, 2),
                    "trainer:overlong_penalty_factor": (1.0, 0.5)},
@@ -153,15 +161,9 @@ PINNED = (
 # Branches of mapped functions no call from one CPU process can take (hunt --coverage lists them apart).
 _RANKS = "the counts are all-reduced over data-parallel ranks only when torch.distributed is initialised: several processes"
 _GUARD = "raises on an estimator name the adapter never passes (it maps the canonical kl_type to k1 / k2 / k3)"
-_DYNAMIC = ("dynamic batching (train.dynamic_batch_enable): the counts come from the replay buffer's "
-            "setup_dynamic_batch, which sizes micro-batches with CUDA tensors over the DeepSpeed mesh's data-parallel "
-            "group (a GPU and several processes); the actor passes no counts otherwise")
 UNREACHABLE = {
     f"{LOSS_UTILS}:get_loss_batch_info": {
-        "if dist.is_available() and dist.is_initialized() -> dist.all_reduce": _RANKS,
-        "if dynamic_batch and replay_buffer is not None and step is not None -> batch_num_tokens = replay_buffer": _DYNAMIC,
-        "if batch_num_tokens is None -> batch_num_tokens = torch.as_tensor": _DYNAMIC,
-        "if global_batch_size is None -> global_batch_size = torch.as_tensor": _DYNAMIC},
+        "if dist.is_available() and dist.is_initialized() -> dist.all_reduce": _RANKS},
     f"{UTILS}:compute_approx_kl": {'elif kl_estimator == "k3" -> raise ValueError': _GUARD},
     f"{LOSS}:PolicyLoss.forward": {'elif self.policy_loss_type == "gspo" -> raise ValueError':
                                    "raises on a policy_loss_type the adapter never passes (ppo, or gspo for "
@@ -174,6 +176,17 @@ UNREACHABLE = {
         "if action_mask is not None -> for t in reversed": "every OpenRLHF caller passes the experience's action_mask, "
                                                            "and the canonical loss_mask is a required input"},
 }
+
+
+def replay_buffer(mask: torch.Tensor, micro_batches: int | None) -> types.SimpleNamespace:
+    """The replay buffer's per-step counts get_loss_batch_info reads under dynamic batching, as
+    setup_dynamic_batch leaves them on one rank for a step of `micro_batches` micro-batches with
+    this one's counts each (its partition balances token counts): the step's action tokens and
+    non-empty rows, one entry per micro-batch. None: a buffer dynamic batching never set up
+    (empty lists, as NaiveReplayBuffer.__init__ leaves them)."""
+    n = micro_batches or 0
+    tokens, rows = float(mask.sum()), float((mask.reshape(mask.shape[0], -1).sum(-1) > 0).sum())
+    return types.SimpleNamespace(dynamic_batch_num_tokens=[tokens * n] * n, dynamic_global_batch_size=[rows * n] * n)
 
 
 def whitened(args: Args) -> bool:
