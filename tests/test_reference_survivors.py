@@ -36,6 +36,7 @@ CASES = [
     ("icepop-upper-bound-inclusive", "is_correction/tis-icepop.yaml", "icepop", "2c7ca6548f"),  # <= high -> < high
     ("whitened-advantages-keep-their-sign", "advantages/gae.yaml", "whiten", "f0e9e1f0c6"),  # std + eps -> std - eps
     ("ppo-metrics-dual-clip-tie-does-not-bind", "metrics/ppo-metrics.yaml", "policy_metrics", "529762c321"),  # > -> >=
+    ("loss-agg-token-mean-no-valid-token", "loss_agg/modes.yaml", "aggregate", "8437590680"),  # / n.clamp_min(1) -> / n
 ]
 
 
