@@ -37,6 +37,7 @@ CASES = [
     ("whitened-advantages-keep-their-sign", "advantages/gae.yaml", "whiten", "f0e9e1f0c6"),  # std + eps -> std - eps
     ("ppo-metrics-dual-clip-tie-does-not-bind", "metrics/ppo-metrics.yaml", "policy_metrics", "529762c321"),  # > -> >=
     ("loss-agg-token-mean-no-valid-token", "loss_agg/modes.yaml", "aggregate", "8437590680"),  # / n.clamp_min(1) -> / n
+    ("opsm-kl-at-threshold-keeps", "policy/opsm-threshold.yaml", "opsm_mask", "a02a173f8b"),  # kl > delta -> >=
 ]
 
 
