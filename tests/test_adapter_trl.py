@@ -254,3 +254,15 @@ def test_history_loads():
     got = {(r.target, r.id): r.verdict for r in rep.results}
     assert known and got == {(f"trl@{rev}", i): v for rev in known for i, v in ids.items()}, \
         [(r.target, r.id, r.verdict, r.reason) for r in rep.results]
+
+
+@needs_repo
+def test_a_bumped_masked_log_prob_is_still_a_log_prob_a_model_gives():
+    """masked_invariance bumps masked log-probs to 7.5 and more, which the logits path cannot score
+    (no log-prob is above 0): reflected there (bare.representable), the catalog's masked families
+    run on the checkout instead of answering unsupported. Before: both unsupported. A plant of
+    `(log_ratio * mask).sum(-1)` -> `log_ratio.sum(-1)` in a clone violates the GSPO one."""
+    ids = {"gspo-sequence-level-ratio": "holds", "kl-k3": "holds"}
+    sc = [s for s in load_paths([catalog_path()]) if s.id in ids]
+    rep = run(sc, [TargetSpec("trl", REPO)])
+    assert {r.id: r.verdict for r in rep.results} == ids, [(r.id, r.verdict, r.reason) for r in rep.results]
