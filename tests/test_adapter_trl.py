@@ -257,12 +257,17 @@ def test_history_loads():
 
 
 @needs_repo
-def test_a_bumped_masked_log_prob_is_still_a_log_prob_a_model_gives():
+def test_masked_bumps_and_trl_arms_run_and_hold_at_the_checkout():
     """masked_invariance bumps masked log-probs to 7.5 and more, which the logits path cannot score
     (no log-prob is above 0): reflected there (bare.representable), the catalog's masked families
     run on the checkout instead of answering unsupported. Before: both unsupported. A plant of
-    `(log_ratio * mask).sum(-1)` -> `log_ratio.sum(-1)` in a clone violates the GSPO one."""
-    ids = {"gspo-sequence-level-ratio": "holds", "kl-k3": "holds"}
+    `(log_ratio * mask).sum(-1)` -> `log_ratio.sum(-1)` in a clone violates the GSPO one.
+    Beside them TRL's own arms (scenarios/policy/trl-arms.yaml), each violated by a one-line plant
+    in a clone (the SAPO loss detached, VESPO's sign, CISPO's weight not detached, OPSM's mask not
+    applied: benchmarks/results section 25)."""
+    ids = {"gspo-sequence-level-ratio": "holds", "kl-k3": "holds", "trl-sapo-soft-gate": "holds",
+           "trl-vespo-gamma-weight": "holds", "trl-cispo-weight-stop-gradient": "holds",
+           "trl-opsm-sequence-advantages": "holds"}
     sc = [s for s in load_paths([catalog_path()]) if s.id in ids]
     rep = run(sc, [TargetSpec("trl", REPO)])
     assert {r.id: r.verdict for r in rep.results} == ids, [(r.id, r.verdict, r.reason) for r in rep.results]
