@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 from . import boundaries
+from .adapters.options import TRAINER
 from .invariants import REGISTRY
 
 SCENARIO_SCHEMA_VERSION = "1.0"  # the scenario layout, versioned apart from the report's
@@ -35,7 +36,11 @@ def _option(o: boundaries.Option) -> dict[str, Any]:
 
 
 def _config(b: boundaries.Boundary) -> dict[str, Any]:
-    return {"type": "object", "additionalProperties": False, "properties": {o.name: _option(o) for o in b.options}}
+    # a trainer option (`trainer:<name>`, spec._check_config): a plain value the target's adapter judges
+    trainer = {"type": ["boolean", "integer", "number", "string", "null"],
+               "description": "a trainer option the target's adapter declares (option_domains)"}
+    return {"type": "object", "additionalProperties": False, "properties": {o.name: _option(o) for o in b.options},
+            "patternProperties": {f"^{TRAINER}": trainer}}
 
 
 def _port(p: boundaries.Port) -> dict[str, Any]:

@@ -254,3 +254,23 @@ def test_history_loads():
     got = {(r.target, r.id): r.verdict for r in rep.results}
     assert known and got == {(f"trl@{rev}", i): v for rev in known for i, v in ids.items()}, \
         [(r.target, r.id, r.verdict, r.reason) for r in rep.results]
+
+
+@needs_repo
+def test_masked_bumps_and_trl_arms_run_and_hold_at_the_checkout():
+    """masked_invariance bumps masked log-probs to 7.5 and more, which the logits path cannot score
+    (no log-prob is above 0): reflected there (bare.representable), the catalog's masked families
+    run on the checkout instead of answering unsupported. Before: both unsupported. A plant of
+    `(log_ratio * mask).sum(-1)` -> `log_ratio.sum(-1)` in a clone violates the GSPO one.
+    Beside them TRL's own arms (scenarios/policy/trl-arms.yaml), each violated by a one-line plant
+    in a clone (the SAPO loss detached, VESPO's sign, CISPO's weight not detached, OPSM's mask not
+    applied, the KL term deleted, the vLLM ratio multiplied in place, eval's normaliser 1.0 -> 2.0, train's division deleted, luspo's length a mean, the entropy gate `<`: benchmarks/results section 25)."""
+    ids = {"gspo-sequence-level-ratio": "holds", "kl-k3": "holds", "trl-sapo-soft-gate": "holds",
+           "trl-vespo-gamma-weight": "holds", "trl-cispo-weight-stop-gradient": "holds",
+           "trl-opsm-sequence-advantages": "holds", "trl-gspo-kl-term-bias-corrected": "holds",
+           "trl-vllm-is-ratio-sequence-level": "holds", **{f"trl-eval-loss-{t}": "holds" for t in ("grpo", "bnpo", "dr_grpo")},
+           **{f"trl-train-loss-{t}-accumulated": "holds" for t in ("grpo", "bnpo", "dr_grpo")},
+           "trl-luspo-sequence-loss-by-length": "holds", "trl-adaptive-entropy-bonus-and-controller": "holds"}
+    sc = [s for s in load_paths([catalog_path()]) if s.id in ids]
+    rep = run(sc, [TargetSpec("trl", REPO)])
+    assert {r.id: r.verdict for r in rep.results} == ids, [(r.id, r.verdict, r.reason) for r in rep.results]

@@ -740,3 +740,15 @@ def test_bytes_that_are_not_utf8_name_their_line(tmp_path):
     with pytest.raises(SpecError) as ei:
         load_file(p)
     assert ei.value.lines() == [f"{p}:2: not UTF-8: byte 0xe9 at offset {OPSM.index('OPSM on') + 3}"]
+
+
+def test_a_scenario_for_other_targets_is_neither_run_nor_reported():
+    """`targets: [trl]` (TRL's own arms, scenarios/policy/trl-arms.yaml) on the reference: no result
+    at all, not `unsupported` (which says the target lacks a function or option)."""
+    from sentinel.catalog import catalog_path
+    from sentinel.runner import TargetSpec, run
+    from sentinel.spec import load_paths
+
+    mine = [s for s in load_paths([catalog_path() / "policy" / "trl-arms.yaml"])]
+    assert mine and all(s.targets == ["trl"] for s in mine)
+    assert run(mine, [TargetSpec("reference")]).results == []

@@ -22,7 +22,7 @@ from sentinel.adapters.trainer import TrainerAdapter
 from sentinel.errors import TargetLoadError, Unsupported
 
 from .actor import ActorSurface
-from .bare import PROMPT, CanonicalPolicy, bare_trainer, missing_attribute
+from .bare import PROMPT, CanonicalPolicy, bare_trainer, missing_attribute, representable
 from .conventions import (
     CONFIG,
     OPTION_DOMAINS,
@@ -183,8 +183,8 @@ class TRLAdapter(ActorSurface, TrainerAdapter):
         if beta:
             batch["ref_per_token_logps"] = inputs["ref_log_probs"]
             # versions that score the reference model inside the loss
-            values["ref_model"] = CanonicalPolicy(inputs["ref_log_probs"]).eval()
-        model = CanonicalPolicy(lp)
+            values["ref_model"] = CanonicalPolicy(representable(inputs["ref_log_probs"], mask)).eval()
+        model = CanonicalPolicy(representable(lp, mask))
         model.train(bool(values.pop("model.training", True)))  # a trainer option, read as self.model.training
         sync = bool(values.pop("accelerator.sync_gradients", True))  # False: inside an accumulation window
         limit = values.pop("max_completion_length", None) or T  # generation pads to the batch's longest

@@ -143,6 +143,16 @@ def missing_attribute(e: AttributeError, version: str) -> str | None:
             f"(adapters/trl/bare.py: ATTRIBUTES)")
 
 
+def representable(log_probs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """`log_probs` with each value above 0 at a masked position reflected to minus itself.
+
+    No model gives a log-prob above 0, so `CanonicalPolicy` refuses one; but a value a mask hides
+    is garbage by contract, and the families that move it (masked_invariance's bump, finite's
+    +Inf) would otherwise find every TRL call unsupported. Reflected, it is a log-prob a model
+    can give and still moves with the value it stands for; valid positions are left as they are."""
+    return torch.where((mask == 0) & (log_probs.detach() > 0), -log_probs, log_probs)
+
+
 class CanonicalPolicy(torch.nn.Module):
     """A policy whose log-prob of completion token j of row b is ``log_probs[b, j]``."""
 
