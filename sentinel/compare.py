@@ -22,9 +22,11 @@ from .verdicts import compare_verdict
 def compare(scenarios: list[Scenario], target: str, repo: str, base: str, head: str, *, device: str = "cpu",
             timeout: float = 60.0, on_result: Callable[[ScenarioResult], None] | None = None,
             command: list[str] | None = None, load_timeout: float = LOAD_TIMEOUT) -> Report:
-    """Run the scenarios at `base` and at `head` (a revision, or git.WORKTREE) in parallel."""
+    """Run the scenarios at `base` and at `head` (a revision, or git.WORKTREE) in parallel; those
+    written for other targets (`targets:`) are neither run nor compared."""
     sides = [TargetSpec(target, repo, base, device, label="base"),
              TargetSpec(target, repo, None if head == git.WORKTREE else head, device, label="head")]
+    scenarios = [sc for sc in scenarios if sc.applies_to(sides[0].name)]
     report = run(scenarios, sides, timeout=timeout, on_result=on_result, command=command, load_timeout=load_timeout)
     by = {(r.target, r.id): r for r in report.results}
     comparisons = [Comparison(id=sc.id, base=by[("base", sc.id)].verdict, head=by[("head", sc.id)].verdict,

@@ -185,3 +185,19 @@ def test_concurrent_checkouts_of_one_repo(tiny_repo):
     [t.join() for t in threads]
     assert failures == []
     assert git(repo, "worktree", "list").count("\n") == 0  # only the main worktree is left
+
+
+def test_compare_leaves_out_a_scenario_written_for_other_targets(tiny_repo, tmp_path):
+    """A scenario whose `targets:` leave this target out is not run on it (runner), so compare neither
+    runs nor compares it: it raised KeyError looking for its result."""
+    other = tmp_path / "other.yaml"
+    text = Path(tiny_repo["scenario"]).read_text()
+    other.write_text(text.replace("id: ", "id: other-", 1).replace('targets: ["*"]', "targets: [trl]")
+                     if 'targets: ["*"]' in text else text.replace("id: ", "targets: [trl]\nid: other-", 1))
+    shas = tiny_repo["shas"]
+    p = sentinel("compare", str(tiny_repo["scenario"]), str(other), "--target", "tiny_adapter:TinyAdapter",
+                 "--repo", str(tiny_repo["repo"]), "--base", shas["buggy"], "--head", shas["fixed"], "-o", "-", "--json")
+    assert p.returncode in (0, 1), p.stdout + p.stderr
+    rep = json.loads(p.stdout)
+    ids = {c["id"] for c in rep["comparisons"]}
+    assert ids and not any(i.startswith("other-") for i in ids), ids

@@ -72,3 +72,13 @@ def test_tags_are_markers(scenario_dir):
     result = scenario_dir.runpytest_subprocess(*PLUGIN, "-m", "seed", "--strict-markers")
     result.assert_outcomes(passed=1, deselected=3)
     assert result.ret == 0
+
+
+def test_a_scenario_for_other_targets_is_skipped_with_why(pytester):
+    """`targets: [trl]` on the default target (the reference): the runner gives it no result, so the
+    item skips and says for whom it is written (it raised KeyError)."""
+    shutil.copy(catalog_path() / "policy" / "trl-arms.yaml", pytester.path / "test_trl.yaml")
+    result = pytester.runpytest_subprocess(*PLUGIN, "-rs")
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("skipped", 0) > 0 and "failed" not in outcomes and "error" not in outcomes, outcomes
+    result.stdout.fnmatch_lines(["*written for trl, not reference*"])

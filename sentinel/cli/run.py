@@ -170,6 +170,8 @@ def bisect(
             raise usage_error(f"no scenario {scenario!r} in {path}")
     if len(scs) != 1:
         raise usage_error(f"{path} holds {len(scs)} scenarios: choose one with --scenario")
+    if not scs[0].applies_to(target):
+        raise usage_error(f"scenario {scs[0].id!r} is written for {', '.join(scs[0].targets)}, not {target!r}")
 
     def on_probe(p) -> None:
         err.print(f"  tried {p.commit[:10]} {p.verdict:<10} {markup(p.subject[:60])}", highlight=False)
