@@ -52,6 +52,8 @@ invariants:
 # faulty_adapter's code at the masked position: 109 declines the call (Unsupported), 100 answers right
 UNSUPPORTED_SCENARIO = FAULTY_SCENARIO.replace("faulty-raise", "faulty-unsupported").replace("101.0", "109.0")
 OK_SCENARIO = FAULTY_SCENARIO.replace("faulty-raise", "faulty-ok").replace("101.0", "100.0")
+# written for another target: `run`/`gate` leave it out on this one, and say so
+ELSEWHERE_SCENARIO = OK_SCENARIO.replace("faulty-ok", "for-trl-only").replace("boundary:", "targets: [trl]\nboundary:")
 
 
 def env() -> dict[str, str]:
@@ -84,6 +86,7 @@ def runs(tmp_path_factory, plant_gate):
     (d / "mixed").mkdir()
     (d / "mixed" / "unsupported.yaml").write_text(UNSUPPORTED_SCENARIO)
     (d / "mixed" / "ok.yaml").write_text(OK_SCENARIO)
+    (d / "mixed" / "elsewhere.yaml").write_text(ELSEWHERE_SCENARIO)
     cmds = {
         "gate": ["gate", "-o", str(d / "gate.json"), "--junit", str(d / "gate.xml")],
         "bad": ["run", str(d / "bad.yaml"), "-o", str(d / "bad.json")],
@@ -177,6 +180,19 @@ def test_a_run_where_nothing_ran_exits_5_and_says_so(runs):
     assert again.exit_code == 5 and again.stdout.startswith("## RL-Sentinel NOTHING RAN: 1 unsupported")
     assert "nothing ran" in again.stderr
     assert done["mixed"].returncode == 0, done["mixed"].stdout + done["mixed"].stderr
+    assert "1 scenario(s) written for trl are not run on faulty_adapter:FaultyAdapter" in done["mixed"].stderr
+    assert "for-trl-only" not in done["mixed"].stdout
+
+
+def test_scenarios_written_only_for_other_targets_are_a_usage_error_that_names_them(tmp_path):
+    """Not "nothing ran, every scenario unsupported" (exit 5): that reads as a target lacking
+    the functions; the scenarios were never meant for it, so the command line is wrong."""
+    (tmp_path / "elsewhere.yaml").write_text(ELSEWHERE_SCENARIO)
+    for cmd in (["run", str(tmp_path / "elsewhere.yaml")], ["gate", "--path", str(tmp_path)]):
+        r = CliRunner().invoke(app, [*cmd, "-o", str(tmp_path / "r.json")])
+        assert r.exit_code == 2, r.output
+        assert "written for trl" in r.output and "--target trl" in r.output, r.output
+        assert not (tmp_path / "r.json").exists()
 
 
 def test_report_is_deterministic_apart_from_timings(runs):

@@ -114,6 +114,21 @@ def _load(paths: list[Path], keyword: str | None = None):
     return chosen
 
 
+
+def _for_target(scenarios: list, target: str, quiet: bool = False) -> list:
+    """The scenarios that apply to `target`; a scenario written for other targets (`targets:`) is
+    not run there. None applying is a usage error that names whom they are written for (running
+    nothing would look like a target that supports none of them)."""
+    mine = [sc for sc in scenarios if sc.applies_to(target)]
+    others = sorted({t for sc in scenarios if not sc.applies_to(target) for t in sc.targets})
+    if scenarios and not mine:
+        raise usage_error(f"none of the {len(scenarios)} scenario(s) applies to target {target!r}: they are "
+                          f"written for {', '.join(others)} (their `targets:`); run them with --target {others[0]}")
+    if len(mine) < len(scenarios) and not quiet:
+        err.print(f"{len(scenarios) - len(mine)} scenario(s) written for {', '.join(others)} are not run on "
+                  f"{markup(target)}", highlight=False)
+    return mine
+
 def _check_target(target: str, plant: str | None) -> None:
     try:
         target_registry.get(target)

@@ -17,7 +17,7 @@ from .. import targets as target_registry
 from ..catalog import catalog_path
 from ..errors import GitError, SentinelError, TargetError, UsageError
 from ..report import dump, write_atomic
-from .common import TARGETS, Device, _load, app, err, out, usage_error
+from .common import TARGETS, Device, _for_target, _load, app, err, out, usage_error
 
 
 class HistoryFormat(str, Enum):
@@ -46,10 +46,9 @@ def _scenarios(items: list[str] | None, target: str):
             if unknown:
                 raise usage_error(f"no such scenario file, folder or catalog id: {', '.join(unknown)}")
             scs += [catalog[i] for i in ids]
-    scs = [sc for sc in scs if sc.applies_to(target)]
     if not scs:
         raise usage_error(f"no scenario applies to target {target!r}")
-    return scs
+    return _for_target(scs, target)
 
 
 def _loss_path_files(target: str) -> tuple[str, ...]:

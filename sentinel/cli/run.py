@@ -15,7 +15,7 @@ from ..catalog import catalog_path, display_path, local_catalog
 from ..report import dump, write_atomic
 
 from .common import (TARGETS, app, out, err, Device, MatrixFormat, usage_error, _load, _check_target, _progress,
-                     _check_location, _execute, _emit, OUTPUT_HELP, _output, LOAD_TIMEOUT, LOAD_TIMEOUT_HELP, KEYWORD_HELP)
+                     _check_location, _for_target, _execute, _emit, OUTPUT_HELP, _output, LOAD_TIMEOUT, LOAD_TIMEOUT_HELP, KEYWORD_HELP)
 
 
 @app.command()
@@ -43,7 +43,7 @@ def run(
     """
     from ..runner import TargetSpec
     _check_location(target, plant, repo, commit)
-    scenarios = _load(paths, keyword)
+    scenarios = _for_target(_load(paths, keyword), target, quiet=as_json)
     spec = TargetSpec(target, str(repo.resolve()) if repo else None, commit, device.value, plant, compile_)
     report = _execute(scenarios, [spec], output=_output(output), junit=junit, as_json=as_json, timeout=timeout,
                       verbose=verbose, load_timeout=load_timeout)
@@ -81,7 +81,7 @@ def gate(
         if not as_json:
             err.print(f"catalog: {markup(display_path(paths[0]))} "
                       f"({'this folder' + chr(39) + 's scenarios' if local else 'bundled with rl-sentinel'})", highlight=False)
-    scenarios = _load(paths, keyword)
+    scenarios = _for_target(_load(paths, keyword), target, quiet=as_json)
     spec = TargetSpec(target, str(repo.resolve()) if repo else None, commit, device.value, plant)
     report = _execute(scenarios, [spec], output=_output(output), junit=junit, as_json=as_json, timeout=timeout,
                       verbose=verbose, load_timeout=load_timeout)
