@@ -56,3 +56,20 @@ class ReachToyAdapter(ToyAdapter):
     @implements("kl", calls=("mutate_toy:kl_k1_clipped",))
     def b_kl(self, inputs, config):
         return _k1(kl_k1_clipped, inputs, config)
+
+
+def kl_k1_sized(log_probs, ref_log_probs, loss_mask):
+    """k1 at valid tokens, 0 elsewhere from a zeros tensor built by shape: its mutant that swaps
+    `rows, cols` raises on every non-square batch (every catalog scenario) and answers on a
+    square one (drawn by the hunt), so the hunt tells it apart: killed, not an error."""
+    rows, cols = loss_mask.shape
+    zeros = torch.zeros(rows, cols, dtype=log_probs.dtype)
+    return torch.where(loss_mask.bool(), log_probs - ref_log_probs, zeros)
+
+
+class SizedToyAdapter(ToyAdapter):
+    name = "mutate-toy-sized"
+
+    @implements("kl", calls=("mutate_toy:kl_k1_sized",))
+    def b_kl(self, inputs, config):
+        return _k1(kl_k1_sized, inputs, config)

@@ -472,3 +472,23 @@ def test_survivors_say_whether_their_change_was_reached(env):
     assert load(path).mutate.totals == t
     again = mutate(load_paths([KL]), opts)  # the cache keeps reach
     assert again.mutate.cached == 4 and again.mutate.totals == t
+
+
+@pytest.mark.slow  # one prepare and two mutants' hunts of 48 examples: under a minute on a free core
+def test_a_crash_on_every_scenario_is_an_error_only_if_the_hunt_sees_it_everywhere(env):
+    """The catalog's kl scenarios are all 2 x 4 batches. Swapping `zeros(rows, cols)` raises on every
+    one of them, the same way, but answers on a square batch the hunt draws: told apart, killed (it
+    was an `error`, counted apart, before the hunt was asked: OpenRLHF's 8f3af6786c was such a
+    mutant, answering only under drawn dynamic batching). Swapping torch.where's condition raises on
+    every input the hunt compares too: an error."""
+    tmp, _ = env
+    fn = "mutate_toy:kl_k1_sized"
+    shape_swap, where_swap = "bb05020782", "8ab3de5775"
+    opts = Options("mutate_toy:SizedToyAdapter", budget=120, hunt_examples=48, cache=tmp / "cache", seed=1,
+                   only=[f"{fn}#swap-args@{shape_swap}", f"{fn}#swap-args@{where_swap}"])
+    by = {m.key: m for m in mutate(load_paths([KL]), opts).mutate.mutants}
+    killed, error = by[shape_swap], by[where_swap]
+    assert killed.verdict == "killed" and killed.stage == "hunt", killed
+    assert "answers on" in killed.killed_by and "fails the same way on every scenario" in killed.killed_by
+    assert error.verdict == "error" and "every input the hunt compared" in error.reason, error
+    assert error.examples["kl"] >= 48 and "boolean" in error.reason

@@ -175,6 +175,7 @@ def apply(mutant: dict[str, Any]) -> None:
     for f, code in _PLACED.items():
         f.__code__ = code
     _PLACED.clear()
+    _SWAPS.clear()  # the previous swap mutant's call: only its own mutant may answer `swapped`
     fn = resolve(mutant["function"])
     reach.arm()
     if mutant.get("swap"):

@@ -10,8 +10,9 @@ sends each mutant along with its jobs; the worker's forked child puts it in plac
   decided (holds / violated) runs on the mutant, 1, then 2, 4, 8 at a time, those that
   killed most mutants of the shard first, until one kills it. A verdict that changes kills it; an error
   where the target held kills it too (a crash on some input), unless every scenario errs
-  with the same exception type: then the mutant is an `error` (it fails the same way on
-  every input: no test told it apart).
+  with the same exception type: then the hunt asks whether the mutant answers on some drawn
+  input (a config or shape no scenario has); only if it raises on every input the hunt
+  compared too is it an `error` (no test told it apart), else it is killed.
 - Hunt: the unmutated target as base, the mutant as head (`hunt.driver.differential.DiffHunter`,
   seeded, stopped at its first finding): any difference no declared deviation explains
   kills it. Survivors keep the examples compared per boundary and the config choices drawn.
@@ -42,6 +43,7 @@ from .equivalent import EVIDENCE_CAP_S
 
 SHRINK_S = 0.5  # a kill needs a difference, not its smallest example
 DECIDED = ("holds", "violated")
+CRASH = "mutant-crash:"  # the deviation a crash the catalog saw everywhere stands for in its hunt
 CHUNKS = (1, 2, 4, 8)  # catalog jobs sent at a time: the likeliest killer alone first, then more per round
 
 
@@ -139,7 +141,7 @@ def _catalog(w: _Workers, m: dict[str, Any], planned: list) -> tuple[dict[str, A
         if changed or len(errors) not in (0, ran):  # a change, or a crash where another scenario ran: killed
             break
     if errors and len(errors) == len(mine) and len({e[2].split(":")[0] for e in errors}) == 1:
-        return {"verdict": "error", "reason": f"fails the same way on every scenario: {errors[0][2][:300]}"}, ran, reached
+        return {"verdict": "error", "reason": f"fails the same way on every scenario ({errors[0][2][:300]})"}, ran, reached
     if changed:
         return {"verdict": "killed", "stage": "catalog", "killed_by": changed[0]}, ran, reached
     if errors:
@@ -149,8 +151,10 @@ def _catalog(w: _Workers, m: dict[str, Any], planned: list) -> tuple[dict[str, A
     return None, ran, reached
 
 
-def _hunt(w: _Workers, m: dict[str, Any]) -> dict[str, Any]:
-    """The differential hunt of the unmutated target (base) against the mutant (head)."""
+def _hunt(w: _Workers, m: dict[str, Any], crash: str | None = None) -> dict[str, Any]:
+    """The differential hunt of the unmutated target (base) against the mutant (head). `crash`:
+    the catalog saw the mutant fail the same way on every scenario; the hunt asks whether it does
+    on every drawn input too (its crash then explains nothing: an input where it answers does)."""
     sh = w.shard
     evidence = sh.evidence if m["id"] in sh.claimed else 0  # the rest hunt as before: the same settings and draws
     cap = sh.evidence_cap_s if evidence else 0.0
@@ -168,6 +172,10 @@ def _hunt(w: _Workers, m: dict[str, Any]) -> dict[str, Any]:
                             evidence=evidence, evidence_cap_s=cap)
     hunter = DiffHunter(w.spec, w.spec, settings, sides=Sides(base, w.head))
     hunter.start()
+    if crash:  # the head raising where the base answers is the crash already seen: not a finding
+        for b in m["boundaries"]:
+            hunter.deviations[f"{CRASH}{b}"] = {"boundary": b, "observables": ["exception"], "when": {},
+                                                "met": 0, "example": {}}
     hunter.search()
     died = [s.reason for s in hunter.states if s.status == "error"]
     reached = None  # a session that died cannot say
@@ -177,7 +185,26 @@ def _hunt(w: _Workers, m: dict[str, Any]) -> dict[str, Any]:
     else:
         reached = (w.head.close() or {}).get("reached")
     out = _hunted(hunter, m, died, evidence, f"{sh.budget:g} s budget + {cap:g} s")
+    if crash and out["verdict"] == "survived":
+        out = _crashed(hunter, m, crash, out)
     return {**out, "reached": reached}
+
+
+def _crashed(hunter: DiffHunter, m: dict[str, Any], crash: str, out: dict[str, Any]) -> dict[str, Any]:
+    """A mutant that failed the same way on every scenario, hunted without a finding: an `error` if
+    it raised on every input compared too, else killed (it answers on some inputs and raises
+    where the base answers on others: told apart)."""
+    answered = {b: n - hunter.deviations.get(f"{CRASH}{b}", {}).get("met", 0)
+                for b, n in out["examples"].items()}
+    if not any(out["examples"].values()):
+        return {"verdict": "error", "reason": f"{crash}; the hunt compared no input"}
+    if not any(answered.values()):
+        return {"verdict": "error", "examples": out["examples"],
+                "reason": f"{crash}, and on every input the hunt compared ({sum(out['examples'].values())})"}
+    b = next(b for b, n in answered.items() if n)
+    return {"verdict": "killed", "stage": "hunt", "examples": out["examples"],
+            "killed_by": f"hunt {b}: answers on {answered[b]} of {out['examples'][b]} drawn inputs, "
+                         f"raises where the base answers on the rest ({crash})"}
 
 
 def _hunted(hunter: DiffHunter, m: dict[str, Any], died: list[str], evidence: int, cap: str) -> dict[str, Any]:
@@ -211,8 +238,9 @@ def _judge(w: _Workers, m: dict[str, Any], planned: list) -> dict[str, Any]:
         # reach None (nothing ran): the cache serves a record that says whether reach was measured
         return {"verdict": "error", "reason": f"does not compile: {m['compile_error']}", "reached": None}
     out, ran, reached = _catalog(w, m, planned)
-    if out is None and w.shard.budget > 0:
-        out = _hunt(w, m)
+    crash = out["reason"] if out and out["verdict"] == "error" else None
+    if (out is None or crash) and w.shard.budget > 0:
+        out = _hunt(w, m, crash)
         reached = _either(reached, out.pop("reached"))
     return {"scenarios": ran, **(out or {"verdict": "survived"}), "reached": reached}
 
