@@ -229,14 +229,14 @@ def test_areal_actor_loss_arms_hold_at_the_checkout():
     reuse_train_logp's proximal not detached, the pure-distillation reward not detached, KDRL's
     rl_loss_weight dropped, the loglinear mix fed undetached log-probs, M2PO's mask not applied, the
     default rl_loss_weight 2; the batch mean not expanded, a group's std on another group's mask,
-    the std loop's group size deleted, eps kept without a std, the leave-one-out sum's sign, the
-    mean summed in float32."""
+    the std loop's group size deleted, eps kept without a std, the leave-one-out sum's sign and
+    (masked) its count's, the mean summed in float32."""
     from sentinel.catalog import catalog_path
     from sentinel.runner import TargetSpec, run
     from sentinel.spec import load_paths
 
     sc = load_paths([catalog_path() / "metrics" / "areal-arms.yaml", catalog_path() / "reward_norm" / "areal-levels.yaml"])
-    assert len(sc) == 13
+    assert len(sc) == 14
     rep = run(sc, [TargetSpec("areal", os.environ["SENTINEL_AREAL_REPO"])])
     assert {r.id: r.verdict for r in rep.results} == {s.id: "holds" for s in sc}, \
         [(r.id, r.verdict, r.reason) for r in rep.results]
