@@ -217,3 +217,28 @@ def test_checkout_still_has_no_eos_leak():
         pass
     assert shift == [-49.5, 0.0, 0.0], (
         f"shift {shift}: a zero shift means this checkout contains the fix of PR #1351")
+
+
+@pytest.mark.skipif(not os.environ.get("SENTINEL_AREAL_REPO"),
+                    reason="SENTINEL_AREAL_REPO (path of an AReaL checkout) is not set")
+def test_areal_actor_loss_arms_hold_at_the_checkout():
+    """AReaL's grpo_loss_fn arms and logged stats (scenarios/metrics/areal-arms.yaml), its
+    Normalization's level combinations (scenarios/reward_norm/areal-levels.yaml) and a dual-clip
+    constant below 2 (scenarios/policy/areal-arms.yaml) hold at the
+    checkout, run in the catalog's worker (no trainer code in this process). Each is violated (or
+    errors) on a one-line plant in a clone (benchmarks/results section 29): logp_diff's sign,
+    reuse_train_logp's proximal not detached, the pure-distillation reward not detached, KDRL's
+    rl_loss_weight dropped, the loglinear mix fed undetached log-probs, M2PO's mask not applied, the
+    default rl_loss_weight 2; the batch mean not expanded, a group's std on another group's mask,
+    the std loop's group size deleted, eps kept without a std, the leave-one-out sum's sign and
+    (masked) its count's, the mean summed in float32; ppo_actor_loss_fn's c_clip assert tightened to > 2."""
+    from sentinel.catalog import catalog_path
+    from sentinel.runner import TargetSpec, run
+    from sentinel.spec import load_paths
+
+    sc = load_paths([catalog_path() / "metrics" / "areal-arms.yaml", catalog_path() / "reward_norm" / "areal-levels.yaml",
+                     catalog_path() / "policy" / "areal-arms.yaml"])
+    assert len(sc) == 15
+    rep = run(sc, [TargetSpec("areal", os.environ["SENTINEL_AREAL_REPO"])])
+    assert {r.id: r.verdict for r in rep.results} == {s.id: "holds" for s in sc}, \
+        [(r.id, r.verdict, r.reason) for r in rep.results]

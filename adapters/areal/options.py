@@ -64,8 +64,9 @@ _ACTOR_LOSS = {
     "trainer:use_sapo_loss": (False, True),
     "trainer:rejection_sampling": (None, *_RS_NAMED),
     "trainer:teacher_logp": (False, True),
-    "trainer:rl_loss_weight": (1.0, 0.0, 0.5),
-    "trainer:distill_loss_weight": (0.005, 0.5),
+    # None: the key left out of the batch, so grpo_loss_fn's own defaults (1.0, 0.005) are read
+    "trainer:rl_loss_weight": (1.0, 0.0, 0.5, None),
+    "trainer:distill_loss_weight": (0.005, 0.5, None),
 }
 OPTION_DOMAINS = {
     # the batch with and without its engine's `full_loss_mask` (grpo_loss_fn of 2025-10/11 reads
@@ -162,8 +163,8 @@ def actor_loss_options(fn: Any, inputs: dict[str, Any], config: dict[str, Any]) 
     if t["teacher_logp"]:
         if inputs.get("ref_log_probs") is None:
             raise ValueError("trainer:teacher_logp needs input ref_log_probs (the teacher's log-probs)")
-        batch.update(teacher_logp=inputs["ref_log_probs"], rl_loss_weight=float(t["rl_loss_weight"]),
-                     distill_loss_weight=float(t["distill_loss_weight"]))
+        batch["teacher_logp"] = inputs["ref_log_probs"]
+        batch.update({k: float(t[k]) for k in ("rl_loss_weight", "distill_loss_weight") if t[k] is not None})
     try:
         src = inspect.getsource(inspect.unwrap(fn))
     except (OSError, TypeError):
