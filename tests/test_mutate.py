@@ -395,6 +395,30 @@ def test_verl_functions_the_hunt_never_called_are_reached(function, boundary, re
     assert m.verdict == "killed", m
 
 
+@pytest.mark.slow  # one verl prepare and one mutant each
+@pytest.mark.skipif(not VERL_REPO, reason="needs a verl checkout in SENTINEL_VERL_REPO")
+@pytest.mark.parametrize("mutant, boundary, budget, by", [
+    # (std + eps) -> (std - eps): no drawn group has a std near eps; the catalog entry pins it
+    ("compute_grpo_outcome_advantage#sign@6fecf36c7f", "reward_norm", 0, "verl-grpo-std-plus-eps"),
+    # the score is the sum of the token rewards -> their mean: reward_norm hands one-token rows, the
+    # advantages boundary (compute_advantage's grpo) multi-token ones
+    ("compute_grpo_outcome_advantage#sum-mean@bbe5b78bad", "advantages", 20, None),
+    # assert clip_ratio_c > 1.0 -> > 2.0: refuses a valid dual clip only where eps_clip_c is in (1, 2], drawn now
+    ("compute_policy_loss_vanilla#constant@5d7cf1d501", "policy_loss", 20, None),
+])
+def test_verl_survivors_are_killed(mutant, boundary, budget, by, tmp_path, monkeypatch):
+    """Survivors of verl's GRPO estimator and vanilla loss at --budget 2 (mutate-2026-11-26.txt section 30)."""
+    from sentinel.catalog import catalog_path
+    monkeypatch.setenv("HYPOTHESIS_STORAGE_DIRECTORY", str(tmp_path / "hypothesis"))
+    one = f"verl.trainer.ppo.core_algos:{mutant}"
+    rep = mutate(load_paths([catalog_path()]), Options("verl", repo=VERL_REPO, boundaries=[boundary], only=[one],
+                                                        budget=budget, hunt_examples=200, cache=None))
+    m, = rep.mutate.mutants
+    assert m.verdict == "killed", m
+    if by:
+        assert by in str(m.killed_by), m.killed_by
+
+
 SLIME_REPO = os.environ.get("SENTINEL_SLIME_REPO")
 
 

@@ -72,3 +72,28 @@ def test_engine_worker_loss_where_its_ppo_loss_lived(sha, loss):
     (res,) = run_group(load_text(_DISABLE, "<engine>"), TargetSpec("verl", repo=repo, commit=sha), timeout=300.0).results
     assert res.verdict in ("holds", "violated"), why(res)  # (finite is violated: seq-mean-loss-nan-masked)
     assert float(res.observations["loss"]) == pytest.approx(loss)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get("SENTINEL_VERL_REPO"),
+                    reason="SENTINEL_VERL_REPO (path of a verl checkout) is not set")
+@pytest.mark.parametrize("sha", [
+    "6a9a1b87^",  # 2025-07: compute_log_prob's GPUMemoryLogger asks torch.cpu.memory_allocated, absent on CPU torch
+    "67a127b4^",  # 2026-01: _forward_micro_batch returns (entropy, log_probs), not a dict
+])
+def test_actor_logprobs_runs_on_older_actors(sha):
+    """The actor boundary read `error` on every verl before 2026-01-08 (the tuple) and, with micro-batches,
+    on 2025-04 to 07 (the memory log): the hunt drew no example there. The catalog's micro-batched
+    scenario (its batching_invariant calls both paths) now runs and holds."""
+    from pathlib import Path
+
+    from sentinel.runner import TargetSpec, run_group
+    from sentinel.spec import load_text
+
+    repo = os.environ["SENTINEL_VERL_REPO"]
+    if subprocess.run(["git", "-C", repo, "cat-file", "-e", f"{sha}^{{commit}}"]).returncode:
+        pytest.skip(f"the verl checkout lacks commit {sha}")
+    path = Path(__file__).resolve().parents[1] / "scenarios" / "actor_logprobs" / "batching.yaml"
+    sc = next(s for s in load_text(path.read_text(), str(path)) if s.id == "actor-logprobs-micro-batched")
+    (res,) = run_group([sc], TargetSpec("verl", repo=repo, commit=sha), timeout=300.0).results
+    assert res.verdict == "holds", why(res)

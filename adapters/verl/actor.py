@@ -51,6 +51,27 @@ _ACTOR_ATTRIBUTES = {"use_fused_kernels": False, "use_ulysses_sp": False, "ulyss
                      "use_prefix_grouper": False, "use_dynamic_bsz": False, "param_dtype": torch.float32}
 
 
+# what verl's GPUMemoryLogger (on compute_log_prob) asks get_torch_device(), torch.cpu here: before 6a9a1b87
+# (2025-07) it asked unconditionally, and torch.cpu has none of these. A memory log, no loss math: CPU memory
+# reads 0, as verl's own CPU branch answers since then.
+_MEMORY_QUERIES = {"memory_allocated": lambda *a, **k: 0, "memory_reserved": lambda *a, **k: 0,
+                   "max_memory_allocated": lambda *a, **k: 0, "max_memory_reserved": lambda *a, **k: 0,
+                   "mem_get_info": lambda *a, **k: (0, 0)}
+
+
+@contextlib.contextmanager
+def cpu_memory_queries():
+    """torch.cpu answers the memory queries it lacks, for the call only."""
+    added = [n for n in _MEMORY_QUERIES if not hasattr(torch.cpu, n)]
+    for n in added:
+        setattr(torch.cpu, n, _MEMORY_QUERIES[n])
+    try:
+        yield
+    finally:
+        for n in added:
+            delattr(torch.cpu, n)
+
+
 _PADDING = ("index_first_axis", "pad_input", "rearrange", "unpad_input")
 _CACHED = ("_index_first_axis", "_pad_input", "_rearrange", "_unpad_input")
 
@@ -156,6 +177,8 @@ class ActorSurface:
             else:
                 out = actor._forward_micro_batch(batch, temperature=float(config["temperature"]),
                                                  calculate_entropy=entropy)
+                if isinstance(out, tuple):  # before 67a127b4 (2026-01): (entropy, log_probs)
+                    out = {"entropys": out[0], "log_probs": out[1]}
         shape = inputs["loss_mask"].shape
         outputs = {"log_probs": scatter_back(out["log_probs"], where, shape)}
         if out.get("entropys") is not None:
@@ -179,7 +202,8 @@ class ActorSurface:
         data = proto.from_dict(tensors=batch, meta_info={
             "micro_batch_size": int(config["micro_batch_size"] or n), "temperature": float(config["temperature"]),
             "use_dynamic_bsz": bool(config["use_dynamic_bsz"]), "max_token_len": int(budget)})
-        out = actor.compute_log_prob(data=data, calculate_entropy=entropy)
+        with cpu_memory_queries():  # its GPUMemoryLogger
+            out = actor.compute_log_prob(data=data, calculate_entropy=entropy)
         if isinstance(out, torch.Tensor):  # older verls: the log-probs alone, or (log_probs, entropys)
             return {"log_probs": out, "entropys": None}
         if isinstance(out, tuple):

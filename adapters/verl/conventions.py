@@ -201,7 +201,9 @@ OPTION_DOMAINS = {
     # the batch with or without the response_mask the trainer's fit adds (compute_advantage's fallback)
     "advantages": {"trainer:response_mask_in_batch": (True, False)},
     "reward_norm": {"mean_leave1out": (True,), "trainer:adv_estimator": ("grpo", "rloo")},
-    "policy_loss": {**_TIS, "trainer:bypass_mode": (False, True), "trainer:loss_type": ("ppo_clip", "reinforce")},
+    # a dual-clip constant in (1, 2] beside the boundary's 3.0: verl asserts only clip_ratio_c > 1
+    "policy_loss": {**_TIS, "eps_clip_c": (1.5,), "trainer:bypass_mode": (False, True),
+                    "trainer:loss_type": ("ppo_clip", "reinforce")},
     "cispo_loss": _TIS,
     "loss_agg": {**_WORKER, "trainer:loss_agg_mode": (None, "seq-mean-token-sum-norm"),
                  "trainer:loss_scale_factor": (None, 4)},
