@@ -270,7 +270,62 @@ def test_masked_bumps_and_trl_arms_run_and_hold_at_the_checkout():
            "trl-opsm-sequence-advantages": "holds", "trl-gspo-kl-term-bias-corrected": "holds",
            "trl-vllm-is-ratio-sequence-level": "holds", **{f"trl-eval-loss-{t}": "holds" for t in ("grpo", "bnpo", "dr_grpo")},
            **{f"trl-train-loss-{t}-accumulated": "holds" for t in ("grpo", "bnpo", "dr_grpo")},
-           "trl-luspo-sequence-loss-by-length": "holds", "trl-adaptive-entropy-bonus-and-controller": "holds"}
+           "trl-luspo-sequence-loss-by-length": "holds", "trl-adaptive-entropy-bonus-and-controller": "holds",
+           "trl-entropy-bonus-gradient-through-the-entropy": "holds"}
     sc = [s for s in load_paths([catalog_path()]) if s.id in ids]
     rep = run(sc, [TargetSpec("trl", REPO)])
     assert {r.id: r.verdict for r in rep.results} == ids, [(r.id, r.verdict, r.reason) for r in rep.results]
+
+
+# Each TRL arm entry against a one-line plant of the function it guards: (entry, the line the
+# plant's search starts from, the text replaced there, its replacement). A copy of the checkout's
+# trl/ package carries each plant; the checkout itself is never written.
+ARM_PLANTS = [
+    ("trl-sapo-soft-gate", "", "per_token_loss = -soft_coef_1 * advantages",
+     "per_token_loss = (-soft_coef_1 * advantages).detach()"),
+    ("trl-vespo-gamma-weight", "", "per_token_loss = -phi_seq * advantages", "per_token_loss = phi_seq * advantages"),
+    ("trl-cispo-weight-stop-gradient", "", "max=self.epsilon_high).detach()", "max=self.epsilon_high)"),
+    ("trl-opsm-sequence-advantages", "", "per_token_loss = per_token_loss * off_policy_mask", "pass"),
+    ("trl-gspo-kl-term-bias-corrected", "", "per_token_loss = per_token_loss + self.beta * per_token_kl", "pass"),
+    ("trl-vllm-is-ratio-sequence-level", "", "/ mask.sum(-1).clamp(min=1.0)\n", "/ mask.sum(-1).clamp(min=2.0)\n"),
+    *[(f"trl-eval-loss-{t}", anchor, "else 1.0  #", "else 2.0  #") for t, anchor in
+      (("grpo", 'if self.loss_type in ["grpo", "sapo"]:'), ("bnpo", 'elif self.loss_type == "bnpo":'),
+       ("dr_grpo", 'elif self.loss_type == "dr_grpo":'))],
+    *[(f"trl-train-loss-{t}-accumulated", anchor, "loss = loss / normalizer", "pass") for t, anchor in
+      (("grpo", 'if self.loss_type in ["grpo", "sapo"]:'), ("bnpo", 'elif self.loss_type == "bnpo":'),
+       ("dr_grpo", 'elif self.loss_type == "dr_grpo":'))],
+    ("trl-luspo-sequence-loss-by-length", 'elif self.loss_type == "luspo":', "loss = loss / normalizer", "pass"),
+    ("trl-adaptive-entropy-bonus-and-controller", "", "self._last_world_entropy <= self.args.entropy_target",
+     "self._last_world_entropy < self.args.entropy_target"),
+    # the actor's entropies under the bonus (_get_per_token_logps_and_entropies, before _compute_loss's use)
+    ("trl-entropy-bonus-gradient-through-the-entropy", "if self._entropy_bonus_enabled:",
+     "entropies = entropy_from_logits(logits)", "entropies = entropy_from_logits(logits).detach()"),
+]
+
+
+def planted_copy(root: Path, dest: Path, anchor: str, old: str, new: str) -> Path:
+    """The checkout's trl/ package and VERSION copied to dest with `old` (its first occurrence
+    after `anchor`) replaced in grpo_trainer.py."""
+    import shutil
+
+    shutil.copytree(root / "trl", dest / "trl", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(root / "VERSION", dest / "VERSION")
+    src = dest / "trl" / "trainer" / "grpo_trainer.py"
+    text = src.read_text()
+    at = text.index(anchor)
+    hit = text.index(old, at)
+    src.write_text(text[:hit] + new + text[hit + len(old):])
+    return dest
+
+
+@needs_repo
+@pytest.mark.parametrize("sid,anchor,old,new", ARM_PLANTS, ids=[p[0] for p in ARM_PLANTS])
+def test_each_trl_arm_entry_is_violated_by_its_plant(tmp_path, sid, anchor, old, new):
+    """The arm entries hold at the checkout (test above) and each is violated on a copy of it
+    with its one-line plant (results section 25's plants; luspo's: its division deleted)."""
+    sc = [s for s in load_paths([catalog_path()]) if s.id == sid]
+    copy = planted_copy(Path(REPO), tmp_path, anchor, old, new)
+    rep = run(sc, [TargetSpec("trl", str(REPO), label="checkout"), TargetSpec("trl", str(copy), label="planted")],
+              parallel=1)
+    got = {r.target: r.verdict for r in rep.results}
+    assert got == {"checkout": "holds", "planted": "violated"}, [(r.target, r.verdict, r.reason) for r in rep.results]
