@@ -247,7 +247,7 @@ def section_drawing(args, tmp: Path, result: dict) -> None:
 # puts first: CPU per example and per round, the worker's fork and IPC left out (so a loaded machine,
 # which starves a 20 s hunt's short rounds, still gives a figure)
 _ROUNDS = """
-import json, os, sys, time
+import inspect, json, os, sys, time
 import torch
 from sentinel import targets
 from sentinel.hunt import properties
@@ -256,8 +256,8 @@ torch.set_num_threads(1)
 adapter = targets.adapter_class("reference")(None, torch.device("cpu"), {})
 adapter.load()
 names = [p.name for p in properties.select()]
-for n in names:
-    warm(n)
+for n in names:  # as that tree's worker warms a round (a newer one with the adapter's domains)
+    warm(n, **({"adapter": adapter} if "adapter" in inspect.signature(warm).parameters else {}))
 quota = int(sys.argv[1])
 examples, t0 = 0, time.process_time()
 for n in names:
@@ -439,7 +439,7 @@ def section_profile(args, tmp: Path, result: dict) -> None:
     adapter.load()
     names = [p.name for p in properties.select()][::8]
     for n in names:
-        warm(n)
+        warm(n, adapter=adapter)
     prof, examples, emits = cProfile.Profile(), 0, []
     t0 = time.perf_counter()
     prof.enable()

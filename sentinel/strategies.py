@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 from hypothesis import reject, strategies as st
@@ -507,7 +507,6 @@ def examples(boundary: str, *, config: dict[str, list[Any]] | None = None, min_b
     if unknown:
         raise KeyError(f"unknown relation(s) {sorted(unknown)} (known: {', '.join(RELATIONS)})")
 
-    @st.composite
     def draw_example(draw) -> Example:
         cfg = cfg_pick(draw(cfg_s))
         xb = draw(_SMALL)
@@ -575,7 +574,15 @@ def examples(boundary: str, *, config: dict[str, list[Any]] | None = None, min_b
         order = [p.name for p in spec.inputs]  # stable key order: the boundary's port order
         return Example(boundary, cfg, {n: inputs[n] for n in order if n in inputs}, variants, params)
 
-    return draw_example()
+    return _drawn(draw_example)
+
+
+@st.composite
+def _drawn(draw, body: Callable[[Any], Example]) -> Example:
+    """An example drawn by `body(draw)`. Decorated once here: `st.composite` reads and parses
+    its function's source (~5 ms CPU), which `examples` would pay for every strategy it builds (a
+    round's child builds one for each new exclusion)."""
+    return body(draw)
 
 
 def batches(strategy: st.SearchStrategy[Example], size: int = 16) -> st.SearchStrategy[list[Example]]:

@@ -247,7 +247,7 @@ class Worker:
     def hunt(self, job: dict[str, Any]) -> dict[str, Any]:
         """A hunt round in a forked child; its progress lines are forwarded as they come."""
         from .hunt.worker.round import SHRINK_TIME, run_round, warm  # hypothesis, strategies: once, before fork
-        warm(job.get("property"), job.get("exclude"), job.get("pin"), job.get("origin"))
+        warm(job.get("property"), job.get("exclude"), job.get("pin"), job.get("origin"), self.adapter)
         limit = float(job.get("time_limit", 10.0)) + float(job.get("shrink_time", SHRINK_TIME)) + \
             float(self.header.get("timeout", 60))
         return self._forked(self._with_mutant(job, lambda emit: run_round(self.adapter, self.device, job, emit)), limit,

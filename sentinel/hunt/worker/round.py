@@ -170,8 +170,7 @@ def run_round(adapter, device, job: dict[str, Any], emit: Callable[[dict[str, An
     t_probe, cpu0 = time.monotonic(), time.process_time()
     checker = Checker(prop, adapter, device, dict(job.get("exclude") or {}),
                       [Signature.from_dict(d) for d in job.get("known") or []], pin=dict(job.get("pin") or {}),
-                      deviations=adapter.deviations_here(),
-                      domains=dict(getattr(type(adapter), "option_domains", {}).get(prop.boundary, {})))
+                      deviations=adapter.deviations_here(), domains=domains_of(adapter, prop.boundary))
     options.drain()  # the options the trainer reads from here on are this round's
     out: dict[str, Any] = {"status": "ok", "property": prop.name, "examples": 0, "rejected": 0, "errors": 0,
                            "shrink_calls": 0, "timed_out": 0, "note": "", "exclude": checker.exclude,
@@ -290,16 +289,26 @@ def _finding(prop: Property, best: dict[str, Any], sig: Signature, examples_to_f
 _WARM: set[str] = set()
 
 
+def domains_of(adapter, boundary: str) -> dict[str, Any]:
+    """The adapter's `option_domains` for `boundary` (what a round's strategy adds)."""
+    return dict(getattr(type(adapter), "option_domains", {}).get(boundary, {}))
+
+
 def warm(prop: str | None = None, exclude: dict[str, list[Any]] | None = None, pin: dict[str, Any] | None = None,
-         origin: str | None = None) -> None:
+         origin: str | None = None, adapter: Any = None) -> None:
     """Prepare the warm worker before it forks a round, so rounds do not each pay it:
-    imports, the property's strategy (built and validated), and once Hypothesis's own
+    imports, the property's strategy (built and validated, with the `adapter`'s domains as
+    the round's: else each round's child builds it again), and once Hypothesis's own
     first-run caches (a dry `find` that never calls the target: no target code runs outside
     the forked child)."""
     key = f"{prop}|{sorted((exclude or {}).items())!r}|{sorted((pin or {}).items())!r}"
     if prop is None or key in _WARM:
         return
-    strategy = S.batches(properties.get(prop, origin).strategy(exclude, pin), BATCH)
+    p = properties.get(prop, origin)
+    domains = domains_of(adapter, p.boundary)
+    if domains:
+        p.strategy(pin=pin)  # the first round's probe draws without them
+    strategy = S.batches(p.strategy(exclude, pin, domains), BATCH)
     strategy.validate()
     if not _WARM:
         # imported lazily by the engine once a round scores its targets: else by every round's child
