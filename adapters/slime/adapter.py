@@ -53,7 +53,7 @@ from .deviations import DEVIATIONS
 from .entry import EntryLoss, loss_function_scale, megatron_normalise
 from .megatron import install_megatron_shim
 from .parallel import on_ranks, scatter
-from .surfaces import Surfaces
+from .surfaces import DIST, Surfaces
 
 # The loss entry every loss boundary's reduced loss goes through (`EntryLoss._entry_loss`), and
 # compute_approx_kl, which policy_loss_function calls for the drawn use_kl_loss (its importance
@@ -440,7 +440,10 @@ class SlimeAdapter(EntryLoss, Surfaces, TrainerAdapter):
         return self._fn("compute_advantages_and_returns", LOSS, boundary="advantages")
 
     @implements("advantages", calls=(f"{LOSS}:compute_advantages_and_returns",
-                                     f"{ROLLOUT}:RolloutManager._post_process_rewards"))
+                                     f"{ROLLOUT}:RolloutManager._post_process_rewards",
+                                     # what it calls whose collectives the drawn CP / DP ranks run
+                                     f"{PPO_UTILS}:get_advantages_and_returns_batch",
+                                     f"{DIST}:distributed_masked_whiten"))
     def b_advantages(self, inputs, config):
         """compute_advantages_and_returns(args, rollout_data), after slime's group reward
         normalisation for GRPO-family / REINFORCE++-baseline estimators. logged_kl is
