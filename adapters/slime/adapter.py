@@ -21,6 +21,7 @@ from sentinel.adapters.layout import group_ids, group_layout, rows, unrows
 from sentinel.adapters.loading import bare_package, module_exists, version_facts
 from sentinel.adapters.observables import Watch, returned
 from sentinel.adapters.options import trainer_options
+from sentinel.adapters.ranks import current as current_rank
 from sentinel.adapters.spying import spy
 from sentinel.adapters.trainer import TrainerAdapter, straight_through
 from sentinel.errors import Unsupported
@@ -31,6 +32,8 @@ from .conventions import (
     BOUNDARY_MODULES,
     CP_SIZE,
     CP_UTILS,
+    DP_SIZE,
+    ADVANTAGE_PER_TOKEN,
     ESTIMATORS,
     EXTRA,
     GROUP_NORMALISED,
@@ -49,7 +52,8 @@ from .conventions import (
 from .deviations import DEVIATIONS
 from .entry import EntryLoss, loss_function_scale, megatron_normalise
 from .megatron import install_megatron_shim
-from .surfaces import Surfaces
+from .parallel import on_ranks, scatter
+from .surfaces import DIST, Surfaces
 
 # The loss entry every loss boundary's reduced loss goes through (`EntryLoss._entry_loss`), and
 # compute_approx_kl, which policy_loss_function calls for the drawn use_kl_loss (its importance
@@ -66,7 +70,8 @@ class SlimeAdapter(EntryLoss, Surfaces, TrainerAdapter):
     package, marker, extra, light = "slime", PPO_UTILS, EXTRA, LIGHT
     lookup_modules = (PPO_UTILS, LOSS, CP_UTILS)
     description = ("THUDM/slime: ppo_utils / megatron_utils.loss / cp_utils called on one process "
-                   "(context parallel size 1; loss_agg's reducer on 1, 2 or 4 ranks in turn) with per-sample response tensors.")
+                   "(context parallel size 1; loss_agg's reducer on 1, 2 or 4 ranks in turn; the advantages on "
+                   "1, 2 or 4 CP x 1 or 2 DP ranks at once, threads) with per-sample response tensors.")
     loss_path_files = ("slime/utils/ppo_utils.py", "slime/backends/megatron_utils/loss.py",
                        "slime/backends/megatron_utils/cp_utils.py", "slime/ray/rollout.py")
     deviations = DEVIATIONS  # where slime departs from the reference math on purpose
@@ -435,7 +440,10 @@ class SlimeAdapter(EntryLoss, Surfaces, TrainerAdapter):
         return self._fn("compute_advantages_and_returns", LOSS, boundary="advantages")
 
     @implements("advantages", calls=(f"{LOSS}:compute_advantages_and_returns",
-                                     f"{ROLLOUT}:RolloutManager._post_process_rewards"))
+                                     f"{ROLLOUT}:RolloutManager._post_process_rewards",
+                                     # what it calls whose collectives the drawn CP / DP ranks run
+                                     f"{PPO_UTILS}:get_advantages_and_returns_batch",
+                                     f"{DIST}:distributed_masked_whiten"))
     def b_advantages(self, inputs, config):
         """compute_advantages_and_returns(args, rollout_data), after slime's group reward
         normalisation for GRPO-family / REINFORCE++-baseline estimators. logged_kl is
@@ -482,25 +490,42 @@ class SlimeAdapter(EntryLoss, Surfaces, TrainerAdapter):
         if drawn.get("use_opd"):  # the reference log-probs stand in for the teacher's (opd_type sglang)
             rollout_data["teacher_log_probs"] = [x.detach().clone() for x in ref]
             opd = {"use_opd": True, "opd_type": "sglang", "opd_kl_coef": float(drawn.get("opd_kl_coef", 1.0))}
-        args = slime_args(**opd, advantage_estimator=estimator, kl_coef=float(config["kl_coef"]),
-                          kl_loss_type=self._kl_name_for(config["kl_type"],
-                                                     self._fn("compute_approx_kl", PPO_UTILS, boundary="advantages")),
-                          gamma=float(config["gamma"]), lambd=float(config["lam"]),
-                          normalize_advantages=bool(config["normalize_advantages"]))
-        if args.normalize_advantages:
-            self._ensure_process_group()
+        def make_args():
+            return slime_args(**opd, advantage_estimator=estimator, kl_coef=float(config["kl_coef"]),
+                              kl_loss_type=self._kl_name_for(config["kl_type"],
+                                                             self._fn("compute_approx_kl", PPO_UTILS, boundary="advantages")),
+                              gamma=float(config["gamma"]), lambd=float(config["lam"]),
+                              normalize_advantages=bool(config["normalize_advantages"]))
 
-        # Spy (call-through) on the GAE entry to record the PPO token rewards it receives.
-        token_rewards: list[torch.Tensor] = []
+        # each rank's PPO token rewards, as the GAE entry receives them (a spy that calls through)
+        token_rewards: dict[int, list[torch.Tensor]] = {}
 
         def record(arguments: dict[str, Any]) -> None:  # before the call: GAE may not change what we keep
             if arguments.get("rewards_list") is not None:
-                token_rewards.extend(t.detach().clone() for t in arguments["rewards_list"])
+                rank = current_rank()
+                token_rewards.setdefault(rank.rank if rank else 0, []).extend(
+                    t.detach().clone() for t in arguments["rewards_list"])
 
+        # data- x context-parallel ranks run at once (`parallel`): the whitening all-reduce and
+        # GAE's all-gather happen mid-function; a DP rank always holds a sample (slime's global
+        # batch is at least the DP size), so DP is at most the number of rows
+        cp, dp = int(drawn[CP_SIZE]), min(int(drawn[DP_SIZE]), len(masks))
+        args = make_args()
         watch = Watch(args)
         try:
             with spy(self.mods[LOSS], "get_advantages_and_returns_batch", before=record):
-                ret = fn(args, rollout_data)
+                if cp * dp == 1:
+                    if args.normalize_advantages:
+                        self._ensure_process_group()
+                    ret = fn(args, rollout_data)
+                else:
+                    def rank_call(rank, batch):
+                        return fn(args if rank.rank == 0 else make_args(), batch)
+
+                    rets, rollout_data, holds = on_ranks(dp, cp, rollout_data, ADVANTAGE_PER_TOKEN, rank_call)
+                    ret = rets[0]
+                    if token_rewards:  # each rank's token rewards, put back like the batch
+                        token_rewards = {0: scatter([token_rewards.get(r, []) for r in range(dp * cp)], holds, lengths)}
         except NotImplementedError as e:
             raise Unsupported(f"compute_advantages_and_returns: {e}") from e
 
@@ -509,7 +534,7 @@ class SlimeAdapter(EntryLoss, Surfaces, TrainerAdapter):
         if "kl" in rollout_data:  # stored for logging since 2026-04 (slime PR #1856)
             out["logged_kl"] = unrows(list(rollout_data["kl"]), mask)
         if token_rewards:
-            out["token_rewards"] = unrows(token_rewards, mask)
+            out["token_rewards"] = unrows(token_rewards[0], mask)
         # what else the call returned or left in rollout_data, and what it changed in args
         extras = {**returned({"value": ret, "rollout_data": rollout_data}), **watch.changes()}
         return BoundaryResult(out, self._after(inputs, given, mask), self._ref(fn), extras)

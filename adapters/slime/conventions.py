@@ -100,7 +100,13 @@ ADVANTAGE_OPTIONS: dict[str, tuple[Any, ...]] = {
     "trainer:use_opd": (False, True),
     "trainer:opd_kl_coef": (1.0, 0.5),  # read under use_opd
     "trainer:rewards_normalization": (True, False),  # read by the group-normalised estimators
+    # the ranks compute_advantages_and_returns runs on at once (adapters/slime/parallel.py): its
+    # whitening all-reduces over DP with CP, GAE all-gathers each sequence's CP chunks
+    "trainer:context_parallel_size": (1, 2, 4),
+    "trainer:data_parallel_size": (1, 2),
 }
+# the per-token lists of the advantages batch each context-parallel rank holds only its share of
+ADVANTAGE_PER_TOKEN = ("log_probs", "ref_log_probs", "values", "teacher_log_probs")
 # slime's actor (train_actor) leaves the batch without old log-probs when the loss pass can reuse its
 # own (`can_reuse_log_probs_in_loss`: one micro-batch, on-policy, no rollout log-probs, not gspo):
 # policy_loss_function then takes the current log-probs, detached, as the old policy's. Not an args
@@ -112,7 +118,7 @@ REUSE = "trainer:can_reuse_log_probs_in_loss"
 # context parallelism moves where the response falls in the ranks' chunks (a prompt chunk holds no
 # response token). Neither is an args option slime's reducer reads: it asks megatron.core.mpu, and
 # takes the prompt from total_lengths - response_lengths.
-CP_SIZE, PROMPT_LENGTH = "context_parallel_size", "prompt_length"
+CP_SIZE, PROMPT_LENGTH, DP_SIZE = "context_parallel_size", "prompt_length", "data_parallel_size"
 OPTION_DOMAINS = {
     # get_log_probs_and_entropy's with_entropy: True in the loss pass (policy_loss_function), False in
     # the actor's forward-only log-prob pass without --use-rollout-entropy (model.forward_only)
@@ -186,9 +192,7 @@ _GUARD = "raises on an estimator name the adapter never passes (it maps the cano
 _PLUGIN = "a user's plug-in (a module path slime imports; slime ships none), pinned at None"
 UNREACHABLE = {
     f"{LOSS}:compute_advantages_and_returns": {
-        "if not mpu.is_pipeline_last_stage() -> return": _PP, "if cp_rank == 0 -> rewards.append": _CP,
-        "if cp_size == 1 -> mask_chunks = []": _CP, "for i in range(len(advantages))": _CP,
-        "if res_e0 > res_s0": _CP, "if res_e1 > res_s1": _CP,
+        "if not mpu.is_pipeline_last_stage() -> return": _PP,
         "if args.custom_advantage_function_path is not None -> custom_adv_fn": _PLUGIN,
         'elif args.advantage_estimator == "reinforce_plus_plus_baseline" -> raise NotImplementedError':
             "raises on an estimator name the adapter never passes (ESTIMATORS maps the canonical ones to slime's)"},
@@ -203,8 +207,6 @@ UNREACHABLE = {
                                      '-> custom_pg_loss_reducer_func': _PLUGIN},
     f"{PPO_UTILS}:compute_approx_kl": {'elif kl_loss_type in ["k3", "low_var_kl"] -> raise': _GUARD},
     f"{PPO_UTILS}:get_advantages_and_returns_batch": {
-        "if cp_size > 1 -> from slime.backends.megatron_utils.cp_utils import": _CP,
-        "for total_len, resp_len, v, r in zip(": _CP, "for total_len, resp_len, adv_row, ret_row in zip(": _CP,
         "if not chunked -> full_advantages, full_returns = vanilla_gae": "slime's one caller "
         "(compute_advantages_and_returns) leaves chunked at its default, True: the trainer never runs vanilla_gae"},
 }

@@ -16,26 +16,33 @@ from typing import Any
 
 import torch
 
+from sentinel.adapters.ranks import current as current_rank
 from sentinel.adapters.shims import install_stubs
 
 
 class _MpuShim(types.ModuleType):
-    """``megatron.core.mpu`` for one process: no tensor, pipeline, context or data parallelism.
+    """``megatron.core.mpu`` for one process: one rank, or, inside `sentinel.adapters.ranks.run_ranks`
+    with `megatron_groups`, the rank that thread plays (its context- and data-parallel rank, size and
+    group). No tensor, pipeline or expert parallelism.
 
-    Group getters answer None, which torch.distributed reads as the default (world) group.
-    Anything else fails with a message that names it.
+    Outside simulated ranks the group getters answer None, which torch.distributed reads as the
+    default (world) group. Anything else fails with a message that names it.
     """
 
     def __init__(self) -> None:
-        super().__init__("megatron.core.mpu", "RL-Sentinel shim: one rank, CP = TP = PP = DP = 1")
+        super().__init__("megatron.core.mpu", "RL-Sentinel shim: one rank, or a simulated rank's CP and DP groups")
         def const(value):
             return lambda *a, **k: value
 
         one, zero, none, yes = const(1), const(0), const(None), const(True)
-        for kind in ("context", "tensor_model", "pipeline_model", "data", "expert_model", "expert_tensor"):
+        for kind in ("tensor_model", "pipeline_model", "expert_model", "expert_tensor"):
             setattr(self, f"get_{kind}_parallel_world_size", one)
             setattr(self, f"get_{kind}_parallel_rank", zero)
             setattr(self, f"get_{kind}_parallel_group", none)
+        for kind in ("context", "data"):
+            setattr(self, f"get_{kind}_parallel_world_size", _ask(kind, lambda r, g: r.size_of(g), 1))
+            setattr(self, f"get_{kind}_parallel_rank", _ask(kind, lambda r, g: r.rank_in(g), 0))
+            setattr(self, f"get_{kind}_parallel_group", _ask(kind, lambda r, g: r.group(g), None))
         self.is_pipeline_last_stage = yes
         self.is_pipeline_first_stage = yes
         self.model_parallel_is_initialized = yes
@@ -45,6 +52,30 @@ class _MpuShim(types.ModuleType):
         if name.startswith("__"):
             raise AttributeError(name)
         raise AttributeError(f"megatron.core.mpu.{name} is not provided by RL-Sentinel's one-rank shim")
+
+
+def _ask(kind: str, read, alone):
+    """An mpu getter for `kind` ("context" or "data"): the simulated rank's answer (Megatron's
+    ``with_context_parallel=True`` asks for the data-parallel group that includes the CP ranks),
+    `alone` on one rank."""
+    def getter(*args: Any, with_context_parallel: bool = False, **kwargs: Any) -> Any:
+        rank = current_rank()
+        if rank is None:
+            return alone
+        return read(rank, "data_with_context" if kind == "data" and with_context_parallel else kind)
+    return getter
+
+
+def megatron_groups(data_parallel: int, context_parallel: int) -> dict[str, list[list[int]]]:
+    """Megatron's groups for DP x CP ranks (TP = PP = 1; order tp-cp-dp: global rank
+    ``d * context_parallel + c``): a CP group holds consecutive ranks, a DP group the ranks with one
+    CP rank, the DP-with-CP group all of them."""
+    def at(d: int, c: int) -> int:
+        return d * context_parallel + c
+
+    return {"context": [[at(d, c) for c in range(context_parallel)] for d in range(data_parallel)],
+            "data": [[at(d, c) for d in range(data_parallel)] for c in range(context_parallel)],
+            "data_with_context": [list(range(data_parallel * context_parallel))]}
 
 
 def one_rank_cross_entropy(vocab_parallel_logits: torch.Tensor, target: torch.Tensor, tp_group=None) -> torch.Tensor:

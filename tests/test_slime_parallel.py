@@ -1,0 +1,89 @@
+"""slime's advantages on data- x context-parallel ranks run at once (adapters/slime/parallel.py).
+
+compute_advantages_and_returns whitens over the DP-with-CP group (an all-reduce in the middle of
+the function) and, under PPO with CP, GAE all-gathers each sequence's chunks: the ranks run as
+threads of one process (`sentinel.adapters.ranks`). With SENTINEL_SLIME_REPO set: the whitened
+advantages on 2 CP ranks, on 4 CP x 2 DP ranks and on 2 DP ranks equal the one-rank ones at the
+checkout; slime c1dd9ab (before dd7f037 whitened over the DP group without the CP ranks, so the two
+halves of a sequence got different affine maps) violates the CP scenarios and dd7f037 holds them;
+a clone with distributed_masked_whiten's all-reduce planted away violates the CP 2 and DP 2 ones
+(4 CP ranks: a rank with no valid token raises on its zero count).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SLIME = os.environ.get("SENTINEL_SLIME_REPO")
+INPUTS = """
+inputs:
+  rewards:       [1.0, 0.0, 3.0]
+  log_probs:     [[-0.5, -1.0, -0.2, -0.3, -0.1], [-0.1, -0.2, -0.3, -0.4, -0.5], [-1.0, -0.4, -0.2, -0.3, -0.9]]
+  ref_log_probs: [[-0.6, -0.8, -0.4, -0.2, -0.3], [-0.2, -0.2, -0.1, -0.4, -0.7], [-0.3, -0.4, -0.6, -0.3, -0.1]]
+  loss_mask:     [[1, 1, 1, 1, 1], [1, 1, 1, 0, 0], [1, 1, 1, 1, 0]]
+"""
+CONFIG = "{estimator: grpo, kl_coef: 0.1, kl_type: k1, gamma: 1.0, lam: 1.0, normalize_advantages: true, %s}"
+
+
+def scenario(ident: str, ranks: str, one: str) -> str:
+    return (f"id: {ident}\ntitle: whitened advantages on several ranks equal one rank's\nboundary: advantages\n"
+            f"targets: [slime]\nconfig: {CONFIG % ranks}\n{INPUTS.strip()}\ninvariants:\n"
+            f"  - batching_invariant: {{against: [{{{one}}}]}}\n")
+
+
+CP, DP = '"trainer:context_parallel_size"', '"trainer:data_parallel_size"'
+SCENARIOS = "---\n".join([
+    scenario("advantages-whiten-cp2", f"{CP}: 2", f"{CP}: 1"),
+    scenario("advantages-whiten-cp4-dp2", f"{CP}: 4, {DP}: 2", f"{CP}: 1, {DP}: 1"),
+    scenario("advantages-whiten-dp2", f"{DP}: 2", f"{DP}: 1"),
+])
+WHITEN = Path("slime") / "utils" / "distributed_utils.py"
+REDUCE = "dist.all_reduce(stats_tensor, group=process_group)"
+
+
+def _run(repo: Path | str, cwd: Path, commit: str | None = None) -> dict[str, str]:
+    scenarios = cwd / "parallel.yaml"
+    scenarios.write_text(SCENARIOS)
+    cmd = [sys.executable, "-m", "sentinel.cli", "run", str(scenarios), "--target", "slime", "--repo", str(repo),
+           "-o", "-", "--json", *(["--commit", commit] if commit else [])]
+    p = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, timeout=600)
+    assert p.stdout, p.stderr[-4000:]
+    return {r["id"]: r["verdict"] for r in json.loads(p.stdout)["results"]}
+
+
+def _clone(tmp_path: Path) -> Path:
+    clone = tmp_path / "slime"
+    subprocess.run(["git", "clone", "-q", "--shared", SLIME, str(clone)], check=True, timeout=300)
+    return clone
+
+
+@pytest.mark.skipif(not SLIME, reason="set SENTINEL_SLIME_REPO to a slime checkout to run slime tests")
+def test_whitening_on_ranks_holds_at_the_checkout_and_fails_without_its_all_reduce(tmp_path):
+    clone = _clone(tmp_path)
+    source = (clone / WHITEN).read_text()
+    if source.count(REDUCE) != 1:
+        pytest.skip(f"{WHITEN} at this commit has no single `{REDUCE}` to plant the bug in")
+    assert set(_run(SLIME, tmp_path).values()) == {"holds"}
+    (clone / WHITEN).write_text(source.replace(REDUCE, "pass  # planted: no all-reduce"))
+    planted = _run(clone, tmp_path)
+    # on 4 CP ranks a rank that holds no valid token divides by its own zero count: slime raises (an error)
+    assert planted["advantages-whiten-cp2"] == planted["advantages-whiten-dp2"] == "violated", planted
+    assert planted["advantages-whiten-cp4-dp2"] in ("violated", "error"), planted
+
+
+@pytest.mark.skipif(not SLIME, reason="set SENTINEL_SLIME_REPO to a slime checkout to run slime tests")
+def test_whitening_without_the_cp_ranks_is_found_at_c1dd9ab_and_fixed_at_dd7f037(tmp_path):
+    clone = _clone(tmp_path)
+    if subprocess.run(["git", "-C", str(clone), "cat-file", "-e", "dd7f037^{commit}"]).returncode:
+        pytest.skip("this slime checkout does not hold dd7f037")
+    parent = _run(clone, tmp_path, "dd7f037^")
+    fixed = _run(clone, tmp_path, "dd7f037")
+    assert parent == {"advantages-whiten-cp2": "violated", "advantages-whiten-cp4-dp2": "violated",
+                      "advantages-whiten-dp2": "holds"}  # DP alone: the DP group is every rank
+    assert set(fixed.values()) == {"holds"}
