@@ -79,6 +79,10 @@ PLANTED = [
     ("metrics-over-padding", "metrics", "metrics.masked_invariance"),
     ("masked-reduce-multiplies", "masked_reduce", "masked_reduce.finite.nan"),
     ("ratio-in-low-precision", "policy_loss", "policy_loss.precision.bf16"),
+    ("kl-straight-through-k1-gradient", "kl", "kl.straight_through"),
+    ("actor-temperature-twice", "actor_logprobs", "actor_logprobs.log_probs"),
+    ("actor-concat-reorders", "actor_logprobs", "actor_logprobs.batching_invariant"),
+    ("actor-unpad-offset", "actor_logprobs", "actor_logprobs.batching_invariant"),
 ]
 CATALOG_FINDINGS = HERE.parent / "scenarios" / "findings"
 
