@@ -31,6 +31,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 
 MSG_BYTES = 1 << 18  # one message on the control socket, at most
 
@@ -57,6 +58,20 @@ def enabled() -> bool:
 
 # --- the CLI's side ---------------------------------------------------------------------------
 
+LOOK_S = 0.5  # how often a wait for a fork's exit checks that its pid still exists
+
+
+def _exists(pid: int) -> bool:
+    """The process `pid` is still there (running, or a zombie its zygote has not reaped yet)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process took the pid: ours is gone
+        return False
+    return True
+
+
 class Forked:
     """A worker forked by the zygote, as `subprocess.Popen` shows a spawned one."""
 
@@ -78,8 +93,18 @@ class Forked:
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
-        if not self._ended.wait(timeout):
-            raise subprocess.TimeoutExpired(f"worker {self.pid}", timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        gone = 0
+        while not self._ended.wait(LOOK_S if deadline is None else max(0.0, min(LOOK_S, deadline - time.monotonic()))):
+            # the zygote reports each exit; a report that never comes must not hang the CLI (a
+            # test session once waited here for ever): a pid that is gone on two looks in a row
+            # (its report had time to arrive) ended unreported
+            gone = gone + 1 if not _exists(self.pid) else 0
+            if gone >= 2:
+                self._exited(None)
+                break
+            if deadline is not None and time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(f"worker {self.pid}", timeout)
         return self.returncode
 
     def kill(self) -> None:

@@ -109,3 +109,22 @@ def test_a_client_for_a_target_starts_its_zygote_with_the_name(monkeypatch):
         assert argv[-1] == b"slime"
     finally:
         client.close()
+
+
+def test_a_fork_whose_exit_report_never_comes_does_not_hang_its_waiter():
+    """The zygote reports each fork's exit; a test session once waited for ever on one whose report
+    never came (its zygote had reaped it). A pid that is gone ends the wait, as a kill."""
+    import subprocess
+    from sentinel.zygote import Forked
+    p = subprocess.Popen(["true"])
+    p.wait()  # reaped here: no zygote will ever report it
+    f = Forked(p.pid, None, None, None)
+    assert f.wait(timeout=60) == -9 and f.poll() == -9  # before: TimeoutExpired (the event never set)
+    assert Forked(p.pid, None, None, None).wait() == -9  # no timeout: ended by the looks, not for ever
+    alive = subprocess.Popen(["sleep", "30"])
+    try:
+        with pytest.raises(subprocess.TimeoutExpired):  # a fork that still runs is still waited for
+            Forked(alive.pid, None, None, None).wait(timeout=1.2)
+    finally:
+        alive.kill()
+        alive.wait()
