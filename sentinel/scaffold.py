@@ -37,8 +37,9 @@ from sentinel import Adapter, BoundaryResult, FunctionRef, TargetLoadError, Unsu
 
 def kl_penalty(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:
     """A stand-in for your trainer's KL function (k1 = log pi - log pi_ref), so that this file
-    runs as written. Replace it: import the real one in `load` and call it in `b_kl`."""
-    return log_probs - ref_log_probs
+    runs as written. Replace it: import the real one in `load` and call it in `b_kl`. In fp32 at
+    least: bf16 log-probs subtracted in bf16 lose log r's accuracy (kl-k1-bf16-log-probs)."""
+    return log_probs.float() - ref_log_probs.float()
 
 
 class {cls}(Adapter):

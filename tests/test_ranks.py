@@ -70,3 +70,18 @@ def test_a_rank_error_reaches_the_caller_and_the_next_run_starts_clean():
     with pytest.raises(ValueError, match="rank 0 failed"):
         run_ranks(2, fail)
     assert run_ranks(3, lambda rank: rank.world_size) == [3, 3, 3]
+
+
+def test_an_exported_copy_of_the_megatron_shim_answers_one_rank():
+    """The export writes the shim's getters as source into a standalone script; a simulated-rank
+    getter (a closure) is written as what it answers on one process, never as its nested `def`
+    (which made the exported validate.py a SyntaxError)."""
+    from sentinel.export.select import _shim_source
+    from sentinel_adapters.slime.megatron import _MpuShim
+    src = _shim_source(_MpuShim())
+    for kind, alone in (("context", 1), ("data", 1)):
+        assert src[f"get_{kind}_parallel_world_size"] == f"lambda *a, **k: {alone}"
+        assert src[f"get_{kind}_parallel_rank"] == "lambda *a, **k: 0"
+        assert src[f"get_{kind}_parallel_group"] == "lambda *a, **k: None"
+    for text in src.values():
+        compile(f"x = {text}" if text.startswith(("lambda", "sys.")) else text, "<shim>", "exec")

@@ -134,7 +134,8 @@ def kl_estimator(log_probs, ref_log_probs, loss_mask, kl_type="k1"):
     # in at least fp32: log-probs from a bf16 forward differ by less than their own rounding, and
     # exp(-r) - 1 + r cancels to 0 in bf16 (the precision family's kl scenarios)
     wide = torch.promote_types(torch.promote_types(log_probs.dtype, ref_log_probs.dtype), torch.float32)
-    log_ratio = keep(log_probs.to(wide) - ref_log_probs.to(wide), loss_mask)
+    log_probs, ref_log_probs = log_probs.to(wide), ref_log_probs.to(wide)  # the caller's own when already wide
+    log_ratio = keep(log_probs - ref_log_probs, loss_mask)
     if kl_type == "k1":
         kl = log_ratio
     elif kl_type == "k2":

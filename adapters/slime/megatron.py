@@ -63,6 +63,7 @@ def _ask(kind: str, read, alone):
         if rank is None:
             return alone
         return read(rank, "data_with_context" if kind == "data" and with_context_parallel else kind)
+    getter.standalone = alone  # what an exported, one-process copy of the shim answers (sentinel.export)
     return getter
 
 

@@ -413,8 +413,8 @@ def _third_party(name: str, mod: types.ModuleType, is_trainer) -> bool:
 
 def _shim_source(mod: types.ModuleType) -> dict[str, str]:
     """A functional shim module's public attributes as source: a function that returns a
-    constant (the one-rank Megatron's world sizes), a function of ours (its source), a
-    submodule (by name)."""
+    constant (the one-rank Megatron's world sizes) or declares what it answers on one process
+    (`standalone`: a simulated-rank getter), a function of ours (its source), a submodule (by name)."""
     out = {}
     for k, v in vars(mod).items():
         if k.startswith("_"):
@@ -423,7 +423,9 @@ def _shim_source(mod: types.ModuleType) -> dict[str, str]:
             out[k] = f"sys.modules[{v.__name__!r}]"
         elif isinstance(v, types.FunctionType):
             cells = [c.cell_contents for c in (v.__closure__ or ())]
-            if v.__name__ == "<lambda>" and len(cells) == 1 and isinstance(cells[0], (int, float, bool, type(None))):
+            if hasattr(v, "standalone"):
+                out[k] = f"lambda *a, **k: {v.standalone!r}"
+            elif v.__name__ == "<lambda>" and len(cells) == 1 and isinstance(cells[0], (int, float, bool, type(None))):
                 out[k] = f"lambda *a, **k: {cells[0]!r}"
             else:
                 try:
