@@ -271,7 +271,7 @@ def test_masked_bumps_and_trl_arms_run_and_hold_at_the_checkout():
            "trl-vllm-is-ratio-sequence-level": "holds", **{f"trl-eval-loss-{t}": "holds" for t in ("grpo", "bnpo", "dr_grpo")},
            **{f"trl-train-loss-{t}-accumulated": "holds" for t in ("grpo", "bnpo", "dr_grpo")},
            "trl-luspo-sequence-loss-by-length": "holds", "trl-adaptive-entropy-bonus-and-controller": "holds",
-           "trl-entropy-bonus-gradient-through-the-entropy": "holds"}
+           "trl-entropy-bonus-gradient-through-the-entropy": "holds", "trl-opsm-kl-at-threshold-kept": "holds"}
     sc = [s for s in load_paths([catalog_path()]) if s.id in ids]
     rep = run(sc, [TargetSpec("trl", REPO)])
     assert {r.id: r.verdict for r in rep.results} == ids, [(r.id, r.verdict, r.reason) for r in rep.results]
@@ -300,6 +300,9 @@ ARM_PLANTS = [
     # the actor's entropies under the bonus (_get_per_token_logps_and_entropies, before _compute_loss's use)
     ("trl-entropy-bonus-gradient-through-the-entropy", "if self._entropy_bonus_enabled:",
      "entropies = entropy_from_logits(logits)", "entropies = entropy_from_logits(logits).detach()"),
+    # get_off_policy_mask's tie: a sequence KL exactly at the threshold is kept (`<=`)
+    ("trl-opsm-kl-at-threshold-kept", "", "is_low_kl = avg_seq_kl <= off_policy_threshold",
+     "is_low_kl = avg_seq_kl < off_policy_threshold"),
 ]
 
 
