@@ -10,6 +10,10 @@ canonical config key holds:
   ``overlong_penalty_factor`` default to None, which it asserts against once the penalty is on,
   so their first values are a recipe's, not a default; ``max_new_tokens`` 1024 (AReaL's
   default) never penalises a drawn batch, 4 does.
+- the GAE timestep (``gae_timestep_unit``): a token, or a generated turn, with the rollout's
+  ``turn_ids`` (AReaL's multi-turn layout: ``k`` on the k-th generated turn's tokens, -1 on the
+  prompt and tool outputs between), which the adapter derives from ``loss_mask``: each run of
+  trained tokens is one turn, the masked holes between them the observations.
 - where the old policy's log-probs come from: the rollout's (rolled by AReaL) or, with
   ``recompute_logprob``, the recomputed ``prox_logp`` (already predict-aligned); with
   ``use_decoupled_loss`` the rollout's again and ``prox_logp`` left as given. The adapter hands
@@ -84,10 +88,14 @@ OPTION_DOMAINS = {
         "trainer:max_new_tokens": (1024, 4),
         "trainer:recompute_logprob": (False, True),
         "trainer:use_decoupled_loss": (False, True),
+        # turn: each generated turn one GAE timestep; the adapter hands AReaL's rollout turn_ids,
+        # one turn per run of trained tokens (turn_ids in adapter.py)
+        "trainer:gae_timestep_unit": ("token", "turn"),
     },
 }
 # how a PPOActorConfig without one of these fields behaves (old commits: bind's `absent`)
-TRAINER_OFF = {"overlong_reward_penalty": False, "recompute_logprob": False, "use_decoupled_loss": False}
+TRAINER_OFF = {"overlong_reward_penalty": False, "recompute_logprob": False, "use_decoupled_loss": False,
+               "gae_timestep_unit": "token"}
 
 _LOGGED = "read only by PPOActor._log_configuration, which writes it to the log (no boundary value depends on it)"
 _UPDATE = "copied by PPOActor.__init__ for ppo_update / compute_logp, which need the train engine (no boundary calls them)"
@@ -108,9 +116,6 @@ PINNED = (
     *pin("masked_reduce", "mean_level", "std_level", "group_size", "mean_leave1out",
          reason="the masked_reduce boundary is the batch whitening PPOActor runs for adv_norm; levels, groups and "
                 "leave-one-out are drawn on reward_norm and advantages (adv_norm), through the same Normalization"),
-    *pin("advantages", "gae_timestep_unit", reason="turn-level GAE needs the rollout's turn_ids (multi-turn agent "
-                                                   "data); no canonical input holds turn boundaries, and AReaL "
-                                                   "refuses 'turn' without them"),
     *pin("advantages", "gae_lambda_kwargs", reason="the keyword arguments of a user's per-sample lambda function "
                                                    "(gae_lambda as a dotted path); AReaL ships none"),
 )
@@ -127,6 +132,8 @@ def actor_options(config: dict[str, Any]) -> dict[str, Any]:
     for key in ("recompute_logprob", "use_decoupled_loss"):
         if config[f"trainer:{key}"]:
             out[key] = True
+    if config["trainer:gae_timestep_unit"] != "token":
+        out["gae_timestep_unit"] = config["trainer:gae_timestep_unit"]
     return out
 
 
