@@ -266,6 +266,8 @@ TURN_PLANTS = [
     # the token KL not added back to the advantages after the turn recursion
     ("areal-turn-gae-keeps-kl-token-local", "trainer/ppo/actor.py", "advantages = advantages + gae_kl_rewards",
      "advantages = advantages"),
+    # a custom lambda function fed the token count in turn mode
+    ("areal-turn-gae-vapo-lambda-counts-turns", "trainer/ppo/gae.py", 'else turn_counts', 'else effective_token_lengths'),
 ]
 
 

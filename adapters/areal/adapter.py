@@ -332,8 +332,9 @@ class ArealAdapter(Surfaces, TrainerAdapter):
             reward_bias=float(config["reward_bias"]), reward_scaling=float(config["reward_scaling"]),
             mask_no_eos_with_zero=bool(config["mask_no_eos_with_zero"]),
             kl_ctl=float(config["kl_coef"]), kl_estimator=kl_type,
-            discount=float(config["gamma"]), gae_lambda=float(config["lam"]),
-            **(trainer := actor_options(config)),
+            discount=float(config["gamma"]),
+            # a drawn lambda function (trainer:gae_lambda_fn) replaces the constant lam
+            **{"gae_lambda": float(config["lam"]), **(trainer := actor_options(config))},
         )
 
         # AReaL's rollout layout (areal/workflow/rlvr.py): int32 ids and loss mask, bool
