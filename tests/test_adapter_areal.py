@@ -242,3 +242,56 @@ def test_areal_actor_loss_arms_hold_at_the_checkout():
     rep = run(sc, [TargetSpec("areal", os.environ["SENTINEL_AREAL_REPO"])])
     assert {r.id: r.verdict for r in rep.results} == {s.id: "holds" for s in sc}, \
         [(r.id, r.verdict, r.reason) for r in rep.results]
+
+
+def test_turn_ids_label_each_run_of_trained_tokens_a_turn():
+    """The turn_ids the adapter hands AReaL under trainer:gae_timestep_unit 'turn': AReaL's
+    multi-turn layout (its concat interaction's), one turn per run of trained tokens, -1 between."""
+    from sentinel_adapters.areal.adapter import turn_ids
+
+    mask = torch.tensor([[1, 1, 0, 0, 1, 1], [0, 1, 1, 1, 0, 0], [0, 0, 0, 0, 0, 0]])
+    assert turn_ids(mask).tolist() == [[0, 0, -1, -1, 1, 1], [-1, 0, 0, 0, -1, -1], [-1] * 6]
+    assert turn_ids(mask).dtype == torch.int32
+
+
+# AReaL's turn-level GAE entries (scenarios/advantages/areal-turn-gae.yaml) against a one-line plant
+# each: (entry, file under areal/, the text replaced (its first occurrence), its replacement). A
+# copy of the checkout's areal/ package carries the plant; the checkout itself is never written.
+TURN_PLANTS = [
+    # a turn's value read at its last token instead of its first
+    ("areal-turn-gae-steps-once-per-turn", "trainer/ppo/gae.py", 'reduce="amin"', 'reduce="amax"'),
+    # the token KL folded into the turn recursion (and so into the critic's returns)
+    ("areal-turn-gae-keeps-kl-token-local", "trainer/ppo/actor.py", "rewards = gae_outcome_rewards\n",
+     "rewards = gae_kl_rewards + gae_outcome_rewards\n"),
+    # the token KL not added back to the advantages after the turn recursion
+    ("areal-turn-gae-keeps-kl-token-local", "trainer/ppo/actor.py", "advantages = advantages + gae_kl_rewards",
+     "advantages = advantages"),
+    # a custom lambda function fed the token count in turn mode
+    ("areal-turn-gae-vapo-lambda-counts-turns", "trainer/ppo/gae.py", 'else turn_counts', 'else effective_token_lengths'),
+]
+
+
+@pytest.mark.skipif(not os.environ.get("SENTINEL_AREAL_REPO"),
+                    reason="SENTINEL_AREAL_REPO (path of an AReaL checkout) is not set")
+@pytest.mark.parametrize("sid,where,old,new", TURN_PLANTS, ids=[f"{p[0]}-{i}" for i, p in enumerate(TURN_PLANTS)])
+def test_areal_turn_gae_entries_hold_and_are_violated_by_their_plants(tmp_path, sid, where, old, new):
+    """The turn-level GAE entries (trainer:gae_timestep_unit 'turn', turn_ids drawn from the loss
+    mask's runs) hold at the checkout and each is violated on a copy with its one-line plant."""
+    import shutil
+
+    from sentinel.catalog import catalog_path
+    from sentinel.runner import TargetSpec, run
+    from sentinel.spec import load_paths
+
+    root = Path(os.environ["SENTINEL_AREAL_REPO"])
+    shutil.copytree(root / "areal", tmp_path / "areal", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(root / "pyproject.toml", tmp_path / "pyproject.toml")
+    src = tmp_path / "areal" / where
+    text = src.read_text()
+    assert text.count(old) >= 1, f"plant text not found in {where}: {old!r}"
+    src.write_text(text.replace(old, new, 1))
+    sc = [s for s in load_paths([catalog_path() / "advantages" / "areal-turn-gae.yaml"]) if s.id == sid]
+    rep = run(sc, [TargetSpec("areal", str(root), label="checkout"), TargetSpec("areal", str(tmp_path), label="planted")],
+              parallel=1)
+    got = {r.target: r.verdict for r in rep.results}
+    assert got == {"checkout": "holds", "planted": "violated"}, [(r.target, r.verdict, r.reason) for r in rep.results]

@@ -48,6 +48,15 @@ def _append(x: torch.Tensor, value: Any) -> torch.Tensor:
     return torch.cat([x, torch.full_like(x[:, :1], value)], dim=1)
 
 
+def turn_ids(loss_mask: torch.Tensor) -> torch.Tensor:
+    """AReaL's rollout turn_ids for a token-aligned loss mask: each run of trained tokens one
+    generated turn (0, 1, ... per row), -1 elsewhere (prompt, the tool outputs between turns),
+    as its concat interaction labels a multi-turn sample (`to_tensor_dict`)."""
+    on = loss_mask.bool()
+    starts = on & ~torch.cat([torch.zeros_like(on[:, :1]), on[:, :-1]], dim=1)
+    return torch.where(on, starts.long().cumsum(dim=1) - 1, -1).to(torch.int32)
+
+
 def _layout(group: torch.Tensor | None, batch: int, group_size: int | None) -> tuple[list[int], list[int]]:
     """Row order and group sizes of the trajectory list handed to AReaL (without groups:
     one trajectory group per row)."""
@@ -323,8 +332,9 @@ class ArealAdapter(Surfaces, TrainerAdapter):
             reward_bias=float(config["reward_bias"]), reward_scaling=float(config["reward_scaling"]),
             mask_no_eos_with_zero=bool(config["mask_no_eos_with_zero"]),
             kl_ctl=float(config["kl_coef"]), kl_estimator=kl_type,
-            discount=float(config["gamma"]), gae_lambda=float(config["lam"]),
-            **(trainer := actor_options(config)),
+            discount=float(config["gamma"]),
+            # a drawn lambda function (trainer:gae_lambda_fn) replaces the constant lam
+            **{"gae_lambda": float(config["lam"]), **(trainer := actor_options(config))},
         )
 
         # AReaL's rollout layout (areal/workflow/rlvr.py): int32 ids and loss mask, bool
@@ -344,6 +354,8 @@ class ArealAdapter(Surfaces, TrainerAdapter):
             "logprobs": _prepend(lp if roll is None else roll.detach().float(), 0.0)[idx],
             "rewards": inputs["rewards"].detach().float().reshape(B)[idx],
         }
+        if trainer.get("gae_timestep_unit") == "turn":  # a multi-turn rollout's turn boundaries
+            batch["turn_ids"] = _prepend(turn_ids(loss_mask), -1)[idx]
         if trainer.get("recompute_logprob") or trainer.get("use_decoupled_loss"):  # what compute_logp returns
             batch["prox_logp"] = _append(lp, 0.0)[idx]  # (options.py), predict-aligned
         if inputs.get("ref_log_probs") is not None:

@@ -10,6 +10,13 @@ canonical config key holds:
   ``overlong_penalty_factor`` default to None, which it asserts against once the penalty is on,
   so their first values are a recipe's, not a default; ``max_new_tokens`` 1024 (AReaL's
   default) never penalises a drawn batch, 4 does.
+- the GAE timestep (``gae_timestep_unit``): a token, or a generated turn, with the rollout's
+  ``turn_ids`` (AReaL's multi-turn layout: ``k`` on the k-th generated turn's tokens, -1 on the
+  prompt and tool outputs between), which the adapter derives from ``loss_mask``: each run of
+  trained tokens is one turn, the masked holes between them the observations.
+- the GAE lambda: the canonical constant ``lam``, or one of AReaL's per-trajectory lambda
+  functions (``gae_lambda`` as a dotted path into ``areal/trainer/ppo/lambda_fn.py`` with its
+  ``gae_lambda_kwargs``: VAPO's length-adaptive lambda, the relative-position one).
 - where the old policy's log-probs come from: the rollout's (rolled by AReaL) or, with
   ``recompute_logprob``, the recomputed ``prox_logp`` (already predict-aligned); with
   ``use_decoupled_loss`` the rollout's again and ``prox_logp`` left as given. The adapter hands
@@ -68,6 +75,11 @@ _ACTOR_LOSS = {
     "trainer:rl_loss_weight": (1.0, 0.0, 0.5, None),
     "trainer:distill_loss_weight": (0.005, 0.5, None),
 }
+# AReaL's own per-trajectory GAE lambda functions (areal/trainer/ppo/lambda_fn.py), set as
+# gae_lambda = their dotted path with gae_lambda_kwargs; the keyword values give a lambda in
+# (0, 1) at the drawn rows' few tokens or turns
+LAMBDA_FNS = {"vapo": ("areal.trainer.ppo.lambda_fn.vapo_length_adaptive_gae", {"alpha": 1.0}),
+              "relative_position": ("areal.trainer.ppo.lambda_fn.relative_position_gae_lambda", {"q": 0.5})}
 OPTION_DOMAINS = {
     # the batch with and without its engine's `full_loss_mask` (grpo_loss_fn of 2025-10/11 reads
     # `input_data.get("full_loss_mask", loss_mask)`; one process: equal to loss_mask where present)
@@ -84,10 +96,16 @@ OPTION_DOMAINS = {
         "trainer:max_new_tokens": (1024, 4),
         "trainer:recompute_logprob": (False, True),
         "trainer:use_decoupled_loss": (False, True),
+        # turn: each generated turn one GAE timestep; the adapter hands AReaL's rollout turn_ids,
+        # one turn per run of trained tokens (turn_ids in adapter.py)
+        "trainer:gae_timestep_unit": ("token", "turn"),
+        # None: the constant lam; else one of the per-trajectory lambda functions AReaL ships
+        "trainer:gae_lambda_fn": (None, *LAMBDA_FNS),
     },
 }
 # how a PPOActorConfig without one of these fields behaves (old commits: bind's `absent`)
-TRAINER_OFF = {"overlong_reward_penalty": False, "recompute_logprob": False, "use_decoupled_loss": False}
+TRAINER_OFF = {"overlong_reward_penalty": False, "recompute_logprob": False, "use_decoupled_loss": False,
+               "gae_timestep_unit": "token", "gae_lambda_kwargs": {}}
 
 _LOGGED = "read only by PPOActor._log_configuration, which writes it to the log (no boundary value depends on it)"
 _UPDATE = "copied by PPOActor.__init__ for ppo_update / compute_logp, which need the train engine (no boundary calls them)"
@@ -108,11 +126,6 @@ PINNED = (
     *pin("masked_reduce", "mean_level", "std_level", "group_size", "mean_leave1out",
          reason="the masked_reduce boundary is the batch whitening PPOActor runs for adv_norm; levels, groups and "
                 "leave-one-out are drawn on reward_norm and advantages (adv_norm), through the same Normalization"),
-    *pin("advantages", "gae_timestep_unit", reason="turn-level GAE needs the rollout's turn_ids (multi-turn agent "
-                                                   "data); no canonical input holds turn boundaries, and AReaL "
-                                                   "refuses 'turn' without them"),
-    *pin("advantages", "gae_lambda_kwargs", reason="the keyword arguments of a user's per-sample lambda function "
-                                                   "(gae_lambda as a dotted path); AReaL ships none"),
 )
 
 
@@ -127,6 +140,11 @@ def actor_options(config: dict[str, Any]) -> dict[str, Any]:
     for key in ("recompute_logprob", "use_decoupled_loss"):
         if config[f"trainer:{key}"]:
             out[key] = True
+    if config["trainer:gae_lambda_fn"] is not None:
+        path, kwargs = LAMBDA_FNS[config["trainer:gae_lambda_fn"]]
+        out.update(gae_lambda=path, gae_lambda_kwargs=dict(kwargs))
+    if config["trainer:gae_timestep_unit"] != "token":
+        out["gae_timestep_unit"] = config["trainer:gae_timestep_unit"]
     return out
 
 
