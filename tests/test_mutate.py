@@ -395,6 +395,9 @@ def test_verl_functions_the_hunt_never_called_are_reached(function, boundary, re
     assert m.verdict == "killed", m
 
 
+_RC = "verl.trainer.ppo.rollout_corr_helper"
+
+
 @pytest.mark.slow  # one verl prepare and one mutant each
 @pytest.mark.skipif(not VERL_REPO, reason="needs a verl checkout in SENTINEL_VERL_REPO")
 @pytest.mark.parametrize("mutant, boundary, budget, by", [
@@ -405,12 +408,21 @@ def test_verl_functions_the_hunt_never_called_are_reached(function, boundary, re
     ("compute_grpo_outcome_advantage#sum-mean@bbe5b78bad", "advantages", 20, None),
     # assert clip_ratio_c > 1.0 -> > 2.0: refuses a valid dual clip only where eps_clip_c is in (1, 2], drawn now
     ("compute_policy_loss_vanilla#constant@5d7cf1d501", "policy_loss", 20, None),
+    # the sequence-level batch normalisation's mean over the valid responses: `> 0` -> `>= 0` (an empty
+    # response counted), the per-row count -> the batch's, the sum -> a mean, the count -> a fraction;
+    # the hunt draws sequence IS and batch normalisation rarely together, never beside an empty
+    # response (section 36)
+    *((f"{_RC}:compute_rollout_correction_weights#{key}", "is_correction", 0,
+       "verl-sequence-is-batch-normalized-over-valid-responses")
+      for key in ("compare@637d123a3e", "reduce-dim@43e38ffe83", "sum-mean@a76f14b626",
+                  "sum-mean@102059700b")),
 ])
 def test_verl_survivors_are_killed(mutant, boundary, budget, by, tmp_path, monkeypatch):
-    """Survivors of verl's GRPO estimator and vanilla loss at --budget 2 (mutate-2026-11-26.txt section 30)."""
+    """Survivors of verl's GRPO estimator, vanilla loss (mutate-2026-11-26.txt section 30) and rollout IS
+    weights (section 36) at --budget 2."""
     from sentinel.catalog import catalog_path
     monkeypatch.setenv("HYPOTHESIS_STORAGE_DIRECTORY", str(tmp_path / "hypothesis"))
-    one = f"verl.trainer.ppo.core_algos:{mutant}"
+    one = mutant if ":" in mutant else f"verl.trainer.ppo.core_algos:{mutant}"
     rep = mutate(load_paths([catalog_path()]), Options("verl", repo=VERL_REPO, boundaries=[boundary], only=[one],
                                                         budget=budget, hunt_examples=200, cache=None))
     m, = rep.mutate.mutants
