@@ -1,12 +1,10 @@
 """The hunt's per-example lookups worked out once (boundaries' ports and options by name, the
-output contract of a call that kept it, a property's validated invariant) answer as the
-uncached code did: a remembered answer never hides a problem or another body's model."""
+output contract of a call that kept it) answer as the uncached code did: a remembered answer
+never hides a problem."""
 
 from __future__ import annotations
 
-
 from sentinel import boundaries, contracts
-from sentinel.hunt import properties
 
 
 def test_boundary_lookups_are_the_first_of_each_name():
@@ -44,21 +42,3 @@ def test_contract_kept_once_is_rechecked_under_an_option_that_requires_more():
     assert any("'whitened' is missing" in m for m in missing)
     wrong = {"result": contracts.Returned("tensor", "f", (2,))}  # another shape: checked, not remembered
     assert any("has shape [2]" in m for m in contracts.problems("masked_reduce", wrong, (2, 3), mean))
-
-
-def test_invariant_of_a_body_is_validated_once_and_per_body():
-    prop = next(p for p in properties.select() if p.family == "close")
-    ex = _example(prop)
-    a, b = prop.invariant(ex), prop.invariant(ex)
-    assert a is b  # the same body: the same model
-    body = prop.body(ex)
-    key = next(k for k, v in body.items() if isinstance(v, (int, float)) and not isinstance(v, bool))
-    other = prop.invariant(ex, {key: body[key] + 1})
-    assert other is not a and getattr(other, key) == body[key] + 1
-    assert prop.invariant(ex) is a
-
-
-def _example(prop):
-    from hypothesis import HealthCheck, find, settings
-    return find(prop.strategy(), lambda ex: True, settings=settings(
-        database=None, deadline=None, suppress_health_check=list(HealthCheck)))

@@ -88,18 +88,7 @@ class Property:
     def invariant(self, ex: S.Example, overrides: dict[str, Any] | None = None) -> Invariant:
         """The invariant for one example; `overrides` change fields of its body (a signature's
         probes restrict a masking family to one kind of masked position with `at`)."""
-        body, cls = {**self.body(ex), **(overrides or {})}, REGISTRY[self.family]
-        try:  # the same body gives the same (never changed) model: most examples of a property share one
-            hash(tuple(body.items()))
-            key = (cls, repr(body))  # 1 and True (and 1.0) hash alike, their reprs differ
-        except TypeError:  # a list or an array in the body: validated each time
-            return cls.model_validate(body)
-        inv = _INVARIANTS.get(key)
-        if inv is None:
-            inv = cls.model_validate(body)
-            if len(_INVARIANTS) < _INVARIANTS_MAX:
-                _INVARIANTS[key] = inv
-        return inv
+        return REGISTRY[self.family].model_validate({**self.body(ex), **(overrides or {})})
 
     def admits(self, config: dict[str, Any]) -> bool:
         """The config is one this property draws (its own restrictions of config choices; a
@@ -110,11 +99,6 @@ class Property:
         if self.family in CANONICAL_FAMILIES and any(is_trainer(k) for k in config):
             return False
         return all(k not in config or config[k] in vs for k, vs in self.draw.get("config", {}).items())
-
-
-# (family's class, body) -> its validated invariant (properties.invariant)
-_INVARIANTS: dict[tuple[Any, ...], Invariant] = {}
-_INVARIANTS_MAX = 4096
 
 
 class Properties(Mapping[str, Property]):
