@@ -20,6 +20,7 @@ Canonical layout
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Literal
 
 Kind = Literal["token", "row", "scalar", "vocab"]
@@ -148,11 +149,30 @@ class Boundary:
 
     @property
     def config(self) -> dict[str, Any]:
-        """Option name -> default."""
+        """Option name -> default (a fresh dict: callers may change it)."""
+        return dict(self._defaults)
+
+    # by name, worked out once: a hunt looks ports and options up a hundred times an example
+    # (the instance's __dict__ takes them although the dataclass is frozen; the first of a name wins)
+    @cached_property
+    def _defaults(self) -> dict[str, Any]:
         return {o.name: o.default for o in self.options}
 
+    @cached_property
+    def _derived(self) -> tuple[Option, ...]:
+        return tuple(o for o in self.options if o.derive)
+
+    @cached_property
+    def _by_name(self) -> tuple[dict[str, Port], dict[str, Port], dict[str, Option]]:
+        def index(items):
+            out: dict[str, Any] = {}
+            for x in items:
+                out.setdefault(x.name, x)
+            return out
+        return index(self.inputs), index(self.outputs), index(self.options)
+
     def option(self, name: str) -> Option | None:
-        return next((o for o in self.options if o.name == name), None)
+        return self._by_name[2].get(name)
 
     def problem(self, config: dict[str, Any]) -> str | None:
         """The first unknown key or disallowed value of `config` (None: all fine)."""
@@ -166,17 +186,17 @@ class Boundary:
 
     def normalise(self, config: dict[str, Any]) -> dict[str, Any]:
         """Defaults filled in and derived values resolved: what every adapter receives."""
-        out = {**self.config, **config}
-        for o in self.options:
-            if o.derive and out.get(o.name) is None:
+        out = {**self._defaults, **config}
+        for o in self._derived:
+            if out.get(o.name) is None:
                 out[o.name] = out[o.derive]
         return out
 
     def input(self, name: str) -> Port | None:
-        return next((p for p in self.inputs if p.name == name), None)
+        return self._by_name[0].get(name)
 
     def output(self, name: str) -> Port | None:
-        return next((p for p in self.outputs if p.name == name), None)
+        return self._by_name[1].get(name)
 
     @property
     def masks(self) -> list[str]:

@@ -39,6 +39,29 @@ def problems(boundary: str, returned: dict[str, Returned], batch: tuple[int | No
     """Every way `returned` breaks `boundary`'s output contract (empty: it keeps it); `config`
     (normalised) decides the outputs an option asks for."""
     spec = boundaries.get(boundary)
+    # a call that keeps the contract is remembered by all the answer depends on: the same
+    # outputs, shapes and batch, and the values of the options that make an output required
+    try:
+        key = (boundary, id(spec), tuple((n, r.type, r.dtype_kind, r.shape) for n, r in returned.items()), batch,
+               tuple((config or {}).get(k) for p in spec.outputs for k, _ in p.required_when))
+        hash(key)
+    except TypeError:  # an unhashable option value: checked each time
+        return _problems(spec, returned, batch, config)
+    if key in _KEPT:
+        return []
+    out = _problems(spec, returned, batch, config)
+    if not out and len(_KEPT) < _KEPT_MAX:
+        _KEPT.add(key)
+    return out
+
+
+_KEPT: set[tuple] = set()
+_KEPT_MAX = 4096
+
+
+def _problems(spec: boundaries.Boundary, returned: dict[str, Returned], batch: tuple[int | None, int | None],
+              config: dict | None) -> list[str]:
+    boundary = spec.name
     out = []
     for p in spec.outputs:
         if p.name not in returned:

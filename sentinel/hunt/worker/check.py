@@ -61,8 +61,9 @@ def check(prop: Property, ex: S.Example, adapter, device, overrides: dict[str, A
     obs, function = {}, None
     for run in plan(sc):
         o, fn = observe(adapter, device, sc.boundary, run.inputs, run.config, run.grads, run.casts, run.extras)
-        # inputs come back in their own dtypes, as runner.evaluate decodes them
-        o["inputs_after"] = {n: a.astype(run.inputs[n].dtype) for n, a in o["inputs_after"].items()}
+        # inputs come back in their own dtypes, as runner.evaluate decodes them (no copy where they
+        # have it: each is already the call's own array)
+        o["inputs_after"] = {n: a.astype(run.inputs[n].dtype, copy=False) for n, a in o["inputs_after"].items()}
         obs[run.name] = RunObservation(inputs=run.inputs, **o)
         function = function or fn
     inv = sc.invariants[0]
