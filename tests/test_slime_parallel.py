@@ -40,7 +40,7 @@ def scenario(ident: str, ranks: str, one: str) -> str:
             f"  - batching_invariant: {{against: [{{{one}}}]}}\n")
 
 
-CP, DP = '"trainer:context_parallel_size"', '"trainer:data_parallel_size"'
+CP, DP, PROMPT = '"trainer:context_parallel_size"', '"trainer:data_parallel_size"', '"trainer:prompt_length"'
 SCENARIOS = "---\n".join([
     scenario("advantages-whiten-cp2", f"{CP}: 2", f"{CP}: 1"),
     scenario("advantages-whiten-cp4-dp2", f"{CP}: 4, {DP}: 2", f"{CP}: 1, {DP}: 1"),
@@ -48,13 +48,13 @@ SCENARIOS = "---\n".join([
 ])
 
 
-def ppo_scenario(ident: str, width: int, cp: int) -> str:
+def ppo_scenario(ident: str, width: int, cp: int, prompt: int = 1) -> str:
     """GAE advantages (no KL, no whitening: only where the reward lands) on `cp` CP ranks vs one."""
     values = [round(0.1 * (i % 5) - 0.2, 2) for i in range(width)]
     log_probs = [round(-0.1 * (1 + i % 4), 2) for i in range(width)]
     return (f"id: {ident}\ntitle: PPO advantages on {cp} context-parallel ranks equal one rank's\nboundary: advantages\n"
             f"targets: [slime]\nconfig: {{estimator: gae, kl_coef: 0.0, kl_type: k1, gamma: 1.0, lam: 1.0, "
-            f"normalize_advantages: false, {CP}: {cp}}}\ninputs:\n  rewards: [1.0, 2.0]\n"
+            f"normalize_advantages: false, {CP}: {cp}, {PROMPT}: {prompt}}}\ninputs:\n  rewards: [1.0, 2.0]\n"
             f"  values: [{values}, {values[::-1]}]\n  log_probs: [{log_probs}, {log_probs}]\n"
             f"  ref_log_probs: [{log_probs}, {log_probs}]\n  loss_mask: [{[1] * width}, {[1] * (width - 2) + [0, 0]}]\n"
             f"invariants:\n  - batching_invariant: {{against: [{{{CP}: 1}}]}}\n")
@@ -63,10 +63,13 @@ def ppo_scenario(ident: str, width: int, cp: int) -> str:
 # After a one-token prompt: 13 tokens on 2 CP ranks are 4 chunks of 4, the last holding only the
 # last token, whose log-prob comes from position 11 (rank 1's chunk 2); on 4 ranks (8 chunks of 2)
 # the last chunk is empty. 16 tokens on 2 ranks: the last chunk holds positions 12-15, rank 0's.
+# After a 5-token prompt, 10 tokens on 2 ranks: rank 0's chunks (0-2, 9) predict no response token
+# and slime indexes its empty token rewards (IndexError).
 PPO_SCENARIOS = "---\n".join([
     ppo_scenario("advantages-ppo-cp2-last-chunk-one-token", 12, 2),
     ppo_scenario("advantages-ppo-cp4-last-chunk-empty", 12, 4),
     ppo_scenario("advantages-ppo-cp2-last-chunk-rank0", 15, 2),
+    ppo_scenario("advantages-ppo-cp2-prompt5-rank0-no-token", 5, 2, prompt=5),
 ])
 LOSS = Path("slime") / "backends" / "megatron_utils" / "loss.py"
 PPO_REWARD = """        for reward, per_token_kl in zip(old_rewards, kl, strict=False):
@@ -131,7 +134,8 @@ def test_ppo_reward_under_cp_is_on_rank_0s_last_token_even_when_another_rank_hol
     """A slime bug at 624b824a8 (compute_advantages_and_returns, estimator ppo): under CP the reward is
     added to cp_rank 0's last local token, which is the last response token only when the last of
     the 2 * cp chunks holds at least two real tokens (a sequence of at most 4 * cp**2 tokens may not:
-    get_log_probs_and_entropy then gives rank 0 no token of that chunk). Violated at the checkout
+    get_log_probs_and_entropy then gives rank 0 no token of that chunk; after a long prompt rank 0
+    may hold no response token at all, and indexing its empty rewards raises). Violated at the checkout
     where it bites, holds where rank 0 holds the last token and everywhere with the reward placed
     by the owner of the sequence's end."""
     clone = _clone(tmp_path)
@@ -140,6 +144,7 @@ def test_ppo_reward_under_cp_is_on_rank_0s_last_token_even_when_another_rank_hol
         pytest.skip(f"{LOSS} at this commit does not add the PPO reward on cp_rank 0 as 624b824a8 does")
     assert _run(SLIME, tmp_path, text=PPO_SCENARIOS) == {"advantages-ppo-cp2-last-chunk-one-token": "violated",
                                                          "advantages-ppo-cp4-last-chunk-empty": "violated",
-                                                         "advantages-ppo-cp2-last-chunk-rank0": "holds"}
+                                                         "advantages-ppo-cp2-last-chunk-rank0": "holds",
+                                                         "advantages-ppo-cp2-prompt5-rank0-no-token": "error"}
     (clone / LOSS).write_text(source.replace(PPO_REWARD, PPO_REWARD_FIXED))
     assert set(_run(clone, tmp_path, text=PPO_SCENARIOS).values()) == {"holds"}

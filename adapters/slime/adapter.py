@@ -470,12 +470,12 @@ class SlimeAdapter(EntryLoss, Surfaces, TrainerAdapter):
         # slime always has log-probs; without them (and a reference) the KL is exactly 0.
         log_probs = given.get("log_probs") or [z.clone() for z in zeros]
         ref = given.get("ref_log_probs") or [x.detach().clone() for x in log_probs]
-        lengths, totals = self._lengths(mask, zeros)
+        drawn = trainer_options(config)  # ADVANTAGE_OPTIONS
+        lengths, totals = self._lengths(mask, zeros, drawn[PROMPT_LENGTH])
         if estimator == "ppo" and "values" not in given:
             raise ValueError("slime's ppo (gae) estimator needs `values`")
 
         rewards = [float(x) for x in inputs["rewards"].reshape(-1).tolist()]
-        drawn = trainer_options(config)  # ADVANTAGE_OPTIONS
         if estimator in GROUP_NORMALISED:
             rewards, _ = self._post_process_rewards("advantages", rewards, estimator, inputs.get("group"),
                                                     config["group_size"],
