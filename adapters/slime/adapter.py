@@ -443,7 +443,9 @@ class SlimeAdapter(EntryLoss, Surfaces, TrainerAdapter):
                                      f"{ROLLOUT}:RolloutManager._post_process_rewards",
                                      # what it calls whose collectives the drawn CP / DP ranks run
                                      f"{PPO_UTILS}:get_advantages_and_returns_batch",
-                                     f"{DIST}:distributed_masked_whiten"))
+                                     f"{DIST}:distributed_masked_whiten",
+                                     # the CP offsets GAE's all-gather / slice and the whitening's mask cut read
+                                     f"{CP_UTILS}:get_logits_and_tokens_offset_with_cp"))
     def b_advantages(self, inputs, config):
         """compute_advantages_and_returns(args, rollout_data), after slime's group reward
         normalisation for GRPO-family / REINFORCE++-baseline estimators. logged_kl is
