@@ -7,7 +7,10 @@ advantages on 2 CP ranks, on 4 CP x 2 DP ranks and on 2 DP ranks equal the one-r
 checkout; slime c1dd9ab (before dd7f037 whitened over the DP group without the CP ranks, so the two
 halves of a sequence got different affine maps) violates the CP scenarios and dd7f037 holds them;
 a clone with distributed_masked_whiten's all-reduce planted away violates the CP 2 and DP 2 ones
-(4 CP ranks: a rank with no valid token raises on its zero count).
+(4 CP ranks: a rank with no valid token raises on its zero count). PPO under CP: slime adds the
+reward to cp_rank 0's last local token, not the last response token's when another rank holds it
+(a real slime bug on sequences of at most 4 * cp**2 tokens): violated there at the checkout, held
+where rank 0 holds the sequence's end and by a clone that places the reward on the owner of the end.
 """
 
 from __future__ import annotations
@@ -37,19 +40,56 @@ def scenario(ident: str, ranks: str, one: str) -> str:
             f"  - batching_invariant: {{against: [{{{one}}}]}}\n")
 
 
-CP, DP = '"trainer:context_parallel_size"', '"trainer:data_parallel_size"'
+CP, DP, PROMPT = '"trainer:context_parallel_size"', '"trainer:data_parallel_size"', '"trainer:prompt_length"'
 SCENARIOS = "---\n".join([
     scenario("advantages-whiten-cp2", f"{CP}: 2", f"{CP}: 1"),
     scenario("advantages-whiten-cp4-dp2", f"{CP}: 4, {DP}: 2", f"{CP}: 1, {DP}: 1"),
     scenario("advantages-whiten-dp2", f"{DP}: 2", f"{DP}: 1"),
 ])
+
+
+def ppo_scenario(ident: str, width: int, cp: int, prompt: int = 1) -> str:
+    """GAE advantages (no KL, no whitening: only where the reward lands) on `cp` CP ranks vs one."""
+    values = [round(0.1 * (i % 5) - 0.2, 2) for i in range(width)]
+    log_probs = [round(-0.1 * (1 + i % 4), 2) for i in range(width)]
+    return (f"id: {ident}\ntitle: PPO advantages on {cp} context-parallel ranks equal one rank's\nboundary: advantages\n"
+            f"targets: [slime]\nconfig: {{estimator: gae, kl_coef: 0.0, kl_type: k1, gamma: 1.0, lam: 1.0, "
+            f"normalize_advantages: false, {CP}: {cp}, {PROMPT}: {prompt}}}\ninputs:\n  rewards: [1.0, 2.0]\n"
+            f"  values: [{values}, {values[::-1]}]\n  log_probs: [{log_probs}, {log_probs}]\n"
+            f"  ref_log_probs: [{log_probs}, {log_probs}]\n  loss_mask: [{[1] * width}, {[1] * (width - 2) + [0, 0]}]\n"
+            f"invariants:\n  - batching_invariant: {{against: [{{{CP}: 1}}]}}\n")
+
+
+# After a one-token prompt: 13 tokens on 2 CP ranks are 4 chunks of 4, the last holding only the
+# last token, whose log-prob comes from position 11 (rank 1's chunk 2); on 4 ranks (8 chunks of 2)
+# the last chunk is empty. 16 tokens on 2 ranks: the last chunk holds positions 12-15, rank 0's.
+# After a 5-token prompt, 10 tokens on 2 ranks: rank 0's chunks (0-2, 9) predict no response token
+# and slime indexes its empty token rewards (IndexError).
+PPO_SCENARIOS = "---\n".join([
+    ppo_scenario("advantages-ppo-cp2-last-chunk-one-token", 12, 2),
+    ppo_scenario("advantages-ppo-cp4-last-chunk-empty", 12, 4),
+    ppo_scenario("advantages-ppo-cp2-last-chunk-rank0", 15, 2),
+    ppo_scenario("advantages-ppo-cp2-prompt5-rank0-no-token", 5, 2, prompt=5),
+])
+LOSS = Path("slime") / "backends" / "megatron_utils" / "loss.py"
+PPO_REWARD = """        for reward, per_token_kl in zip(old_rewards, kl, strict=False):
+            token_level_rewards = per_token_kl * kl_coef
+            if cp_rank == 0:
+"""
+# a correct layout: the reward goes to the rank whose token range ends the sequence (its last local
+# token is then the last response token), whichever of its two chunks that is
+PPO_REWARD_FIXED = """        for reward, per_token_kl, total, n in zip(old_rewards, kl, total_lengths, response_lengths, strict=False):
+            token_level_rewards = per_token_kl * kl_coef
+            if cp_rank == 0 if mpu.get_context_parallel_world_size() == 1 else total in [
+                end for _, end in get_logits_and_tokens_offset_with_cp(total, n)[3]]:
+"""
 WHITEN = Path("slime") / "utils" / "distributed_utils.py"
 REDUCE = "dist.all_reduce(stats_tensor, group=process_group)"
 
 
-def _run(repo: Path | str, cwd: Path, commit: str | None = None) -> dict[str, str]:
+def _run(repo: Path | str, cwd: Path, commit: str | None = None, text: str = SCENARIOS) -> dict[str, str]:
     scenarios = cwd / "parallel.yaml"
-    scenarios.write_text(SCENARIOS)
+    scenarios.write_text(text)
     cmd = [sys.executable, "-m", "sentinel.cli", "run", str(scenarios), "--target", "slime", "--repo", str(repo),
            "-o", "-", "--json", *(["--commit", commit] if commit else [])]
     p = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, timeout=600)
@@ -87,3 +127,24 @@ def test_whitening_without_the_cp_ranks_is_found_at_c1dd9ab_and_fixed_at_dd7f037
     assert parent == {"advantages-whiten-cp2": "violated", "advantages-whiten-cp4-dp2": "violated",
                       "advantages-whiten-dp2": "holds"}  # DP alone: the DP group is every rank
     assert set(fixed.values()) == {"holds"}
+
+
+@pytest.mark.skipif(not SLIME, reason="set SENTINEL_SLIME_REPO to a slime checkout to run slime tests")
+def test_ppo_reward_under_cp_is_on_rank_0s_last_token_even_when_another_rank_holds_the_last(tmp_path):
+    """A slime bug at 624b824a8 (compute_advantages_and_returns, estimator ppo): under CP the reward is
+    added to cp_rank 0's last local token, which is the last response token only when the last of
+    the 2 * cp chunks holds at least two real tokens (a sequence of at most 4 * cp**2 tokens may not:
+    get_log_probs_and_entropy then gives rank 0 no token of that chunk; after a long prompt rank 0
+    may hold no response token at all, and indexing its empty rewards raises). Violated at the checkout
+    where it bites, holds where rank 0 holds the last token and everywhere with the reward placed
+    by the owner of the sequence's end."""
+    clone = _clone(tmp_path)
+    source = (clone / LOSS).read_text()
+    if source.count(PPO_REWARD) != 1:
+        pytest.skip(f"{LOSS} at this commit does not add the PPO reward on cp_rank 0 as 624b824a8 does")
+    assert _run(SLIME, tmp_path, text=PPO_SCENARIOS) == {"advantages-ppo-cp2-last-chunk-one-token": "violated",
+                                                         "advantages-ppo-cp4-last-chunk-empty": "violated",
+                                                         "advantages-ppo-cp2-last-chunk-rank0": "holds",
+                                                         "advantages-ppo-cp2-prompt5-rank0-no-token": "error"}
+    (clone / LOSS).write_text(source.replace(PPO_REWARD, PPO_REWARD_FIXED))
+    assert set(_run(clone, tmp_path, text=PPO_SCENARIOS).values()) == {"holds"}

@@ -443,7 +443,9 @@ class SlimeAdapter(EntryLoss, Surfaces, TrainerAdapter):
                                      f"{ROLLOUT}:RolloutManager._post_process_rewards",
                                      # what it calls whose collectives the drawn CP / DP ranks run
                                      f"{PPO_UTILS}:get_advantages_and_returns_batch",
-                                     f"{DIST}:distributed_masked_whiten"))
+                                     f"{DIST}:distributed_masked_whiten",
+                                     # the CP offsets GAE's all-gather / slice and the whitening's mask cut read
+                                     f"{CP_UTILS}:get_logits_and_tokens_offset_with_cp"))
     def b_advantages(self, inputs, config):
         """compute_advantages_and_returns(args, rollout_data), after slime's group reward
         normalisation for GRPO-family / REINFORCE++-baseline estimators. logged_kl is
@@ -470,12 +472,12 @@ class SlimeAdapter(EntryLoss, Surfaces, TrainerAdapter):
         # slime always has log-probs; without them (and a reference) the KL is exactly 0.
         log_probs = given.get("log_probs") or [z.clone() for z in zeros]
         ref = given.get("ref_log_probs") or [x.detach().clone() for x in log_probs]
-        lengths, totals = self._lengths(mask, zeros)
+        drawn = trainer_options(config)  # ADVANTAGE_OPTIONS
+        lengths, totals = self._lengths(mask, zeros, drawn[PROMPT_LENGTH])
         if estimator == "ppo" and "values" not in given:
             raise ValueError("slime's ppo (gae) estimator needs `values`")
 
         rewards = [float(x) for x in inputs["rewards"].reshape(-1).tolist()]
-        drawn = trainer_options(config)  # ADVANTAGE_OPTIONS
         if estimator in GROUP_NORMALISED:
             rewards, _ = self._post_process_rewards("advantages", rewards, estimator, inputs.get("group"),
                                                     config["group_size"],

@@ -104,6 +104,9 @@ ADVANTAGE_OPTIONS: dict[str, tuple[Any, ...]] = {
     # whitening all-reduces over DP with CP, GAE all-gathers each sequence's CP chunks
     "trainer:context_parallel_size": (1, 2, 4),
     "trainer:data_parallel_size": (1, 2),
+    # the prompt before each response: under CP it moves the response across the chunks (the
+    # whitening's mask offsets; a rank may hold only prompt tokens of a sample)
+    "trainer:prompt_length": (1, 5),
 }
 # the per-token lists of the advantages batch each context-parallel rank holds only its share of
 ADVANTAGE_PER_TOKEN = ("log_probs", "ref_log_probs", "values", "teacher_log_probs")
