@@ -6,6 +6,7 @@ Install the target with: pip install --no-deps openrlhf==0.11.2 && pip install '
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import math
@@ -289,7 +290,9 @@ def test_advantage_scenarios_catch_a_one_line_plant(scenario, plant, monkeypatch
     code and is violated with one line of it changed."""
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")])))
     monkeypatch.setenv("SENTINEL_TEST_PLANT", json.dumps(plant))
-    scenarios = [s for s in load_paths([catalog_path()]) if s.id == scenario]
+    # the planted copy is OpenRLHF under another name: a scenario written for openrlhf runs on it too
+    scenarios = [dataclasses.replace(s, targets=["*"]) for s in load_paths([catalog_path()]) if s.id == scenario]
+    assert scenarios
     rep = run(scenarios, [TargetSpec("openrlhf"), TargetSpec("planted_targets:OneLinePlantedOpenRLHF")])
     got = {r.target: r for r in rep.results}
     assert got["openrlhf"].verdict == "holds", got["openrlhf"].reason
