@@ -4,6 +4,9 @@ put this folder on PYTHONPATH). The catalog and the hunt must catch each.
 
 - OpenRLHF: `aggregate_loss` whose token mean divides by every position of the batch, padding
   included (the `loss-agg-counts-padding` plant of the reference, in OpenRLHF's own function).
+- OpenRLHF, one line (`OneLinePlantedOpenRLHF`): a function of the real checkout with one line
+  changed (SENTINEL_TEST_PLANT: JSON [module, qualname, old line, new line]), compiled in its
+  module's namespace as `sentinel mutate` applies a mutant.
 - TRL: `GRPOTrainer._get_per_token_logps_and_entropies` that takes the log-probs one position
   early (the log-prob of token t - 1 scored as token t's), an off-by-one in the shift between
   logits and labels.
@@ -11,6 +14,9 @@ put this folder on PYTHONPATH). The catalog and the hunt must catch each.
 
 from __future__ import annotations
 
+import importlib
+import inspect
+import json
 import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -46,6 +52,26 @@ class PlantedOpenRLHFAdapter(OpenRLHFAdapter):
         # PolicyLoss.forward looks aggregate_loss up in its module at call time
         self.mods[LOSS].aggregate_loss = aggregate_counts_padding
         return {**facts, "plant": "aggregate-counts-padding"}
+
+
+class OneLinePlantedOpenRLHF(OpenRLHFAdapter):
+    name = "openrlhf+one-line"
+    description = "OpenRLHF with one line of one function changed (SENTINEL_TEST_PLANT; tests/planted_targets.py)"
+
+    def load(self):
+        from sentinel.mutate.apply import compiled
+
+        facts = super().load()
+        module, qualname, old, new = json.loads(os.environ["SENTINEL_TEST_PLANT"])
+        fn = importlib.import_module(module)
+        for part in qualname.split("."):
+            fn = getattr(fn, part)
+        fn = inspect.unwrap(fn)  # under torch.no_grad(): the function it wraps, as a mutant is applied
+        src = inspect.getsource(fn)
+        if src.count(old) != 1:
+            raise RuntimeError(f"the plant's line is not in {qualname} at this version")
+        fn.__code__ = compiled(fn, src.replace(old, new), fn.__code__.co_firstlineno)
+        return {**facts, "plant": f"{qualname}: {new.strip()}"}
 
 
 def shifted_logps(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, compute_entropy=False,

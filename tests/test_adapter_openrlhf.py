@@ -6,7 +6,9 @@ Install the target with: pip install --no-deps openrlhf==0.11.2 && pip install '
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
+import json
 import math
 import os
 import subprocess
@@ -180,6 +182,46 @@ def test_advantages_estimators(orl):
         orl.call("advantages", {"rewards": rewards, "loss_mask": mask, "group": T([0, 0, 0, 1])}, {"estimator": "grpo"})
 
 
+def _planted(fn, old: str, new: str):
+    """The code of `fn` (a decorated method: the function under the decorator) with one line
+    changed, compiled in its module's namespace as `sentinel mutate` applies a mutant."""
+    import inspect
+
+    from sentinel.mutate.apply import compiled
+
+    fn = inspect.unwrap(fn)
+    src = inspect.getsource(fn)
+    assert src.count(old) == 1, f"the plant's line is not in {fn.__qualname__} at this version"
+    return fn, compiled(fn, src.replace(old, new), fn.__code__.co_firstlineno)
+
+
+def test_experiences_are_split_as_the_trainer_splits_them(orl, monkeypatch):
+    """advantages hands the maker the experiences split_rollout_samples makes: one per
+    micro-batch of rows (rollout.micro_batch_size, 1 by default), or dynamic batching's
+    seqlen-balanced partition, whose experiences interleave prompts. OpenRLHF's answer is the
+    same under every layout; a maker that hands the shaped rewards back in prompt order instead
+    of its experiences' (the `[indices]` dropped) is told apart only under dynamic batching."""
+    mask = T([[1, 0, 0, 0, 0, 0], [1, 1, 1, 1, 1, 0], [1, 1, 0, 0, 0, 0],
+              [1, 1, 1, 1, 1, 1], [1, 1, 1, 0, 0, 0], [1, 1, 1, 1, 0, 0]])
+    inputs = {"rewards": T([1.0, 0.0, 3.0, 2.0, 0.5, -1.0]), "loss_mask": mask, "group": T([0, 0, 0, 1, 1, 1])}
+    layouts = {"per row": {}, "at once": {"trainer:micro_rollout_batch_size": 256},
+               "dynamic": {"trainer:dynamic_batch_enable": True}}
+
+    def advantages(layout: str) -> torch.Tensor:
+        res = orl.call("advantages", inputs, {"estimator": "grpo", **layouts[layout]})
+        return res.outputs["advantages"]
+
+    real = {k: advantages(k) for k in layouts}
+    assert torch.equal(real["per row"], real["at once"]) and torch.equal(real["per row"], real["dynamic"])
+    cls = orl._maker_class("compute_advantages_and_returns", "advantages")
+    fn, code = _planted(cls.compute_advantages_and_returns, "rewards = rewards.reshape(-1)[indices].split(exp_len)",
+                        "rewards = rewards.reshape(-1).split(exp_len)")
+    monkeypatch.setattr(fn, "__code__", code)
+    planted = {k: advantages(k) for k in layouts}
+    assert torch.equal(planted["per row"], real["per row"]) and torch.equal(planted["at once"], real["at once"])
+    assert not torch.allclose(planted["dynamic"], real["dynamic"])
+
+
 def test_mask_no_eos_is_the_stop_properly_penalty(orl):
     """mask_no_eos_with_zero: ProRL's stop_properly_penalty_coef 0 on the truncated rows."""
     inputs = {"rewards": T([1.0, 5.0]), "loss_mask": T([[1, 1, 0], [1, 1, 1]]),
@@ -225,6 +267,37 @@ def test_catalog_catches_the_planted_copy(catalogs):
     flipped = {(sid, i.family) for sid, r in planted.items() for k, i in enumerate(r.invariants)
                if i.verdict == "violated" and real[sid].invariants[k].verdict == "held"}
     assert ("loss-agg-token-mean", "padding_invariant") in flipped, flipped
+
+
+MAKER = "openrlhf.trainer.ppo_utils.experience_maker"
+ADV = "RemoteExperienceMaker.compute_advantages_and_returns"
+
+
+@pytest.mark.parametrize("scenario, plant", [
+    # the group mean of group_norm taken over the whole batch
+    ("grpo-equal-groups-interleaved", [MAKER, ADV, "rewards = (rewards - rewards.mean(-1, keepdim=True)) / ",
+                                       "rewards = (rewards - rewards.mean()) / "]),
+    # rloo's leave-one-out sum taken over the whole batch
+    ("rloo-equal-groups-interleaved", [MAKER, ADV, "baseline = (rewards.sum(-1, keepdim=True) - rewards)",
+                                       "baseline = (rewards.sum() - rewards)"]),
+    # the reward clipped from below only
+    ("reinforce-pp-reward-clip", ["openrlhf.models.utils", "compute_reward",
+                                  "r = r.clamp(min=reward_clip_range[0], max=reward_clip_range[1])",
+                                  "r = r.clamp(min=reward_clip_range[0])"]),
+])
+def test_advantage_scenarios_catch_a_one_line_plant(scenario, plant, monkeypatch):
+    """Each advantages scenario OpenRLHF runs (groups of one size; reward_clip) holds on its real
+    code and is violated with one line of it changed."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")])))
+    monkeypatch.setenv("SENTINEL_TEST_PLANT", json.dumps(plant))
+    # the planted copy is OpenRLHF under another name: a scenario written for openrlhf runs on it too
+    scenarios = [dataclasses.replace(s, targets=["*"]) for s in load_paths([catalog_path()]) if s.id == scenario]
+    assert scenarios
+    rep = run(scenarios, [TargetSpec("openrlhf"), TargetSpec("planted_targets:OneLinePlantedOpenRLHF")])
+    got = {r.target: r for r in rep.results}
+    assert got["openrlhf"].verdict == "holds", got["openrlhf"].reason
+    assert got["planted_targets:OneLinePlantedOpenRLHF"].verdict == "violated", \
+        got["planted_targets:OneLinePlantedOpenRLHF"].reason
 
 
 def test_hunt_catches_the_planted_copy(tmp_path):

@@ -26,7 +26,11 @@ advantages      the experience maker's ``compute_advantages_and_returns`` (0.7 a
                 torch.distributed, hence unsupported), on an experience maker built
                 without ``__init__`` (``object.__new__``) holding ``strategy.args``,
                 ``args`` and a ``FixedKLController``; the KL it shapes the reward with is
-                ``compute_approx_kl``'s, as ``make_experience`` computes it
+                ``compute_approx_kl``'s, as ``make_experience`` computes it; the batch is
+                handed over as the experiences ``split_rollout_samples`` makes
+                (``rollout.micro_batch_size`` rows each, 1 by default, or dynamic
+                batching's seqlen-balanced partition, which interleaves prompts:
+                trainer options ``micro_rollout_batch_size`` / ``dynamic_batch_enable``)
 reward_norm     the same call on one-token responses: group_norm (group mean and std),
                 dr_grpo (group mean only), rloo (leave-one-out mean); a batch-level
                 statistic is one group of the whole batch

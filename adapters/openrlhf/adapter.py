@@ -26,6 +26,8 @@ from sentinel.errors import Unsupported
 from .conventions import (
     BLOCKED,
     DYNAMIC_STEP,
+    MICRO_ROLLOUT_BATCH,
+    SEQLEN,
     ESTIMATORS,
     EXPERIENCE,
     GROUP_NORM_EPS,
@@ -42,6 +44,7 @@ from .conventions import (
     VLLM_IS_THRESHOLD,
     UTILS,
     experience,
+    placed,
     replay_buffer,
     trainer_args,
     whitened,
@@ -54,7 +57,7 @@ class OpenRLHFAdapter(TrainerAdapter):
     name = "openrlhf"
     package, marker, extra, install_hint, heavy = "openrlhf", LOSS, "openrlhf", PIP_HINT, HEAVY_DEPS
     modules = (LOSS, UTILS)
-    optional_modules = (MAKER, EXPERIENCE, KL_CONTROLLER, LOSS_UTILS)
+    optional_modules = (MAKER, EXPERIENCE, KL_CONTROLLER, LOSS_UTILS, SEQLEN)
     lookup_modules = (UTILS,)
     loss_path_files = LOSS_PATH_FILES
     description = ("OpenRLHF/OpenRLHF: models.loss (PolicyLoss, aggregate_loss), models.utils (compute_approx_kl, "
@@ -351,11 +354,16 @@ class OpenRLHFAdapter(TrainerAdapter):
         m = mask.bool()[idx]
         r = floating(rewards).detach().reshape(n_rows)[idx].clone()
         kl_t = torch.zeros(m.shape, dtype=r.dtype, device=m.device) if kl is None else kl[idx]
-        exp = experience(self._experience_class(), action_mask=m, rewards=r,
-                         values=None if values is None else floating(values).detach()[idx], kl=kl_t,
-                         info={"reward": r}, index=list(range(n_rows)),
-                         truncated=None if truncated is None else truncated.bool()[idx],
-                         response_length=m.sum(-1).float(), total_length=m.sum(-1).float())
+        v = None if values is None else floating(values).detach()[idx]
+        t = None if truncated is None else truncated.bool()[idx]
+        # the experiences the trainer's split_rollout_samples hands it: rows in prompt order
+        # (positions 0..n-1), cut into micro-batches; each experience's index names its positions
+        parts = self._micro_batches(method, m.sum(-1).tolist(), drawn or {})
+        exps = [experience(self._experience_class(), action_mask=m[p], rewards=r[p].clone(),
+                           values=None if v is None else v[p], kl=kl_t[p], info={"reward": r[p].clone()},
+                           index=list(p), truncated=None if t is None else t[p],
+                           response_length=m[p].sum(-1).float(), total_length=m[p].sum(-1).float())
+                for p in parts]
         mod = self.mods[MAKER]
         watch = Watch(args)
         # the estimator's own advantages, before any whitening or shaping of the maker's
@@ -365,27 +373,52 @@ class OpenRLHFAdapter(TrainerAdapter):
                 call = maker.compute_advantages_and_returns
                 takes_kw = any(p.kind is p.VAR_KEYWORD for p in inspect.signature(call).parameters.values())
                 # before 0.8 gamma and lambd came as keyword arguments, not from args
-                result = call(**bind(call, boundary, {"experiences": [exp]},
+                result = call(**bind(call, boundary, {"experiences": exps},
                                      {"gamma": gamma, "lambd": lam} if takes_kw else {}))
-                estimated = [out for _, out in gae_like] + [(out, out) for _, out in cumulative]
+                estimated = [out[0] for _, out in gae_like] + [out for _, out in cumulative]
             except AttributeError as e:
                 if "OpenRLHF reads args." in str(e):
                     raise Unsupported(f"signature drift: {e} (boundary {boundary!r})") from e
                 raise
-        out_exp = result[0] if isinstance(result, (list, tuple)) and result else exp
-        if isinstance(out_exp, (list, tuple)):  # (experiences, rewards) returns of some versions
-            out_exp = out_exp[0]
-        back = lambda t: unpermute(t, order)  # noqa: E731
-        outputs = {"advantages": back(out_exp.advantages), "returns": back(out_exp.returns),
-                   "estimated": back(estimated[0][0]) if estimated else None, "whitened": whitened(args)}
+        out_exps = result if isinstance(result, list) and result else exps
+        if isinstance(result, tuple) and result:  # (experiences, rewards) returns of some versions
+            out_exps = list(result[0]) if isinstance(result[0], (list, tuple)) else [result[0]]
+        def back(ts: list[torch.Tensor]) -> torch.Tensor:  # one batch, canonical row order
+            x = placed(parts, ts)
+            return unpermute(x, order) if x.dim() and x.shape[0] == n_rows else x
+
+        outputs = {"advantages": back([e.advantages for e in out_exps]), "returns": back([e.returns for e in out_exps]),
+                   "estimated": back(estimated) if estimated else None, "whitened": whitened(args)}
         if shaped:
-            outputs["token_rewards"] = back(shaped[0][1])
+            outputs["token_rewards"] = back([out for _, out in shaped])
         outputs["function"] = method
-        # the experience as the call left it (its info dict included) and what it set in args, rows
-        # put back in canonical order
-        outputs["extras"] = {k: back(v) if v.dim() and v.shape[0] == n_rows else v
-                             for k, v in extras({"experience": out_exp}, watch).items()}
+        # the experiences as the call left them (their info dicts included), one batch in canonical
+        # row order, and what the call set in args
+        seen = [extras({"experience": e}) for e in out_exps]
+        merged = {k: back([x[k] for x in seen]) for k in seen[0] if all(k in x for x in seen)}
+        merged.update({k: x[k] for x in seen for k in x if k not in merged})  # one experience's alone: as is
+        outputs["extras"] = {**merged, **extras(None, watch)}
         return outputs
+
+    def _micro_batches(self, method: Callable, lengths: list[int], drawn: dict[str, Any]) -> list[list[int]]:
+        """The positions of each micro-batch split_rollout_samples makes of the rollout (rows in
+        prompt order): with dynamic batching, OpenRLHF's own seqlen-balanced partition into
+        DYNAMIC_STEP micro-batches (its partitions interleave prompts); else consecutive chunks of
+        micro_rollout_batch_size."""
+        n = len(lengths)
+        dynamic, size = bool(drawn.get("dynamic_batch_enable")), drawn.get("micro_rollout_batch_size")
+        size = MICRO_ROLLOUT_BATCH if size is None else int(size)
+        if "experience.index" not in inspect.getsource(method):  # before the index: one prompt-ordered batch
+            if dynamic or size != MICRO_ROLLOUT_BATCH:
+                raise Unsupported("compute_advantages_and_returns reads no experience.index at this OpenRLHF "
+                                  "version: the adapter hands it the rollout as one experience only")
+            return [list(range(n))]
+        if dynamic:
+            balance = getattr(self.mods.get(SEQLEN), "get_seqlen_balanced_partitions", None)
+            if not callable(balance):
+                raise Unsupported("openrlhf.utils.seqlen_balancing has no get_seqlen_balanced_partitions at this version")
+            return [list(p) for p in balance([int(x) for x in lengths], min(DYNAMIC_STEP, n), False)]
+        return [list(range(i, min(i + size, n))) for i in range(0, n, size)]
 
     @implements("advantages", calls=(f"{MAKER}:RemoteExperienceMaker.compute_advantages_and_returns",
                                      f"{UTILS}:compute_reward", f"{UTILS}:compute_approx_kl",

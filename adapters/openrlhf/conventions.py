@@ -19,6 +19,7 @@ MAKER = "openrlhf.trainer.ppo_utils.experience_maker"
 EXPERIENCE = "openrlhf.trainer.ppo_utils.experience"  # Experience moved here from MAKER (0.8)
 KL_CONTROLLER = "openrlhf.trainer.ppo_utils.kl_controller"
 LOSS_UTILS = "openrlhf.utils.loss_utils"  # the actor's loss normalisers (0.11)
+SEQLEN = "openrlhf.utils.seqlen_balancing"  # split_rollout_samples' partition under dynamic batching
 
 # What `sentinel history` watches: the files of the modules above.
 LOSS_PATH_FILES = ("openrlhf/models/loss.py", "openrlhf/models/utils.py",
@@ -117,6 +118,9 @@ ARG_NAMES = {
 # partition, sized by train.max_tokens_per_gpu; not an option the trainer reads): more than one, so that the step's
 # counts differ from the micro-batch's own (with one they are equal, and the dynamic arm is indistinguishable)
 DYNAMIC_STEP = 3
+# rollout.micro_batch_size (micro_rollout_batch_size before 0.11): the rows per experience split_rollout_samples
+# makes; 1 is the trainer's default, ROLLOUT_AT_ONCE a micro-batch as large as any drawn rollout (one experience)
+MICRO_ROLLOUT_BATCH, ROLLOUT_AT_ONCE = 1, 256
 VLLM_IS_THRESHOLD = [0.5, 2.0]  # policy_loss's trainer option enable_vllm_is_correction: the band it uses
 
 # Trainer options the hunt draws (adapters.options: `trainer:<name>`, OpenRLHF's default first):
@@ -136,7 +140,11 @@ OPTION_DOMAINS = {
                     "trainer:dynamic_batch_enable": (False, True)},
     "is_correction": {"trainer:vllm_is_correction_type": (None, "seq-mask-tis")},
     "advantages": {"trainer:no_advantage_std_norm": (False, True), "trainer:overlong_buffer_len": (None, 2),
-                   "trainer:overlong_penalty_factor": (1.0, 0.5)},
+                   "trainer:overlong_penalty_factor": (1.0, 0.5),
+                   # the experiences the maker gets (split_rollout_samples): one per micro-batch of rows, or
+                   # train.dynamic_batch_enable's seqlen-balanced partition (prompts interleaved across experiences)
+                   "trainer:micro_rollout_batch_size": (MICRO_ROLLOUT_BATCH, ROLLOUT_AT_ONCE),
+                   "trainer:dynamic_batch_enable": (False, True)},
 }
 PINNED = (
     *pin("*", "training", reason="nn.Module's train/eval flag: PolicyLoss has no dropout or mode-dependent term"),
@@ -187,6 +195,21 @@ def replay_buffer(mask: torch.Tensor, micro_batches: int | None) -> types.Simple
     n = micro_batches or 0
     tokens, rows = float(mask.sum()), float((mask.reshape(mask.shape[0], -1).sum(-1) > 0).sum())
     return types.SimpleNamespace(dynamic_batch_num_tokens=[tokens * n] * n, dynamic_global_batch_size=[rows * n] * n)
+
+
+def placed(parts: list[list[int]], ts: list[torch.Tensor]) -> torch.Tensor:
+    """One batch from each micro-batch's tensor (rows at the positions `parts` names); values
+    that are not one row per position of their micro-batch (a mutant's scalar, a missing call)
+    are concatenated flat in experience order, so their shape tells them apart."""
+    if len(parts) == 1 and len(ts) == 1 and parts[0] == list(range(len(parts[0]))):
+        return ts[0]
+    if len(ts) == len(parts) and all(t.dim() and t.shape[0] == len(p) for t, p in zip(ts, parts)) \
+            and len({tuple(t.shape[1:]) for t in ts}) == 1:
+        cat = torch.cat(ts)
+        out = torch.empty_like(cat)
+        out[torch.tensor([i for p in parts for i in p], device=cat.device)] = cat
+        return out
+    return torch.cat([t.reshape(-1) for t in ts]) if ts else torch.zeros(0)
 
 
 def whitened(args: Args) -> bool:
