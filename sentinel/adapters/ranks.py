@@ -121,6 +121,9 @@ def run_ranks(world_size: int, fn: Callable[[Rank], Any],
         mt._install_threaded_pg()
         torch._C._distributed_c10d._set_thread_isolation_mode(True)
         mt.Collective.join = join
+        # After fork() torch rebuilds its intra-op thread pool on a thread's first parallel op, and two
+        # threads doing that at once can see no pool ("Invalid thread pool!"): rebuild it here, once.
+        torch.set_num_threads(torch.get_num_threads())
         try:
             store = dist.HashStore()
             threads = [threading.Thread(target=body, args=(r, store), daemon=True, name=f"sentinel-rank-{r}")
