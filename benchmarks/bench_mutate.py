@@ -25,6 +25,7 @@ import tempfile
 from pathlib import Path
 
 TARGETS = ("reference", "slime", "areal", "verl", "openrlhf", "trl")
+EQUIVALENT = Path(__file__).resolve().parents[1] / "equivalent.yaml"
 
 
 def located(target: str) -> list[str] | None:
@@ -49,8 +50,12 @@ def main() -> None:
                     help="only these mutants (id or key) or functions (module:qualname): a declared subset, cached as in a full run")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--cache", type=Path, default=None, help="mutant cache (default: none, every mutant judged)")
+    ap.add_argument("--equivalent", type=Path, default=EQUIVALENT if EQUIVALENT.exists() else None,
+                    help="equivalence claims (default: the repository's equivalent.yaml, from any folder)")
     a = ap.parse_args()
     out = a.out or Path(tempfile.mkdtemp(prefix="bench-mutate-"))
+    # The project's claims wherever the bench runs from (mutate alone reads ./equivalent.yaml).
+    claims = ["--equivalent", str(a.equivalent)] if a.equivalent else []
     head = ("target", "mutants", "killed", "survived", "not reached", "equivalent", "error", "score", "mutants/min/core",
             "judged", "load before / after")
     print("| " + " | ".join(head) + " |\n|" + "---|" * len(head), flush=True)
@@ -62,7 +67,7 @@ def main() -> None:
         folder = out / t
         cache = ["--cache", str(a.cache)] if a.cache else ["--no-cache"]
         cmd = [sys.executable, "-m", "sentinel", "mutate", "-t", t, *where, "--budget", str(a.budget), "-j",
-               str(a.jobs), *cache, "--out", str(folder), "--format", "json",
+               str(a.jobs), *cache, "--out", str(folder), "--format", "json", *claims,
                *(x for b in a.boundary for x in ("-b", b)), *(x for m in a.mutant for x in ("-m", m))]
         load = os.getloadavg()[0]
         p = subprocess.run(cmd, stdout=subprocess.DEVNULL)  # its progress lines pass through on stderr

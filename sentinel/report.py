@@ -573,7 +573,8 @@ class MutateSummary(_Model):
     unreadable: dict[str, str] = Field(default_factory=dict, description="mapped calls whose source was not read")
     budget_s: float = Field(description="differential hunt seconds per surviving mutant")
     seed: int
-    equivalent_file: str | None = None
+    equivalent_file: str | None = Field(None, description="the equivalence claims read (None: none were)")
+    equivalent_claims: int = Field(0, description="claims read from equivalent_file")
     equivalent_examples: int = Field(description="examples per boundary an equivalence claim needs")
     stale_equivalents: list[str] = Field(default_factory=list, description="equivalence claims not honoured, and why")
     executor: str = "local"

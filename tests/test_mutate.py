@@ -528,3 +528,13 @@ def test_a_crash_on_every_scenario_is_an_error_only_if_the_hunt_sees_it_everywhe
     assert "answers on" in killed.killed_by and "fails the same way on every scenario" in killed.killed_by
     assert error.verdict == "error" and "every input the hunt compared" in error.reason, error
     assert error.examples["kl"] >= 48 and "boolean" in error.reason
+
+
+def test_the_cli_says_before_the_run_which_equivalence_claims_it_reads(tmp_path):
+    """mutate reads ./equivalent.yaml: from another folder it reads none, and says so before judging anything."""
+    cmd = [sys.executable, "-m", "sentinel", "mutate", "-t", "reference", "-m", "no-such-mutant"]
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode == 2 and "equivalence claims: none (no --equivalent" in r.stderr
+    (tmp_path / "equivalent.yaml").write_text("[]\n")
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode == 2 and f"equivalence claims: {tmp_path.resolve() / 'equivalent.yaml'}" in r.stderr

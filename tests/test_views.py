@@ -162,3 +162,17 @@ def test_mutate_html_shows_survivors_first_with_their_diffs_as_code(tmp_path):
     assert '<pre class="diff"><code><span class="del">-    x = a * mask</span>' in html
     assert '<span class="add">+    x = a</span>' in html and "hunt examples kl 100" in html
     assert "kl-k1" in html[killed:]  # what killed it
+
+
+@pytest.mark.parametrize("fmt", ["text", "markdown", "html"])
+def test_mutate_says_which_equivalence_claims_it_read(tmp_path, fmt):
+    """A run from a folder without equivalent.yaml scores with no claims: every view says so."""
+    none = tmp_path / "none.json"
+    none.write_text(dump(mutate_report()))
+    assert "equivalence claims: none read" in cli("report", str(none), "-f", fmt).stdout
+    rep = mutate_report()
+    rep.mutate.equivalent_file, rep.mutate.equivalent_claims = "claims/equivalent.yaml", 7
+    read = tmp_path / "read.json"
+    read.write_text(dump(rep))
+    shown = " ".join(cli("report", str(read), "-f", fmt).stdout.split())
+    assert "equivalence claims: claims/equivalent.yaml (7 read, 0 honoured here, 0 not)" in shown

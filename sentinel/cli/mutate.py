@@ -99,6 +99,9 @@ def mutate(
         raise usage_error(f"--equivalent {equivalent} does not exist")
     if equivalent is None and Path("equivalent.yaml").exists():
         equivalent = Path("equivalent.yaml")
+    # Said before the run: a run from another folder silently reads no claims and scores lower.
+    err.print(f"equivalence claims: {escape(str(equivalent.resolve()))}" if equivalent else
+              "equivalence claims: none (no --equivalent, no equivalent.yaml in this folder)", highlight=False, soft_wrap=True)
     from .. import process
     process.keep_hypothesis_home()
     opts = driver.Options(target=target, repo=str(repo.resolve()) if repo else None, commit=commit, device=device.value,

@@ -279,7 +279,7 @@ def mutate(scenarios: list[Scenario], opts: Options,
     summary = MutateSummary(
         target=p.spec.key, commit=commit, operators=[SWAP] if opts.plants else opts.operators or list(OPERATORS), boundaries=sorted(p.mapping),
         functions={f.name: list(f.boundaries) for f in p.functions}, unreadable=p.unreadable, budget_s=opts.budget,
-        seed=opts.seed, equivalent_file=str(opts.equivalent) if opts.equivalent else None,
+        seed=opts.seed, equivalent_file=str(opts.equivalent) if opts.equivalent else None, equivalent_claims=len(claims),
         equivalent_examples=opts.equivalent_examples, stale_equivalents=stale, executor=opts.executor, jobs=opts.jobs,
         cache=str(opts.cache) if opts.cache else None, cached=sum(r.cached for r in records), totals=totals,
         by_boundary=_grouped(records, lambda r: r.boundaries), by_operator=_grouped(records, lambda r: [r.operator]),

@@ -223,6 +223,15 @@ class MutateView(View):
                 f"{pct(c, 'score_reached')} = killed {c.killed} / (mutants - equivalent - error - not reached "
                 f"{c.survived_unreached})")
 
+    def claims_line(self) -> str:
+        """Which equivalence claims were read: a run that read none scores every survivor against the target."""
+        s = self.mutate
+        if not s.equivalent_file:
+            return ("equivalence claims: none read (no --equivalent, and no equivalent.yaml in the working folder): "
+                    "every survivor counts against the score")
+        return (f"equivalence claims: {s.equivalent_file} ({s.equivalent_claims} read, {s.totals.equivalent} "
+                f"honoured here, {len(s.stale_equivalents)} not)")
+
     @property
     def mutate(self):
         return self.report.mutate

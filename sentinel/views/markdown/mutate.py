@@ -26,6 +26,7 @@ def mutate(view, limit: int = 60, **_: object) -> str:
         lines += _md_table(title, rows)
     if view.reach_line():
         lines += [md_text(view.reach_line()) + ".", ""]
+    lines += [md_text(view.claims_line()) + ".", ""]
     if s.totals.survived:
         lines += [f"### Survivors ({s.totals.survived})", ""]
     shown = 0

@@ -41,5 +41,6 @@ def mutate(view, out: Console, verbose: bool = False, limit: int = 40) -> None:
               f"{s.cached} from the cache, {s.duration_s:.0f} s")
     if view.reach_line():
         out.print(escape(view.reach_line()), highlight=False)
+    out.print(escape(view.claims_line()), highlight=False)
 
 
