@@ -263,6 +263,25 @@ def test_areal_grpo_loss_fn_options_reach_its_branches(operator, added, tmp_path
     assert m.verdict == "killed", m
 
 
+@pytest.mark.slow  # one AReaL prepare and one mutant: about a minute on a free core
+@pytest.mark.skipif(not AREAL_REPO, reason="needs an AReaL checkout in SENTINEL_AREAL_REPO")
+def test_areal_gae_bootstrap_reads_the_padding_past_the_end(tmp_path, monkeypatch):
+    """AReaL's GAE bootstraps a row from the value past its end only when the row never emitted EOS
+    (`values[:, -1] * seq_no_eos_mask`). The adapter used to put 0 past every row's end, so dropping
+    the mask survived 987 gae examples; past a padded row's end it now holds the padding's junk."""
+    from sentinel.catalog import catalog_path
+    monkeypatch.setenv("HYPOTHESIS_STORAGE_DIRECTORY", str(tmp_path / "hypothesis"))
+    path = Path(AREAL_REPO) / "areal" / "trainer" / "ppo" / "gae.py"
+    ids = [m.id for m in _function_mutants(path, "areal.trainer.ppo.gae:_compute_token_level_gae", "drop-mask")
+           if "+    nextvalues = values[:, max_seqlen - 1]\n" in m.diff + "\n"]
+    assert len(ids) == 1, ids
+    rep = mutate(load_paths([catalog_path()]), Options("areal", repo=AREAL_REPO, boundaries=["gae", "advantages"],
+                                                        operators=["drop-mask"], only=ids, budget=900, hunt_examples=3000,
+                                                        cache=None))
+    m, = rep.mutate.mutants
+    assert m.verdict == "killed", m
+
+
 TRL_REPO = os.environ.get("SENTINEL_TRL_REPO")
 
 

@@ -48,6 +48,14 @@ def _append(x: torch.Tensor, value: Any) -> torch.Tensor:
     return torch.cat([x, torch.full_like(x[:, :1], value)], dim=1)
 
 
+def _append_past_end(x: torch.Tensor, padded: torch.Tensor) -> torch.Tensor:
+    """Predict-aligned values -> AReaL width T + 1. The column past the end is padding on a row
+    whose last position is padding, and AReaL reads it there (its GAE bootstrap, masked by
+    seq_no_eos_mask): it holds what that padding holds, the drawn junk. A row that fills the
+    width has no value past its end (0: terminal)."""
+    return torch.cat([x, torch.where(padded.reshape(-1, 1), x[:, -1:], torch.zeros_like(x[:, :1]))], dim=1)
+
+
 def turn_ids(loss_mask: torch.Tensor) -> torch.Tensor:
     """AReaL's rollout turn_ids for a token-aligned loss mask: each run of trained tokens one
     generated turn (0, 1, ... per row), -1 elsewhere (prompt, the tool outputs between turns),
@@ -361,7 +369,7 @@ class ArealAdapter(Surfaces, TrainerAdapter):
         if inputs.get("ref_log_probs") is not None:
             batch["ref_logp"] = _append(inputs["ref_log_probs"].detach().float(), 0.0)[idx]
         if inputs.get("values") is not None:
-            batch["values"] = _append(inputs["values"].detach().float(), 0.0)[idx]
+            batch["values"] = _append_past_end(inputs["values"].detach().float(), ~attn[:, -1].bool())[idx]
         passed = {k: list(v.split(sizes, dim=0)) for k, v in batch.items()}
         trajs = [{k: passed[k][i] for k in batch} for i in range(len(sizes))]
 
@@ -430,8 +438,10 @@ class ArealAdapter(Surfaces, TrainerAdapter):
         B, T = mask.shape
         # Predict-aligned layout one column wider (module doc): column p is canonical token
         # p; the last column, past the end, is never a timestep. No row bootstraps (no
-        # canonical input holds a value past the last token).
-        wide = {k: _append(inputs[k].detach().float(), 0.0) for k in ("token_rewards", "values")}
+        # canonical input holds a value past the last token); past a masked last token the
+        # values' column is padding and holds its junk, which AReaL must ignore.
+        wide = {"token_rewards": _append(inputs["token_rewards"].detach().float(), 0.0),
+                "values": _append_past_end(inputs["values"].detach().float(), ~mask[:, -1].bool())}
         wide_mask = _append(mask.float(), 0.0)
         adv, ret = fn(**bind(fn, "gae", {"rewards": wide["token_rewards"], "values": wide["values"],
                                          "loss_mask": wide_mask,
