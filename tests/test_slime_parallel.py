@@ -148,3 +148,18 @@ def test_ppo_reward_under_cp_is_on_rank_0s_last_token_even_when_another_rank_hol
                                                          "advantages-ppo-cp2-prompt5-rank0-no-token": "error"}
     (clone / LOSS).write_text(source.replace(PPO_REWARD, PPO_REWARD_FIXED))
     assert set(_run(clone, tmp_path, text=PPO_SCENARIOS).values()) == {"holds"}
+
+
+@pytest.mark.skipif(not SLIME, reason="set SENTINEL_SLIME_REPO to a slime checkout to run slime tests")
+def test_the_cp_reward_finding_in_the_catalog_reproduces_and_holds_once_fixed(tmp_path):
+    """scenarios/findings/slime-ppo-reward-cp-rank0.yaml, the catalog's record of the bug above, as a
+    user runs it: violated at the checkout, held by the clone that credits the reward on the rank
+    holding the sequence's end."""
+    finding = (Path(__file__).resolve().parents[1] / "scenarios" / "findings" / "slime-ppo-reward-cp-rank0.yaml").read_text()
+    clone = _clone(tmp_path)
+    source = (clone / LOSS).read_text()
+    if source.count(PPO_REWARD) != 1:
+        pytest.skip(f"{LOSS} at this commit does not add the PPO reward on cp_rank 0 as 624b824a8 does")
+    assert _run(SLIME, tmp_path, text=finding) == {"slime-ppo-reward-cp-rank0": "violated"}
+    (clone / LOSS).write_text(source.replace(PPO_REWARD, PPO_REWARD_FIXED))
+    assert _run(clone, tmp_path, text=finding) == {"slime-ppo-reward-cp-rank0": "holds"}
