@@ -574,7 +574,7 @@ class MutateSummary(_Model):
     budget_s: float = Field(description="differential hunt seconds per surviving mutant")
     seed: int
     equivalent_file: str | None = Field(None, description="the equivalence claims read (None: none were)")
-    equivalent_claims: int = Field(0, description="claims read from equivalent_file")
+    equivalent_claims: int | None = Field(None, description="claims in equivalent_file, every target's (None: a report before 1.3)")
     equivalent_examples: int = Field(description="examples per boundary an equivalence claim needs")
     stale_equivalents: list[str] = Field(default_factory=list, description="equivalence claims not honoured, and why")
     executor: str = "local"

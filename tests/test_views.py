@@ -175,4 +175,4 @@ def test_mutate_says_which_equivalence_claims_it_read(tmp_path, fmt):
     read = tmp_path / "read.json"
     read.write_text(dump(rep))
     shown = " ".join(cli("report", str(read), "-f", fmt).stdout.split())
-    assert "equivalence claims: claims/equivalent.yaml (7 read, 0 honoured here, 0 not)" in shown
+    assert "equivalence claims: claims/equivalent.yaml (7 in the file, 0 honoured, 0 stale for this target)" in shown

@@ -52,7 +52,9 @@ def _append_past_end(x: torch.Tensor, padded: torch.Tensor) -> torch.Tensor:
     """Predict-aligned values -> AReaL width T + 1. The column past the end is padding on a row
     whose last position is padding, and AReaL reads it there (its GAE bootstrap, masked by
     seq_no_eos_mask): it holds what that padding holds, the drawn junk. A row that fills the
-    width has no value past its end (0: terminal)."""
+    width has no value past its end (0: terminal). A NaN or Inf drawn there reaches AReaL's
+    turn-level GAE through its `* mask` products (junk x 0), as the same junk at any masked
+    position does: the finite family's known root cause (gae-nan-at-masked-position)."""
     return torch.cat([x, torch.where(padded.reshape(-1, 1), x[:, -1:], torch.zeros_like(x[:, :1]))], dim=1)
 
 

@@ -229,8 +229,9 @@ class MutateView(View):
         if not s.equivalent_file:
             return ("equivalence claims: none read (no --equivalent, and no equivalent.yaml in the working folder): "
                     "every survivor counts against the score")
-        return (f"equivalence claims: {s.equivalent_file} ({s.equivalent_claims} read, {s.totals.equivalent} "
-                f"honoured here, {len(s.stale_equivalents)} not)")
+        read = "" if s.equivalent_claims is None else f"{s.equivalent_claims} in the file, "
+        return (f"equivalence claims: {s.equivalent_file} ({read}{s.totals.equivalent} honoured, "
+                f"{len(s.stale_equivalents)} stale for this target)")
 
     @property
     def mutate(self):
