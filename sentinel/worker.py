@@ -39,6 +39,7 @@ noticed even while such a grandchild holds its pipe open.
 from __future__ import annotations
 
 import functools
+import gc
 import json
 import os
 import platform
@@ -307,6 +308,9 @@ class Worker:
         ack_r, ack_w = os.pipe() if each is not None else (None, None)
         pid = os.fork()
         if pid == 0:  # child
+            # what the worker holds is the child's only to read: frozen, the child's cyclic GC never
+            # walks it (a walk writes every object's GC header: copy-on-write faults, page by page)
+            gc.freeze()
             os.setpgid(0, 0)  # its own group: whatever it forks is killed with it
             _die_with_parent()
             os.close(r)
