@@ -145,6 +145,18 @@ def test_crash_is_an_error_and_unsupported_is_not_a_finding(reference_hunts):
     assert rep.hunt.findings == [] and rep.exit_code() == 3
 
 
+@pytest.mark.slow  # a hunt
+def test_a_choice_refused_beside_the_first_example_is_drawn_where_a_whole_config_runs_it(tmp_path):
+    """slime divides rewards by the group std only beside the group mean and eps 1e-6: probed one
+    key at a time, std_level=group was excluded from every reward_norm property."""
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))
+    rep = H.hunt(TargetSpec("hunt_crash_adapter:JointAdapter"), boundaries=["reward_norm"], max_examples=20,
+                 min_examples=20, time_budget=60, seed=0, db=None, out_dir=tmp_path)
+    ran = [p for p in rep.hunt.properties if p.examples]
+    assert ran and not [(p.property, p.excluded_config) for p in ran
+                        if "group" in p.excluded_config.get("std_level", [])]
+
+
 @pytest.mark.slow  # two CLI hunts; the CLI hunt runs in the default set via test_exit_codes and the docs' hunt guide
 def test_cli_hunt_writes_reproducible_yaml(tmp_path):
     """The command line end to end: progress, report, a YAML that `sentinel run` reproduces;
@@ -323,7 +335,10 @@ def test_slime_kl_aliasing_before_fix_and_not_after(tmp_path):
 
 def _areal_no_eos(spec: TargetSpec, out: Path):
     rep = hunt(spec, out, names=["advantages.no_eos_isolation"], max_examples=100)
-    f, = rep.hunt.findings
+    # the seed's signature first; one more where the config probe keeps a whitening that runs only
+    # beside other changes (its signature names the advantage normalisation)
+    f = next(g for g in rep.hunt.findings if not g.signature.config)
+    assert all(g.reproduced is True for g in rep.hunt.findings)
     assert f.rows <= 2 and f.tokens <= 3  # the seed: 2 x 3
     assert f.reproduced is True  # the written scenario is violated on AReaL, as `sentinel run` runs it
     return f

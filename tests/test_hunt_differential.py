@@ -133,6 +133,30 @@ def test_a_default_refused_on_one_side_only_leaves_a_choice_to_draw(tmp_path):
     assert rep.hunt.differential.excluded_config["base"] == {} and rep.hunt.findings == []
 
 
+@pytest.mark.slow  # a differential hunt
+def test_a_choice_refused_alone_and_in_pairs_is_drawn_where_a_whole_config_runs_it(tmp_path):
+    # slime's reward normalisation divides by the group std only beside the group mean and eps 1e-6:
+    # tried alone and beside one other change, std_level=group was excluded from every slime hunt
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))
+    side = TargetSpec("hunt_crash_adapter:JointAdapter")
+    rep = H.differential(side, side, ["reward_norm"], DIFFERENTIAL_SECONDS, 0, out_dir=tmp_path, max_examples=100,
+                         **DIFFERENTIAL)
+    d = rep.hunt.differential
+    assert "group" not in d.excluded_config["base"].get("reward_norm", {}).get("std_level", [])
+    assert rep.hunt.findings == [] and d.compared > 0
+
+
+def test_a_refused_choice_is_tried_in_whole_configs_the_same_in_every_run():
+    from sentinel.hunt.probe import BESIDE, beside
+    small = {"mean_level": ["batch", "group", None], "std_level": ["batch", "group", None], "eps": [1e-05, 1e-06]}
+    got = beside("reward_norm", small, "std_level", "group")  # 3 x 2 others: every one of them
+    assert len(got) == 6 and {"mean_level": "group", "std_level": "group", "eps": 1e-06} in got
+    big = {f"k{i}": [0, 1, 2] for i in range(6)} | {"trainer:opt": [False, True]}
+    first, again = beside("policy_loss", big, "k0", 2), beside("policy_loss", big, "k0", 2)
+    assert len(first) == BESIDE and first == again and all(c["k0"] == 2 for c in first)
+    assert all(c.get("trainer:opt", True) is True for c in first)  # a trainer option at its default is left unset
+
+
 def test_a_vocab_gradient_is_compared_at_valid_positions_only():
     """grad:log_probs/logits is [B, T, V]: a masked position's V values are not compared (the
     reference zeroes a masked log-prob, a trainer may not; neither trains on it)."""

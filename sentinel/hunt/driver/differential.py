@@ -13,7 +13,8 @@ fixed / regressed / changed; against the reference bug / changed), written as a 
 that `sentinel compare` replays on the two revisions (or `sentinel run` on the target), and
 the search goes on with the signature excluded. A difference the target's adapter declares
 (`Adapter.deviations`) is a `deviation`, counted with its first example, never a finding.
-Config choices a side raises Unsupported for are probed per boundary and not drawn.
+Config choices a side raises Unsupported for are probed per boundary (alone, beside one other
+change, then in whole configs: `hunt.probe`) and not drawn where none runs them.
 
 `DiffHunter` runs the phases of `engine.Hunt`; the rounds take turns over the boundaries like
 a hunt's properties (`PropertyState`, one per boundary, as `BOUNDARY.differential`).
@@ -44,6 +45,7 @@ from ...spec import load_text
 from ..differences import (ATOL, RTOL, Difference, deviation_for, differences, grads_for, not_run,
                            skipped_note)
 from ..known import Known, fitted, runs_of
+from ..probe import beside, simplest
 from ..properties import PROPERTIES, SHRINK_TIME, Property, select
 from ..search import SECONDARY_PATIENCE, Answer, RoundOver, Search, replayable
 from ..signature import (DIFFERENTIAL, Signature, _key, fill_masked_rows, known_match, layout, neutralise, perturbs,
@@ -333,7 +335,7 @@ class DiffHunter(Hunt):
         """Config choices a side raises Unsupported for, from the simplest example both run."""
         choices = {k: vs for k, vs in self.choices(b).items()}
         default = {k: v[0] for k, v in choices.items() if not is_trainer(k)}  # a trainer option's default: unset
-        ex = _simplest(b, default)
+        ex = simplest(b, default)
         if ex is None:
             return {}
         variants = [(k, v) for k, vs in choices.items() for v in vs[1:]]
@@ -353,6 +355,14 @@ class DiffHunter(Hunt):
             pa, pb = self.observe(b, [dataclasses.replace(ex, config=c) for _, c in pairs])
             for i in {i for (i, _), x, y in zip(pairs, pa, pb) if x["status"] != "unsupported" != y["status"]}:
                 ra[i + 1] = rb[i + 1] = {"status": "ok"}  # runs beside another choice: drawn, its refusals rejected
+        # still refused: it may need several other keys changed at once (slime's group std needs the group mean
+        # and eps 1e-6), and inputs that fit them (group ids): tried in whole configs, each with its own example
+        left = [i for i in refused if "unsupported" in (ra[i + 1]["status"], rb[i + 1]["status"])]
+        tries = [(i, e) for i in left for c in beside(b, choices, *variants[i]) if (e := simplest(b, c)) is not None]
+        if tries:
+            ta, tb = self.observe(b, [e for _, e in tries])
+            for i in {i for (i, _), x, y in zip(tries, ta, tb) if x["status"] != "unsupported" != y["status"]}:
+                ra[i + 1] = rb[i + 1] = {"status": "ok"}
         out: dict[str, list[Any]] = {}
         for side, keys in default_refused.items():
             for k in keys:
@@ -531,18 +541,6 @@ def _aliased(probe: Callable, name: str, observable: str) -> Callable:
             names = tuple(names) + (name,)
         return verdict, names
     return aliased
-
-
-def _simplest(b: str, config: dict[str, Any]):
-    """The first example of the boundary's strategy in `config` (no target call)."""
-    found: list = []
-    try:
-        find(S.examples(b, config={k: [v] for k, v in config.items()}), lambda ex: found.append(ex) or True,
-             settings=hsettings(max_examples=5, database=None, deadline=None, phases=(Phase.generate,),
-                                suppress_health_check=list(HealthCheck)))
-    except Exception:  # noqa: BLE001
-        pass
-    return found[0] if found else None
 
 
 def _at(values: Any, positions: list[list[int]]) -> Any:

@@ -35,6 +35,7 @@ from ... import coverage, strategies as S
 from .. import properties
 from ..properties import SHRINK_TIME, Property
 from ..differences import skipped_note
+from ..probe import beside, first_of
 from ..search import Answer, RoundOver, Search, plain, replayable
 from ..signature import Signature, nonfinite
 from .check import Checker, NotApplicable, observable_of, unsupported_reason
@@ -114,12 +115,34 @@ def probe_config(checker: Checker, reasons: dict[str, str] | None = None) -> tup
             try:
                 checker.check(replace(base, config={**base.config, key: v}))
             except Unsupported as e:
+                if _runs_beside(checker, choices, key, v):  # only beside other changes at once: drawn
+                    continue
                 excluded.setdefault(key, []).append(v)
                 if reasons is not None:
                     reasons[f"{key}={v!r}"] = (str(e).splitlines()[0] if str(e) else "Unsupported")[:300]
             except Exception:  # noqa: BLE001
                 pass
     return excluded, None
+
+
+def _runs_beside(checker: Checker, choices: dict[str, list[Any]], key: str, value: Any) -> bool:
+    """Whether the target runs `key` = `value` in one of the whole configs `probe.beside`
+    gives (slime's group std runs only beside the group mean and eps 1e-6), each on the
+    property's own first example in that config (the inputs a config needs: group ids)."""
+    prop = checker.prop
+    for cfg in beside(prop.boundary, choices, key, value):
+        ex = first_of(prop.strategy(pin=cfg, domains=checker.domains))
+        if ex is None:
+            continue
+        try:
+            outcome, _, _, _ = checker.check(ex)
+        except (Unsupported, NotApplicable, PreconditionUnmet):
+            continue
+        except Exception:  # noqa: BLE001 - it ran: the target raised on the input, which the rounds report
+            return True
+        if outcome.verdict != "skipped":
+            return True
+    return False
 
 
 # --- one round ------------------------------------------------------------------------------
