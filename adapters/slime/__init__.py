@@ -2,6 +2,7 @@
 
 Modules: ``adapter`` (`SlimeAdapter`: loading and the boundaries, each marked with the slime
 functions it calls), ``entry`` (the reduced loss through slime's Megatron loss entry),
+``responses`` (canonical rows <-> slime's per-sample response lists),
 ``conventions`` (slime's module names, ``args`` defaults, estimator names), ``megatron``
 (the one-rank Megatron shim), ``context_parallel`` (the reducer's context-parallel ranks played
 in turn on one process).
@@ -19,11 +20,13 @@ Where the code lives in slime (paths relative to a checkout):
   group reward normalisation, done before compute_advantages_and_returns).
 
 Conventions translated here:
-- canonical ``[B, T]`` -> one response tensor per sample: the whole row, every position
-  (``layout.rows``; masked head and tail positions, and what they hold, reach slime as masked
-  response tokens, as a multi-turn sample's tool output or a removed sample's do), ``loss_masks``
-  as int32 (as slime's actor moves them to the GPU), ``response_lengths`` = T,
-  ``total_lengths`` = T + 1 (the one-token prompt the loss entry builds); a fully masked row is a
+- canonical ``[B, T]`` -> one response tensor per sample (``responses``): the whole row, every
+  position (``layout.rows``; masked head and tail positions, and what they hold, reach slime as
+  masked response tokens, as a multi-turn sample's tool output or a removed sample's do), or,
+  under the drawn ``trainer:masked_tail`` padding, the row up to its last valid position (the
+  masked tail is padding slime never holds: ragged response lengths); ``loss_masks`` as int32 (as
+  slime's actor moves them to the GPU), ``response_lengths`` = each response's length,
+  ``total_lengths`` = that + 1 (the one-token prompt the loss entry builds); a fully masked row is a
   sample whose loss mask slime zeroed (``Sample.remove_sample``), and for ``reward_norm`` a row
   with mask 0 is a Sample with ``remove_sample`` set;
 - one process, context-parallel size 1 (``megatron.core.mpu`` is a functional shim), one

@@ -17,7 +17,7 @@ import torch
 from sentinel.adapters.backport import backport_type_params
 from sentinel.adapters.binding import bind, parameters, signature_text
 from sentinel.adapters.contract import BoundaryResult, implements, refuse
-from sentinel.adapters.layout import group_ids, group_layout, rows, unrows
+from sentinel.adapters.layout import group_ids, group_layout, unrows
 from sentinel.adapters.loading import bare_package, module_exists, version_facts
 from sentinel.adapters.observables import Watch, returned
 from sentinel.adapters.options import trainer_options
@@ -53,6 +53,7 @@ from .deviations import DEVIATIONS
 from .entry import EntryLoss, loss_function_scale, megatron_normalise
 from .megatron import install_megatron_shim
 from .parallel import on_ranks, scatter
+from .responses import Responses
 from .surfaces import DIST, Surfaces
 
 # The loss entry every loss boundary's reduced loss goes through (`EntryLoss._entry_loss`), and
@@ -63,7 +64,7 @@ ENTRY_CALLS = (f"{LOSS}:loss_function", f"{LOSS}:policy_loss_function", f"{CP_UT
 ENTRY_STEPS = (megatron_normalise, loss_function_scale)  # what the adapter runs of the chain (entry.py says why)
 
 
-class SlimeAdapter(EntryLoss, Surfaces, TrainerAdapter):
+class SlimeAdapter(Responses, EntryLoss, Surfaces, TrainerAdapter):
     """THUDM/slime from a checkout (``--repo``) or an installed package."""
 
     name = "slime"
@@ -144,36 +145,6 @@ class SlimeAdapter(EntryLoss, Surfaces, TrainerAdapter):
         if self.rollout_error:
             self.facts["rollout_module_error"] = self.rollout_error
         return dict(self.facts)
-
-    # --- canonical <-> slime ------------------------------------------------------------
-    def _tok(self, inputs: dict[str, torch.Tensor], name: str, mask: torch.Tensor) -> list[torch.Tensor]:
-        """Per-sample response tensors: every canonical position of the row, masked ones
-        included (clones, so autograd reaches the input and in-place changes are seen)."""
-        return rows(inputs[name].to(self.device))
-
-    def _rollout(self, inputs: dict[str, torch.Tensor], mask: torch.Tensor) -> dict[str, list[torch.Tensor]]:
-        """The drawn rollout log-probs as slime's batch holds them (its trainer options
-        use_rollout_logprobs / get_mismatch_metrics read them), where the input has them."""
-        return {"rollout_log_probs": self._tok(inputs, "rollout_log_probs", mask)} if "rollout_log_probs" in inputs else {}
-
-    def _masks(self, mask: torch.Tensor) -> list[torch.Tensor]:
-        return [m.to(torch.int32) for m in mask]
-
-    @staticmethod
-    def _lengths(mask: torch.Tensor, parts: list[torch.Tensor], prompt: int = 1) -> tuple[list[int], list[int]]:
-        """(response_lengths, total_lengths): the whole row is the response, after a one-token
-        prompt (the prompt the loss entry builds; canonical inputs carry none) or `prompt` tokens."""
-        response = [int(p.numel()) for p in parts]
-        return response, [n + prompt for n in response]
-
-    @staticmethod
-    def _back(cat: torch.Tensor, lengths: list[int], mask: torch.Tensor) -> torch.Tensor:
-        return unrows(list(cat.split(lengths, dim=0)), mask)
-
-    def _after(self, inputs: dict[str, torch.Tensor], given: dict[str, list[torch.Tensor]],
-               mask: torch.Tensor) -> dict[str, torch.Tensor]:
-        """The canonical inputs as slime left the tensors it was given (in-place changes show)."""
-        return {k: unrows([p.detach() for p in v], inputs[k]).to(inputs[k].dtype) for k, v in given.items()}
 
     # --- boundaries ---------------------------------------------------------------------
     @implements("opsm_mask", calls=(f"{PPO_UTILS}:compute_opsm_mask", f"{PPO_UTILS}:compute_policy_loss",

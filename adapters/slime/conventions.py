@@ -122,18 +122,27 @@ REUSE = "trainer:can_reuse_log_probs_in_loss"
 # response token). Neither is an args option slime's reducer reads: it asks megatron.core.mpu, and
 # takes the prompt from total_lengths - response_lengths.
 CP_SIZE, PROMPT_LENGTH, DP_SIZE = "context_parallel_size", "prompt_length", "data_parallel_size"
+# Where a response ends. slime's per-sample lists hold each response's own tokens, no padding, and a
+# response may end in masked tokens (a multi-turn sample's last tool output) or in the last valid
+# one. "response": a row's masked tail is masked response tokens (the whole row, response_lengths =
+# T); "padding": the row is cut after its last valid position (ragged response_lengths; a row with no
+# valid position stays whole). Not an args option: the batch's layout, read by the adapter only.
+MASKED_TAIL = "trainer:masked_tail"
+_TAIL = {MASKED_TAIL: ("response", "padding")}
 OPTION_DOMAINS = {
     # get_log_probs_and_entropy's with_entropy: True in the loss pass (policy_loss_function), False in
     # the actor's forward-only log-prob pass without --use-rollout-entropy (model.forward_only)
     "logprobs": {"trainer:with_entropy": (True, False),
                  # the rollout's top-p: its nucleus replayed on the log-probs (Surfaces._nucleus)
                  "trainer:rollout_top_p": (1.0, 0.9, 0.5)},
-    "advantages": ADVANTAGE_OPTIONS,
-    "loss_agg": {f"trainer:{CP_SIZE}": (1, 2, 4), f"trainer:{PROMPT_LENGTH}": (1, 5)},
-    "policy_loss": {**LOSS_OPTIONS, REUSE: (False, True)},
-    "cispo_loss": LOSS_OPTIONS,
-    "is_correction": {k: v for k, v in LOSS_OPTIONS.items() if k not in _NOT_UNDER_TIS},
-    "opsm_mask": {k: v for k, v in LOSS_OPTIONS.items() if k not in ("trainer:use_opsm", "trainer:opsm_delta")},
+    "advantages": {**ADVANTAGE_OPTIONS, **_TAIL},
+    "loss_agg": {f"trainer:{CP_SIZE}": (1, 2, 4), f"trainer:{PROMPT_LENGTH}": (1, 5), **_TAIL},
+    "policy_loss": {**LOSS_OPTIONS, REUSE: (False, True), **_TAIL},
+    "cispo_loss": {**LOSS_OPTIONS, **_TAIL},
+    "is_correction": {**{k: v for k, v in LOSS_OPTIONS.items() if k not in _NOT_UNDER_TIS}, **_TAIL},
+    "opsm_mask": {**{k: v for k, v in LOSS_OPTIONS.items() if k not in ("trainer:use_opsm", "trainer:opsm_delta")},
+                  **_TAIL},
+    "gae": _TAIL, "kl": _TAIL, "gspo_kl": _TAIL,
 }
 _LOSSES = ("policy_loss", "cispo_loss", "is_correction", "opsm_mask")
 _ONE_RANK = "the adapter runs one rank (context parallelism needs several processes)"

@@ -1,7 +1,7 @@
 """Row and group layout: canonical ``[B, T]`` batches <-> the shapes trainers want.
 
-- `rows` / `unrows`: one whole response per sequence and back (no position is cut, masked
-  head and tail included);
+- `rows` / `unrows`: one response per sequence and back: the whole row (masked head and tail
+  included), or cut at given ends (`valid_ends`: a masked tail as padding);
 - `group_ids`, `group_layout`, `unpermute`: canonical ``group`` ids -> the group-by-group row
   order a trainer wants, and back.
 """
@@ -11,18 +11,42 @@ from __future__ import annotations
 import torch
 
 
-def rows(t: torch.Tensor) -> list[torch.Tensor]:
-    """One tensor per sequence: each whole row, every position (masked ones included), as a
-    clone, so a target's in-place change is seen afterwards and autograd reaches `t`."""
-    return [r.clone() for r in t]
+def rows(t: torch.Tensor, ends: list[int] | None = None) -> list[torch.Tensor]:
+    """One tensor per sequence: each whole row, every position (masked ones included), or its
+    first `ends[i]` positions; a clone, so a target's in-place change is seen afterwards and
+    autograd reaches `t`."""
+    if ends is None:
+        return [r.clone() for r in t]
+    return [r[:n].clone() for r, n in zip(t, ends)]
 
 
-def unrows(parts: list[torch.Tensor] | tuple[torch.Tensor, ...], like: torch.Tensor) -> torch.Tensor:
-    """Inverse of `rows`: per-sequence tensors (of the row length) back into a ``[B, T]`` batch
-    (keeping their autograd graph); an empty batch gives an empty float tensor shaped like `like`."""
+def valid_ends(mask: torch.Tensor) -> list[int]:
+    """Each row's length up to and including its last valid position (the masked tail cut off as
+    padding); a row with no valid position keeps every position (a sample whose mask is all 0)."""
+    valid = mask.bool()
+    width = valid.shape[1]
+    last = width - valid.flip(1).int().argmax(dim=1)  # one past the last valid position
+    return [int(n) if any_ else width for n, any_ in zip(last.tolist(), valid.any(dim=1).tolist())]
+
+
+def unrows(parts: list[torch.Tensor] | tuple[torch.Tensor, ...], like: torch.Tensor,
+           fill: torch.Tensor | None = None) -> torch.Tensor:
+    """Inverse of `rows`: per-sequence tensors back into a ``[B, T]`` batch (keeping their autograd
+    graph). A part shorter than the row (cut by `rows`' ends) is completed from `fill`'s row (what
+    the target never saw), else with zeros, as a padded batch holds them; an empty batch gives an
+    empty float tensor shaped like `like`."""
     if not parts:
         return torch.zeros(like.shape, dtype=torch.float32, device=like.device)
-    return torch.stack([p.reshape(-1) for p in parts])
+    width = like.shape[1] if like.dim() == 2 else None
+    out = []
+    for i, p in enumerate(parts):
+        p = p.reshape(-1)
+        if width is not None and p.numel() < width:
+            rest = (fill[i, p.numel():].detach().to(p.device, p.dtype) if fill is not None
+                    else p.new_zeros(width - p.numel()))
+            p = torch.cat([p, rest])
+        out.append(p)
+    return torch.stack(out)
 
 
 def group_ids(group: torch.Tensor | None, group_size: int | None, n: int, *, ungrouped: str = "one") -> list[int]:
