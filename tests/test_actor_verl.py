@@ -8,6 +8,7 @@ restored, and a short seeded hunt finds nothing."""
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import os
 import sys
@@ -189,3 +190,36 @@ def test_drawn_actor_options_entropy_off_and_sum_pi_squared(verl, packed):
     pi = verl.call("actor_logprobs", dict(BATCH), {**config, "trainer:calculate_sum_pi_squared": True})
     expect = torch.softmax(BATCH["logits"] / 0.5, -1).square().sum(-1)
     assert torch.allclose(pi.extras["returned:sum_pi_squared"][M], expect[M], atol=1e-5)
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_drawn_fused_kernels_run_verls_fused_forward_and_its_backward(verl, monkeypatch, packed):
+    """trainer:use_fused_kernels: verl's own fused forward (patch_forward_with_backends, torch backend) over
+    a base model whose hidden states are the drawn logits: FusedLinearForPPO's chunked log-softmax and
+    its hand-written backward run, give the reference's log-probs, entropy and gradient; a backward that
+    drops the entropy's share of the gradient (planted in verl's Function) is seen."""
+    fused_mod = sys.modules.get("verl.utils.experimental.torch_functional") or \
+        importlib.import_module("verl.utils.experimental.torch_functional")
+    calls = []
+    real = fused_mod.FusedLinearForPPOFunction.forward
+    monkeypatch.setattr(fused_mod.FusedLinearForPPOFunction, "forward",
+                        staticmethod(lambda ctx, *a, **k: calls.append(1) or real(ctx, *a, **k)))
+    config = {"temperature": 0.5, "use_remove_padding": packed, "trainer:use_fused_kernels": True}
+    logits = BATCH["logits"].clone().requires_grad_()
+    out = verl.call("actor_logprobs", {**BATCH, "logits": logits}, config).outputs
+    assert calls, "the fused forward never ran"
+    ref_logits = BATCH["logits"].clone().requires_grad_()
+    plain = {k: v for k, v in config.items() if not k.startswith("trainer:")}  # the reference has no such option
+    want = ReferenceAdapter().call("actor_logprobs", {**BATCH, "logits": ref_logits}, plain).outputs
+    for name in ("log_probs", "entropy"):
+        assert torch.allclose(out[name][M], want[name][M], atol=1e-5), name
+    loss = lambda o: (o["log_probs"] * M).sum() + (o["entropy"] * M).sum()  # noqa: E731
+    got, = torch.autograd.grad(loss(out), logits)
+    expect, = torch.autograd.grad(loss(want), ref_logits)
+    assert torch.allclose(got[M], expect[M], atol=1e-5)
+    backward = fused_mod.FusedLinearForPPOFunction.backward
+    monkeypatch.setattr(fused_mod.FusedLinearForPPOFunction, "backward",
+                        staticmethod(lambda ctx, dlp, dent: backward(ctx, dlp, None)))
+    logits = BATCH["logits"].clone().requires_grad_()
+    planted, = torch.autograd.grad(loss(verl.call("actor_logprobs", {**BATCH, "logits": logits}, config).outputs), logits)
+    assert not torch.allclose(planted[M], expect[M], atol=1e-3)

@@ -12,7 +12,9 @@ of the responses and their entropy, and slices the response columns. Nothing of 
 its [B, R] results go back to the canonical positions (`standin.scatter_back`). On CUDA those
 helpers are flash_attn's ``bert_padding``; flash_attn builds only with CUDA, so where it is
 absent the call uses verl's own pure-torch port of them (``verl.utils.npu_flash_attn_utils``,
-what verl runs on NPUs) under that name, for the call only.
+what verl runs on NPUs) under that name, for the call only. With the drawn ``use_fused_kernels`` the
+model's forward is verl's fused one (its torch backend, installed by verl's own patch), which returns
+the log-probs and entropy itself from the hidden states and ``lm_head`` (`_fused_model`).
 
 micro_batch_size and use_dynamic_bsz are ``compute_log_prob``'s: it splits a real ``DataProto`` (a
 TensorDict) into micro-batches (``DataProto.split``) or token-budget batches (``prepare_dynamic_batch``),
@@ -27,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import inspect
+import io
 import sys
 import types
 
@@ -42,6 +45,7 @@ from sentinel.errors import MissingDependency, Unsupported
 
 ACTOR = "actor_logprobs"
 DP_ACTOR = "verl.workers.actor.dp_actor"
+FUSED_PATCH = "verl.models.transformers.monkey_patch"
 _LINK = "https://github.com/volcengine/verl/blob/main/verl/workers/actor/dp_actor.py"
 _BALANCING = "https://github.com/volcengine/verl/blob/main/verl/utils/seqlen_balancing.py"
 
@@ -108,6 +112,34 @@ def _budget_fits(inputs, config) -> bool:
         int(config["max_token_len"]) >= _width(inputs)
 
 
+class _Base(torch.nn.Module):
+    """The decoder under an LM head: its hidden states are the stand-in's logits."""
+
+    def __init__(self, lm: StandInLM):
+        super().__init__()
+        self.lm = lm
+
+    def forward(self, input_ids=None, attention_mask=None, position_ids=None, **kwargs):
+        from transformers.modeling_outputs import BaseModelOutputWithPast
+
+        logits = self.lm(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).logits
+        return BaseModelOutputWithPast(last_hidden_state=logits)
+
+
+class _FusedStandIn(torch.nn.Module):
+    """A causal LM as verl's fused forward reads it: ``model``, ``lm_head.weight``, ``config``."""
+
+    def __init__(self, lm: StandInLM, vocab: int):
+        super().__init__()
+        self.model = _Base(lm)
+        self.lm_head = torch.nn.Linear(vocab, vocab, bias=False)
+        with torch.no_grad():
+            self.lm_head.weight.copy_(torch.eye(vocab))
+        self.lm_head.weight.requires_grad_(False)
+        self.config = types.SimpleNamespace(model_type="sentinel_stand_in", output_attentions=False,
+                                            output_hidden_states=False)
+
+
 class _Config(dict):
     """The actor's config as _forward_micro_batch reads it: ``.get`` and attributes."""
 
@@ -145,12 +177,15 @@ class ActorSurface:
         logits, tokens, attn = inputs["logits"], inputs["tokens"], inputs["attention_mask"]
         ids, mask, width, where = prompt_response(tokens, attn, inputs["loss_mask"])
         position_ids = self._position_ids(mask)
-        model = StandInLM(LogitsTable(logits, tokens, attn))
         actor = object.__new__(cls)
         F = self._verl_F()
         drawn = trainer_options(config)  # actor options the method reads (conventions.OPTION_DOMAINS)
-        pi_squared = bool(drawn.get("calculate_sum_pi_squared"))
-        attributes = {**_ACTOR_ATTRIBUTES, "actor_module": model, "device_name": "cpu",
+        pi_squared, fused = bool(drawn.get("calculate_sum_pi_squared")), bool(drawn.get("use_fused_kernels"))
+        if pi_squared and fused:  # DataParallelPPOActor.__init__ asserts it
+            raise Unsupported("verl's actor refuses calculate_sum_pi_squared with use_fused_kernels")
+        model = StandInLM(LogitsTable(logits, tokens, attn))
+        model = self._fused_model(model, int(logits.shape[-1])) if fused else model
+        attributes = {**_ACTOR_ATTRIBUTES, "use_fused_kernels": fused, "actor_module": model, "device_name": "cpu",
                       "use_remove_padding": bool(config["use_remove_padding"]),
                       "compute_entropy_from_logits": F.entropy_from_logits,
                       "config": _Config(entropy_checkpointing=False, calculate_sum_pi_squared=pi_squared,
@@ -244,6 +279,29 @@ class ActorSurface:
                     sys.modules[k] = v
             for n, v in zip(_CACHED, cached):  # attention_utils caches what it imported: forget the port
                 setattr(attention, n, v)
+
+    def _fused_model(self, lm: StandInLM, vocab: int) -> torch.nn.Module:
+        """The model under ``use_fused_kernels``: verl's own fused forward, installed by its
+        ``patch_forward_with_backends`` (torch backend: ``FusedLinearForPPO``, a chunked log-softmax
+        and entropy with its own backward, over the base model's hidden states and ``lm_head``), on a
+        base model whose hidden states are the stand-in's logits and an identity ``lm_head``: the
+        logits verl forms, hidden @ I, are the drawn ones. A fresh class per call (verl patches the
+        class)."""
+        try:
+            patch = getattr(self._import(FUSED_PATCH), "patch_forward_with_backends", None)
+        except ModuleNotFoundError as e:
+            if e.name and FUSED_PATCH.startswith(e.name):
+                raise Unsupported(f"use_fused_kernels: verl has no {FUSED_PATCH} at this version") from None
+            raise
+        if patch is None:
+            raise Unsupported("use_fused_kernels: this verl has no patch_forward_with_backends (no torch backend)")
+        if is_stub(sys.modules.get("transformers")):
+            raise MissingDependency("use_fused_kernels: verl's fused forward (models/transformers/dense_common.py) "
+                                    "imports transformers, which is not installed (pip install transformers; the trl extra has it)")
+        model = type("FusedStandInLM", (_FusedStandIn,), {})(lm, vocab)
+        with contextlib.redirect_stdout(io.StringIO()):  # it prints the backend it chose
+            patch(model, use_fused_kernels=True, fused_kernels_backend="torch")
+        return model
 
     def _position_ids(self, mask: torch.Tensor) -> torch.Tensor:
         """verl's position ids of a padded batch, by its own function (what its rollout hands the actor)."""

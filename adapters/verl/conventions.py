@@ -34,8 +34,8 @@ _RANKS = "the mean is all-reduced over data-parallel ranks only when torch.distr
 _ACTOR = "verl.workers.actor.dp_actor:DataParallelPPOActor._forward_micro_batch"
 _VLM = ("a vision-language model's inputs (multi_modal_inputs, Qwen2-VL's 3-D mrope position ids, MiniCPM-o's "
         "image_bound): the stand-in model is a language model over drawn logits")
-_MODEL = ("a model forward verl patches (PrefixGrouper's shared-prefix attention; the fused kernels' forward that "
-          "returns log-probs and entropy itself): the stand-in model has no attention and returns logits")
+_MODEL = ("a model forward verl patches with PrefixGrouper's shared-prefix attention: the stand-in model has no "
+          "attention (the fused kernels' forward runs: actor.py `_fused_model`)")
 _SP = "Ulysses sequence parallelism: several processes"
 _EMPTY = "a batch of no rows: every boundary's batch holds at least one row"
 _PARSED = ("dead code: _parse_rollout_rs_thresholds (called above) has already set both bounds of every k1 "
@@ -75,7 +75,7 @@ UNREACHABLE = {
     f"{ROLLOUT_CORR}:compute_rollout_correction_and_rejection_mask": {
         "if old_log_prob.shape != rollout_log_prob.shape" + _RAISE: _GUARD,
         "if old_log_prob.shape != response_mask.shape" + _RAISE: _GUARD, "if rollout_rs_threshold is None" + _RAISE: _GUARD},
-    _ACTOR: {"if self.use_prefix_grouper": _MODEL, "if can_use_pg and": _MODEL, "if self.use_fused_kernels": _MODEL,
+    _ACTOR: {"if self.use_prefix_grouper": _MODEL, "if can_use_pg and": _MODEL,
              'if "multi_modal_inputs" in micro_batch.keys()': _VLM, "if position_ids.dim() == 3": _VLM,
              'if "image_bound" in multi_modal_inputs': _VLM, "if self.use_ulysses_sp": _SP, "if is_vlm_model": _SP,
              # inside `if self.use_ulysses_sp:` (its False arc shares its text with the padded path's)
@@ -197,7 +197,9 @@ OPTION_DOMAINS = {
     # the actor's calculate_entropy (the caller's argument: off, the log-probs alone, with
     # inplace_backward for the fused cross-entropy) and its config's calculate_sum_pi_squared (the
     # optimal token baseline's sum of squared probabilities, observed)
-    "actor_logprobs": {"trainer:calculate_entropy": (True, False), "trainer:calculate_sum_pi_squared": (False, True)},
+    "actor_logprobs": {"trainer:calculate_entropy": (True, False), "trainer:calculate_sum_pi_squared": (False, True),
+                       # the fused log-prob / entropy forward (its torch backend: actor.py `_fused_model`)
+                       "trainer:use_fused_kernels": (False, True)},
     # the batch with or without the response_mask the trainer's fit adds (compute_advantage's fallback)
     "advantages": {"trainer:response_mask_in_batch": (True, False)},
     "reward_norm": {"mean_leave1out": (True,), "trainer:adv_estimator": ("grpo", "rloo")},
