@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import render_helpers as render
+from sentinel import process
 from sentinel.hunt.driver import differential as D
 from sentinel.mutate import engine
 from sentinel.mutate.driver import Options, mutate
@@ -57,7 +58,11 @@ def test_toy_target_gives_the_exact_score_and_resumes_from_the_cache(env):
     tmp, claims = env
     opts = Options(TOY, budget=120, hunt_examples=48, equivalent=claims, equivalent_examples=48, cache=tmp / "cache",
                    seed=1)
+    live = lambda: {p for p in process._live if p.poll() is None}  # noqa: E731
+    before = live()
     rep = mutate(load_paths([KL]), opts)
+    # every worker it started has ended: a hunt's referee too (one idle worker was left per hunt kill)
+    assert live() <= before, live() - before
     s = rep.mutate
     by = {m.key: m for m in s.mutants}
     assert (s.totals.mutants, s.totals.killed, s.totals.survived, s.totals.equivalent, s.totals.error) == (9, 6, 1, 1, 1)

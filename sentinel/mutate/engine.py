@@ -171,12 +171,18 @@ def _hunt(w: _Workers, m: dict[str, Any], crash: str | None = None) -> dict[str,
                             one_sided=True,  # a metric the mutant adds or drops is its change
                             evidence=evidence, evidence_cap_s=cap)
     hunter = DiffHunter(w.spec, w.spec, settings, sides=Sides(base, w.head))
-    hunter.start()
-    if crash:  # the head raising where the base answers is the crash already seen: not a finding
-        for b in m["boundaries"]:
-            hunter.deviations[f"{CRASH}{b}"] = {"boundary": b, "observables": ["exception"], "when": {},
-                                                "met": 0, "example": {}}
-    hunter.search()
+    try:
+        hunter.start()
+        if crash:  # the head raising where the base answers is the crash already seen: not a finding
+            for b in m["boundaries"]:
+                hunter.deviations[f"{CRASH}{b}"] = {"boundary": b, "observables": ["exception"], "when": {},
+                                                    "met": 0, "example": {}}
+        hunter.search()
+    finally:
+        # the referee's worker starts with the first difference it rules on; a hunt stops it in
+        # `document`, which a mutant's never reaches: a whole run kept one idle worker per such kill
+        if hunter.referee is not None:
+            hunter.referee.stop()
     died = [s.reason for s in hunter.states if s.status == "error"]
     reached = None  # a session that died cannot say
     if died:  # a side's session ended mid-hunt: start both afresh for the next mutant
