@@ -33,13 +33,18 @@ def test_rows_cut_at_the_last_valid_position_and_come_back_whole():
     x = torch.arange(12.0).reshape(3, 4).requires_grad_()
     parts = rows(x, valid_ends(mask))
     assert [p.numel() for p in parts] == [2, 4, 4]
-    back = unrows([p * 2 for p in parts], mask)
+    back = unrows([p * 2 for p in parts], mask, ends=valid_ends(mask))
     assert back.tolist() == [[0.0, 2.0, 0.0, 0.0], [8.0, 10.0, 12.0, 14.0], [16.0, 18.0, 20.0, 22.0]]
     back.sum().backward()  # autograd reaches the input; the cut tail takes no gradient
     assert x.grad.tolist()[0] == [2.0, 2.0, 0.0, 0.0]
     # what the target never saw comes back as the input held it (in-place changes show elsewhere)
-    kept = unrows([p.detach() + 100 for p in parts], mask, fill=x)
+    kept = unrows([p.detach() + 100 for p in parts], mask, fill=x, ends=valid_ends(mask))
     assert kept[0].tolist() == [100.0, 101.0, 2.0, 3.0]
+    # a target that hands back fewer values than the response it got is not padded over
+    with pytest.raises(ValueError, match="sequence 1: 3 values back for a response of 4"):
+        unrows([parts[0], parts[1][:3], parts[2]], mask, ends=valid_ends(mask))
+    with pytest.raises(RuntimeError):  # without ends every part must have the row's length
+        unrows([p * 2 for p in parts], mask)
     assert rows(x)[0].numel() == 4  # no ends: the whole row, as before
 
 
@@ -83,6 +88,12 @@ with spy(adapter.mods["slime.utils.ppo_utils"], "get_advantages_and_returns_batc
     out["whole"] = call("gae", inputs, {"gamma": 1.0, "lam": 0.95})
     out["cut"] = call("gae", inputs, {"gamma": 1.0, "lam": 0.95, "trainer:masked_tail": "padding"})
 out["seen"] = seen
+adv = {"rewards": T([1.0, 0.0]), "log_probs": T([[-0.5, -1.0, -0.2, -0.3], [-0.1, -0.2, -0.3, -0.4]]),
+       "ref_log_probs": T([[-0.6, -0.8, -0.4, -0.2], [-0.2, -0.2, -0.1, -0.4]]), "values": inputs["values"],
+       "loss_mask": inputs["loss_mask"]}
+res = call("advantages", adv, {"estimator": "gae", "kl_coef": 0.1, "kl_type": "k1", "gamma": 1.0, "lam": 1.0,
+                              "normalize_advantages": False, "trainer:masked_tail": "padding"})["res"]
+out["extras"] = {k: list(v.shape) for k, v in res.extras.items() if k.startswith("returned:rollout_data.")}
 """
 
 
@@ -95,6 +106,10 @@ def test_slime_gets_ragged_response_lengths_under_padding():
     cut, whole = out["cut"]["outputs"]["advantages"], out["whole"]["outputs"]["advantages"]
     assert torch.allclose(torch.tensor(cut), torch.tensor([[0.43675, 0.565, 0.7, 0.0], [0.28, 0.4, 0.0, 0.0]]))
     assert not torch.allclose(torch.tensor(whole[0][:3]), torch.tensor(cut[0][:3]))  # the 9.0 tail value reaches it
+    # what compute_advantages_and_returns leaves in rollout_data comes back [B, T] (compared at valid
+    # positions, as outputs are), not as one flat run of the ragged lists
+    extras = out["extras"]
+    assert extras["returned:rollout_data.advantages"] == extras["returned:rollout_data.loss_masks"] == [2, 4], extras
 
 
 @pytest.mark.slow  # one slime prepare, two mutants, hunts bounded by examples

@@ -17,7 +17,7 @@ import torch
 from sentinel.adapters.backport import backport_type_params
 from sentinel.adapters.binding import bind, parameters, signature_text
 from sentinel.adapters.contract import BoundaryResult, implements, refuse
-from sentinel.adapters.layout import group_ids, group_layout, unrows
+from sentinel.adapters.layout import group_ids, group_layout
 from sentinel.adapters.loading import bare_package, module_exists, version_facts
 from sentinel.adapters.observables import Watch, returned
 from sentinel.adapters.options import trainer_options
@@ -256,7 +256,7 @@ class SlimeAdapter(Responses, EntryLoss, Surfaces, TrainerAdapter):
             kw = bind(fn, "kl", {"log_probs": a, "log_probs_base": b, "kl_loss_type": kl_type},
                       aliases={"log_probs_base": ("ref_log_probs",), "kl_loss_type": ("kl_type",)})
             kl.append(fn(**kw))
-        return BoundaryResult({"kl": unrows(kl, mask) if kl else torch.zeros_like(mask, dtype=torch.float32)},
+        return BoundaryResult({"kl": self._unrows(kl, mask, mask) if kl else torch.zeros_like(mask, dtype=torch.float32)},
                               self._after(inputs, {"log_probs": lp, "ref_log_probs": ref}, mask), self._ref(fn))
 
     @staticmethod
@@ -318,7 +318,7 @@ class SlimeAdapter(Responses, EntryLoss, Surfaces, TrainerAdapter):
                                              "gamma": gamma, "lambd": lam}))
                 adv.append(a)
                 ret.append(g)
-        return BoundaryResult({"advantages": unrows(list(adv), mask), "returns": unrows(list(ret), mask)},
+        return BoundaryResult({"advantages": self._unrows(list(adv), mask, mask), "returns": self._unrows(list(ret), mask, mask)},
                               self._after(inputs, {"token_rewards": rew, "values": val}, mask), self._ref(fn))
 
     # --- rewards / advantages -----------------------------------------------------------
@@ -502,14 +502,14 @@ class SlimeAdapter(Responses, EntryLoss, Surfaces, TrainerAdapter):
         except NotImplementedError as e:
             raise Unsupported(f"compute_advantages_and_returns: {e}") from e
 
-        out = {"advantages": unrows(list(rollout_data["advantages"]), mask),
-               "returns": unrows(list(rollout_data["returns"]), mask)}
+        out = {"advantages": self._unrows(list(rollout_data["advantages"]), mask, mask),
+               "returns": self._unrows(list(rollout_data["returns"]), mask, mask)}
         if "kl" in rollout_data:  # stored for logging since 2026-04 (slime PR #1856)
-            out["logged_kl"] = unrows(list(rollout_data["kl"]), mask)
+            out["logged_kl"] = self._unrows(list(rollout_data["kl"]), mask, mask)
         if token_rewards:
-            out["token_rewards"] = unrows(token_rewards[0], mask)
+            out["token_rewards"] = self._unrows(token_rewards[0], mask, mask)
         # what else the call returned or left in rollout_data, and what it changed in args
-        extras = {**returned({"value": ret, "rollout_data": rollout_data}), **watch.changes()}
+        extras = {**returned({"value": ret, "rollout_data": self._whole(rollout_data, mask)}), **watch.changes()}
         return BoundaryResult(out, self._after(inputs, given, mask), self._ref(fn), extras)
 
     # --- importance-sampling correction -------------------------------------------------
@@ -563,5 +563,5 @@ class SlimeAdapter(Responses, EntryLoss, Surfaces, TrainerAdapter):
         res = self._loss_result(fn, entry, inputs, mask, lengths, {"weights": weights, "pg_loss": corrected},
                                 {"loss": loss}, {"log_probs": lp, "old_log_probs": old, "rollout_log_probs": roll,
                                                  "advantages": adv})
-        res.extras = {**logged, **returned({"metrics": metrics, "masks": out_masks}), **watch.changes()}  # the hook's logged metrics
+        res.extras = {**logged, **returned({"metrics": metrics, "masks": self._whole(list(out_masks), mask)}), **watch.changes()}  # the hook's logged metrics
         return res

@@ -113,29 +113,36 @@ def _budget_fits(inputs, config) -> bool:
 
 
 class _Base(torch.nn.Module):
-    """The decoder under an LM head: its hidden states are the stand-in's logits."""
+    """The decoder under an LM head: its hidden states hold the stand-in's logits, v at slot
+    ``slots[v]`` (slot 0 stays 0), so only ``lm_head`` (`_FusedStandIn`) maps them back."""
 
-    def __init__(self, lm: StandInLM):
+    def __init__(self, lm: StandInLM, slots: torch.Tensor):
         super().__init__()
-        self.lm = lm
+        self.lm, self.slots = lm, slots
 
     def forward(self, input_ids=None, attention_mask=None, position_ids=None, **kwargs):
         from transformers.modeling_outputs import BaseModelOutputWithPast
 
         logits = self.lm(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).logits
-        return BaseModelOutputWithPast(last_hidden_state=logits)
+        hidden = logits.new_zeros(*logits.shape[:-1], len(self.slots) + 1).index_copy(-1, self.slots, logits)
+        return BaseModelOutputWithPast(last_hidden_state=hidden)
 
 
 class _FusedStandIn(torch.nn.Module):
-    """A causal LM as verl's fused forward reads it: ``model``, ``lm_head.weight``, ``config``."""
+    """A causal LM as verl's fused forward reads it: ``model``, ``lm_head.weight``, ``config``. The
+    head is [V, V + 1], one 1 a row at the logit's slot (the vocabulary reversed after a zero slot):
+    hidden @ W.T gives the drawn logits back exactly, while a transposed use of W fails on its shape
+    and a permuted one gives other logits (an identity head would hide both); it takes a gradient,
+    as a trained head does, so verl's backward computes the weight's too."""
 
-    def __init__(self, lm: StandInLM, vocab: int):
+    def __init__(self, lm: StandInLM, vocab: int, dtype: torch.dtype):
         super().__init__()
-        self.model = _Base(lm)
-        self.lm_head = torch.nn.Linear(vocab, vocab, bias=False)
+        slots = torch.arange(vocab, 0, -1)
+        self.model = _Base(lm, slots)
+        self.lm_head = torch.nn.Linear(vocab + 1, vocab, bias=False, dtype=dtype)
         with torch.no_grad():
-            self.lm_head.weight.copy_(torch.eye(vocab))
-        self.lm_head.weight.requires_grad_(False)
+            self.lm_head.weight.zero_()
+            self.lm_head.weight[torch.arange(vocab), slots] = 1
         self.config = types.SimpleNamespace(model_type="sentinel_stand_in", output_attentions=False,
                                             output_hidden_states=False)
 
@@ -298,7 +305,7 @@ class ActorSurface:
         if is_stub(sys.modules.get("transformers")):
             raise MissingDependency("use_fused_kernels: verl's fused forward (models/transformers/dense_common.py) "
                                     "imports transformers, which is not installed (pip install transformers; the trl extra has it)")
-        model = type("FusedStandInLM", (_FusedStandIn,), {})(lm, vocab)
+        model = type("FusedStandInLM", (_FusedStandIn,), {})(lm, vocab, lm.table.logits.dtype)
         with contextlib.redirect_stdout(io.StringIO()):  # it prints the backend it chose
             patch(model, use_fused_kernels=True, fused_kernels_backend="torch")
         return model

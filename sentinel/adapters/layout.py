@@ -30,20 +30,23 @@ def valid_ends(mask: torch.Tensor) -> list[int]:
 
 
 def unrows(parts: list[torch.Tensor] | tuple[torch.Tensor, ...], like: torch.Tensor,
-           fill: torch.Tensor | None = None) -> torch.Tensor:
+           fill: torch.Tensor | None = None, ends: list[int] | None = None) -> torch.Tensor:
     """Inverse of `rows`: per-sequence tensors back into a ``[B, T]`` batch (keeping their autograd
-    graph). A part shorter than the row (cut by `rows`' ends) is completed from `fill`'s row (what
-    the target never saw), else with zeros, as a padded batch holds them; an empty batch gives an
-    empty float tensor shaped like `like`."""
+    graph); an empty batch gives an empty float tensor shaped like `like`. Without `ends` every part
+    has the row's length (else torch.stack raises); with them part i must have ends[i] values
+    (ValueError otherwise: a target that returns fewer values than it was given is not padded over),
+    and the rest of its row comes from `fill`'s row (what the target never saw) or is 0, as a padded
+    batch holds it."""
     if not parts:
         return torch.zeros(like.shape, dtype=torch.float32, device=like.device)
-    width = like.shape[1] if like.dim() == 2 else None
     out = []
     for i, p in enumerate(parts):
         p = p.reshape(-1)
-        if width is not None and p.numel() < width:
+        if ends is not None:
+            if p.numel() != ends[i]:
+                raise ValueError(f"sequence {i}: {p.numel()} values back for a response of {ends[i]}")
             rest = (fill[i, p.numel():].detach().to(p.device, p.dtype) if fill is not None
-                    else p.new_zeros(width - p.numel()))
+                    else p.new_zeros(like.shape[1] - p.numel()))
             p = torch.cat([p, rest])
         out.append(p)
     return torch.stack(out)
