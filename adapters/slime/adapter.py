@@ -256,7 +256,7 @@ class SlimeAdapter(Responses, EntryLoss, Surfaces, TrainerAdapter):
             kw = bind(fn, "kl", {"log_probs": a, "log_probs_base": b, "kl_loss_type": kl_type},
                       aliases={"log_probs_base": ("ref_log_probs",), "kl_loss_type": ("kl_type",)})
             kl.append(fn(**kw))
-        return BoundaryResult({"kl": self._unrows(kl, mask, mask) if kl else torch.zeros_like(mask, dtype=torch.float32)},
+        return BoundaryResult({"kl": self._unrows(kl, mask) if kl else torch.zeros_like(mask, dtype=torch.float32)},
                               self._after(inputs, {"log_probs": lp, "ref_log_probs": ref}, mask), self._ref(fn))
 
     @staticmethod
@@ -318,7 +318,7 @@ class SlimeAdapter(Responses, EntryLoss, Surfaces, TrainerAdapter):
                                              "gamma": gamma, "lambd": lam}))
                 adv.append(a)
                 ret.append(g)
-        return BoundaryResult({"advantages": self._unrows(list(adv), mask, mask), "returns": self._unrows(list(ret), mask, mask)},
+        return BoundaryResult({"advantages": self._unrows(list(adv), mask), "returns": self._unrows(list(ret), mask)},
                               self._after(inputs, {"token_rewards": rew, "values": val}, mask), self._ref(fn))
 
     # --- rewards / advantages -----------------------------------------------------------
@@ -502,12 +502,12 @@ class SlimeAdapter(Responses, EntryLoss, Surfaces, TrainerAdapter):
         except NotImplementedError as e:
             raise Unsupported(f"compute_advantages_and_returns: {e}") from e
 
-        out = {"advantages": self._unrows(list(rollout_data["advantages"]), mask, mask),
-               "returns": self._unrows(list(rollout_data["returns"]), mask, mask)}
+        out = {"advantages": self._unrows(list(rollout_data["advantages"]), mask),
+               "returns": self._unrows(list(rollout_data["returns"]), mask)}
         if "kl" in rollout_data:  # stored for logging since 2026-04 (slime PR #1856)
-            out["logged_kl"] = self._unrows(list(rollout_data["kl"]), mask, mask)
+            out["logged_kl"] = self._unrows(list(rollout_data["kl"]), mask)
         if token_rewards:
-            out["token_rewards"] = self._unrows(token_rewards[0], mask, mask)
+            out["token_rewards"] = self._unrows(token_rewards[0], mask)
         # what else the call returned or left in rollout_data, and what it changed in args
         extras = {**returned({"value": ret, "rollout_data": self._whole(rollout_data, mask)}), **watch.changes()}
         return BoundaryResult(out, self._after(inputs, given, mask), self._ref(fn), extras)

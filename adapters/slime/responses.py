@@ -57,14 +57,13 @@ class Responses:
         response = [int(p.numel()) for p in parts]
         return response, [n + prompt for n in response]
 
-    def _unrows(self, parts: list[torch.Tensor], like: torch.Tensor, mask: torch.Tensor,
-                fill: torch.Tensor | None = None) -> torch.Tensor:
-        """Per-sample results back in [B, T]: each must have its response's length (a cut row's tail
-        from `fill`, else 0)."""
-        return unrows(parts, like, fill=fill, ends=self._ends(mask))
+    def _unrows(self, parts: list[torch.Tensor], mask: torch.Tensor, fill: torch.Tensor | None = None) -> torch.Tensor:
+        """Per-sample results back in [B, T] (mask's shape): each must have its response's length (a
+        cut row's tail from `fill`, else 0)."""
+        return unrows(parts, mask, fill=fill, ends=self._ends(mask))
 
     def _back(self, cat: torch.Tensor, lengths: list[int], mask: torch.Tensor) -> torch.Tensor:
-        return self._unrows(list(cat.split(lengths, dim=0)), mask, mask)
+        return self._unrows(list(cat.split(lengths, dim=0)), mask)
 
     def _whole(self, value: Any, mask: torch.Tensor) -> Any:
         """`value` with every list of per-sample response tensors in it as a [B, T] batch (`_unrows`),
@@ -75,11 +74,11 @@ class Responses:
         ends = self._ends(mask) or [int(mask.shape[1])] * int(mask.shape[0])
         if isinstance(value, list) and len(value) == len(ends) and all(
                 isinstance(t, torch.Tensor) and t.dim() == 1 and t.numel() == n for t, n in zip(value, ends)):
-            return self._unrows(value, mask, mask)
+            return self._unrows(value, mask)
         return value
 
     def _after(self, inputs: dict[str, torch.Tensor], given: dict[str, list[torch.Tensor]],
                mask: torch.Tensor) -> dict[str, torch.Tensor]:
         """The canonical inputs as slime left the tensors it was given (in-place changes show)."""
-        return {k: self._unrows([p.detach() for p in v], inputs[k], mask, fill=inputs[k]).to(inputs[k].dtype)
+        return {k: self._unrows([p.detach() for p in v], mask, fill=inputs[k]).to(inputs[k].dtype)
                 for k, v in given.items()}

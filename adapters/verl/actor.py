@@ -191,7 +191,7 @@ class ActorSurface:
         if pi_squared and fused:  # DataParallelPPOActor.__init__ asserts it
             raise Unsupported("verl's actor refuses calculate_sum_pi_squared with use_fused_kernels")
         model = StandInLM(LogitsTable(logits, tokens, attn))
-        model = self._fused_model(model, int(logits.shape[-1])) if fused else model
+        model = self._fused_model(model) if fused else model
         attributes = {**_ACTOR_ATTRIBUTES, "use_fused_kernels": fused, "actor_module": model, "device_name": "cpu",
                       "use_remove_padding": bool(config["use_remove_padding"]),
                       "compute_entropy_from_logits": F.entropy_from_logits,
@@ -287,13 +287,12 @@ class ActorSurface:
             for n, v in zip(_CACHED, cached):  # attention_utils caches what it imported: forget the port
                 setattr(attention, n, v)
 
-    def _fused_model(self, lm: StandInLM, vocab: int) -> torch.nn.Module:
+    def _fused_model(self, lm: StandInLM) -> torch.nn.Module:
         """The model under ``use_fused_kernels``: verl's own fused forward, installed by its
         ``patch_forward_with_backends`` (torch backend: ``FusedLinearForPPO``, a chunked log-softmax
-        and entropy with its own backward, over the base model's hidden states and ``lm_head``), on a
-        base model whose hidden states are the stand-in's logits and an identity ``lm_head``: the
-        logits verl forms, hidden @ I, are the drawn ones. A fresh class per call (verl patches the
-        class)."""
+        and entropy with its own backward, over the base model's hidden states and ``lm_head``), on
+        `_FusedStandIn`, whose hidden states and head give back the drawn logits. A fresh class per
+        call (verl patches the class)."""
         try:
             patch = getattr(self._import(FUSED_PATCH), "patch_forward_with_backends", None)
         except ModuleNotFoundError as e:
@@ -305,7 +304,8 @@ class ActorSurface:
         if is_stub(sys.modules.get("transformers")):
             raise MissingDependency("use_fused_kernels: verl's fused forward (models/transformers/dense_common.py) "
                                     "imports transformers, which is not installed (pip install transformers; the trl extra has it)")
-        model = type("FusedStandInLM", (_FusedStandIn,), {})(lm, vocab, lm.table.logits.dtype)
+        logits = lm.table.logits
+        model = type("FusedStandInLM", (_FusedStandIn,), {})(lm, int(logits.shape[-1]), logits.dtype)
         with contextlib.redirect_stdout(io.StringIO()):  # it prints the backend it chose
             patch(model, use_fused_kernels=True, fused_kernels_backend="torch")
         return model
