@@ -542,6 +542,8 @@ class MutantRecord(_Model):
     reason: str = Field("", description="error: what failed; equivalent: the reason recorded in equivalent.yaml")
     scenarios: int = Field(0, description="catalog scenarios run on it")
     examples: dict[str, int] = Field(default_factory=dict, description="hunt examples compared, per boundary")
+    hunted: list[str] = Field(default_factory=list, description="the boundaries its hunt drew on, where fewer than "
+                              "`boundaries`: those whose catalog scenarios ran its change (empty: every one)")
     configs: dict[str, dict[str, list[Any]]] = Field(default_factory=dict,
                                                       description="survivors: the config choices the hunt drew")
     reached: bool | None = Field(None, description="whether its change ran in the catalog's scenarios or the "

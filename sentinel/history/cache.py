@@ -27,7 +27,7 @@ _TOOL_CODE = ("runner.py", "worker.py", "observe.py", "contracts.py", "verdicts.
               "expr.py", "tensors.py", "invariants")
 
 
-def _hash_files(paths: list[Path]) -> str:
+def hash_files(paths: list[Path]) -> str:
     h = hashlib.sha256()
     for p in sorted(paths):
         files = sorted(p.rglob("*.py")) if p.is_dir() else [p]
@@ -40,7 +40,7 @@ def _hash_files(paths: list[Path]) -> str:
 
 def tool_version() -> str:
     here = Path(__file__).resolve().parent.parent
-    return f"{__version__}+{_hash_files([here / n for n in _TOOL_CODE])}"
+    return f"{__version__}+{hash_files([here / n for n in _TOOL_CODE])}"
 
 
 def adapter_version(adapter: str) -> str:
@@ -52,7 +52,7 @@ def adapter_version(adapter: str) -> str:
         return "unknown"
     origin = Path(spec.origin)
     own = origin.parent if origin.name == "__init__.py" or "." in module else origin
-    return _hash_files([own, Path(__file__).resolve().parents[1] / "adapters"])
+    return hash_files([own, Path(__file__).resolve().parents[1] / "adapters"])
 
 
 def scenario_hash(sc: Scenario) -> str:

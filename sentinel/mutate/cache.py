@@ -2,8 +2,9 @@
 an unchanged target judges nothing again.
 
 Keyed by the target, its commit, the function's source hash, the operator, the mutant's
-key, the catalog's hash, the hunt's budget and seed, and the tool and adapter versions
-(`history.cache`'s): a change to any makes old entries unreachable, never wrong. A
+key, the catalog's hash, the hunt's budget and seed, the tool and adapter versions
+(`history.cache`'s) and the code that judges a mutant (this engine, the hunt, the drawing):
+a change to any makes old entries unreachable, never wrong. A
 transient record (a worker that died, a hunt that could not run) is not stored.
 """
 
@@ -14,11 +15,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..history.cache import adapter_version, scenario_hash, tool_version
+from ..history.cache import hash_files, adapter_version, scenario_hash, tool_version
 from ..report import write_atomic
 from ..spec import Scenario
 
 DEFAULT_DIR = Path(".sentinel") / "mutate-cache"
+_HERE = Path(__file__).resolve().parent
+JUDGE_CODE = (_HERE / "engine.py", _HERE.parent / "hunt", _HERE.parent / "strategies.py")
 
 
 def catalog_hash(scenarios: list[Scenario]) -> str:
@@ -30,7 +33,8 @@ class Cache:
                  seed: int, device: str = "cpu"):
         self.root = Path(root) if root else None
         self.target, self.commit = target, commit
-        self.fixed = [target, commit, catalog, budget, seed, device, tool_version(), adapter_version(adapter)]
+        self.fixed = [target, commit, catalog, budget, seed, device, tool_version(), adapter_version(adapter),
+                      hash_files(list(JUDGE_CODE))]
 
     def _path(self, m: dict[str, Any]) -> Path:
         key = json.dumps([*self.fixed, m["function_hash"], m["function"], m["operator"], m["key"]])

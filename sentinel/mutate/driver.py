@@ -178,7 +178,7 @@ def _record(m: Mutant, rec: dict[str, Any], cached: bool) -> MutantRecord:
     return MutantRecord(id=m.id, function=m.function, operator=m.operator, key=m.key, position=m.position,
                         boundaries=m.boundaries, diff=m.diff, verdict=rec["verdict"], killed_by=rec.get("killed_by"),
                         stage=rec.get("stage"), reason=rec.get("reason", ""), scenarios=rec.get("scenarios", 0),
-                        examples=rec.get("examples", {}), configs=rec.get("configs", {}), reached=rec.get("reached"),
+                        examples=rec.get("examples", {}), hunted=rec.get("hunted", []), configs=rec.get("configs", {}), reached=rec.get("reached"),
                         cached=cached,
                         duration_s=rec.get("duration_s", 0.0))
 

@@ -22,6 +22,12 @@ sends each mutant along with its jobs; the worker's forked child puts it in plac
   shard); a record the cap left short says so in its reason.
 - Reach: every child that runs the mutant says whether its change ran (`reach`); a record's
   `reached` is True when any did, False when all said no, None when one could not say.
+- Focus: the hunt draws only on the boundaries whose catalog scenarios ran the change (`hunted`),
+  where some did: a change on one branch (GSPO's, TIS's) is reached by one boundary of the
+  five its function maps, and a short budget split five ways drew a handful of examples
+  there. A boundary the catalog could not say of (no scenario, or one that died) is kept;
+  where no scenario ran the change, and for a claimed mutant (its evidence is per boundary),
+  every boundary is hunted.
 """
 
 from __future__ import annotations
@@ -113,15 +119,37 @@ def _either(a: bool | None, b: bool | None) -> bool | None:
     return True if a or b else None if a is None or b is None else False
 
 
-def _catalog(w: _Workers, m: dict[str, Any], planned: list) -> tuple[dict[str, Any] | None, int, bool | None]:
+@dataclass
+class _Reach:
+    """Where the catalog's scenarios ran a mutant's change: per boundary, True if one did,
+    False if all said no, None if one could not say (`_either`)."""
+
+    on: dict[str, bool | None] = field(default_factory=dict)
+
+    def add(self, boundary: str, reached: bool | None) -> None:
+        self.on[boundary] = _either(self.on.get(boundary, False), reached)
+
+    @property
+    def any(self) -> bool | None:
+        return _either(any(v is True for v in self.on.values()), None if None in self.on.values() else False)
+
+    def focus(self, boundaries: list[str]) -> list[str]:
+        """The boundaries a hunt draws on (see the module's docstring: Focus)."""
+        if not any(v is True for v in self.on.values()):
+            return list(boundaries)
+        return [b for b in boundaries if self.on.get(b, None) is not False]
+
+
+def _catalog(w: _Workers, m: dict[str, Any], planned: list) -> tuple[dict[str, Any] | None, int, _Reach]:
     """The catalog's judgement of mutant `m`: a record update (killed / error), or None when
-    it survives; how many scenarios ran; whether its change was reached in them."""
+    it survives; how many scenarios ran; where its change was reached in them."""
     mine = [(sc, runs) for sc, runs in planned if sc.boundary in m["boundaries"] and w.shard.base.get(sc.id) in DECIDED]
+    reach = _Reach()
     if not mine:
-        return None, 0, False
+        return None, 0, reach
     mutant = _job(m)
     mine.sort(key=lambda x: -w.kills[x[0].id])  # the scenarios that killed most so far first
-    changed, errors, ran, reached = [], [], 0, False
+    changed, errors, ran = [], [], 0
     i, rounds = 0, 0
     while i < len(mine):  # a few at a time: the first verdict that changes ends it
         chunk = mine[i:i + CHUNKS[min(rounds, len(CHUNKS) - 1)]]
@@ -129,7 +157,7 @@ def _catalog(w: _Workers, m: dict[str, Any], planned: list) -> tuple[dict[str, A
         w.head.worker.send_all([{**job(sc, runs), "mutant": mutant} for sc, runs in chunk])
         for sc, runs in chunk:
             msg = w.head.worker.receive(w.shard.timeout + 30)
-            reached = _either(reached, msg.get("reached"))
+            reach.add(sc.boundary, msg.get("reached"))
             r = evaluate(sc, runs, msg, "head")
             before = w.shard.base[sc.id]
             if r.verdict == "error":
@@ -141,22 +169,24 @@ def _catalog(w: _Workers, m: dict[str, Any], planned: list) -> tuple[dict[str, A
         if changed or len(errors) not in (0, ran):  # a change, or a crash where another scenario ran: killed
             break
     if errors and len(errors) == len(mine) and len({e[2].split(":")[0] for e in errors}) == 1:
-        return {"verdict": "error", "reason": f"fails the same way on every scenario ({errors[0][2][:300]})"}, ran, reached
+        return {"verdict": "error", "reason": f"fails the same way on every scenario ({errors[0][2][:300]})"}, ran, reach
     if changed:
-        return {"verdict": "killed", "stage": "catalog", "killed_by": changed[0]}, ran, reached
+        return {"verdict": "killed", "stage": "catalog", "killed_by": changed[0]}, ran, reach
     if errors:
         sid, before, reason = errors[0]
         w.kills[sid] += 1
-        return {"verdict": "killed", "stage": "catalog", "killed_by": f"{sid}: {before} -> error ({reason[:200]})"}, ran, reached
-    return None, ran, reached
+        return {"verdict": "killed", "stage": "catalog", "killed_by": f"{sid}: {before} -> error ({reason[:200]})"}, ran, reach
+    return None, ran, reach
 
 
-def _hunt(w: _Workers, m: dict[str, Any], crash: str | None = None) -> dict[str, Any]:
+def _hunt(w: _Workers, m: dict[str, Any], crash: str | None = None, reach: _Reach | None = None) -> dict[str, Any]:
     """The differential hunt of the unmutated target (base) against the mutant (head). `crash`:
     the catalog saw the mutant fail the same way on every scenario; the hunt asks whether it does
-    on every drawn input too (its crash then explains nothing: an input where it answers does)."""
+    on every drawn input too (its crash then explains nothing: an input where it answers does).
+    `reach`: where the catalog ran the change (the hunt's focus)."""
     sh = w.shard
     evidence = sh.evidence if m["id"] in sh.claimed else 0  # the rest hunt as before: the same settings and draws
+    hunted = list(m["boundaries"]) if evidence or reach is None else reach.focus(m["boundaries"])
     cap = sh.evidence_cap_s if evidence else 0.0
     base = w.base_side()
     w.head.job_extra = {"mutant": _job(m)}
@@ -165,7 +195,7 @@ def _hunt(w: _Workers, m: dict[str, Any], crash: str | None = None) -> dict[str,
         w.restart("head")
         return {"verdict": "killed", "stage": "hunt", "killed_by": "hunt: the mutant's session did not start",
                 "reached": None}
-    settings = DiffSettings(boundaries=list(m["boundaries"]), time_budget=sh.budget, seed=sh.seed, first=True,
+    settings = DiffSettings(boundaries=hunted, time_budget=sh.budget, seed=sh.seed, first=True,
                             verify=False, shrink_time=SHRINK_S, timeout=sh.timeout,
                             max_examples=max(sh.examples, evidence), min_examples=min(100, sh.examples), min_valid=0,
                             one_sided=True,  # a metric the mutant adds or drops is its change
@@ -174,7 +204,7 @@ def _hunt(w: _Workers, m: dict[str, Any], crash: str | None = None) -> dict[str,
     try:
         hunter.start()
         if crash:  # the head raising where the base answers is the crash already seen: not a finding
-            for b in m["boundaries"]:
+            for b in hunted:
                 hunter.deviations[f"{CRASH}{b}"] = {"boundary": b, "observables": ["exception"], "when": {},
                                                     "met": 0, "example": {}}
         hunter.search()
@@ -193,6 +223,8 @@ def _hunt(w: _Workers, m: dict[str, Any], crash: str | None = None) -> dict[str,
     out = _hunted(hunter, m, died, evidence, f"{sh.budget:g} s budget + {cap:g} s")
     if crash and out["verdict"] == "survived":
         out = _crashed(hunter, m, crash, out)
+    if hunted != list(m["boundaries"]):
+        out["hunted"] = hunted
     return {**out, "reached": reached}
 
 
@@ -243,10 +275,11 @@ def _judge(w: _Workers, m: dict[str, Any], planned: list) -> dict[str, Any]:
     if m.get("compile_error"):
         # reach None (nothing ran): the cache serves a record that says whether reach was measured
         return {"verdict": "error", "reason": f"does not compile: {m['compile_error']}", "reached": None}
-    out, ran, reached = _catalog(w, m, planned)
+    out, ran, reach = _catalog(w, m, planned)
+    reached = reach.any
     crash = out["reason"] if out and out["verdict"] == "error" else None
     if (out is None or crash) and w.shard.budget > 0:
-        out = _hunt(w, m, crash)
+        out = _hunt(w, m, crash, reach)
         reached = _either(reached, out.pop("reached"))
     return {"scenarios": ran, **(out or {"verdict": "survived"}), "reached": reached}
 
