@@ -393,3 +393,16 @@ def test_gate_uses_the_folders_scenarios_and_says_so(tmp_path):
     p = subprocess.run([SENTINEL, "gate", "-o", "-"], cwd=tmp_path, env=env(), capture_output=True, text=True,
                        timeout=120)
     assert p.returncode == 2 and "scenarios/bad.yaml:3:" in p.stderr
+
+
+@pytest.mark.parametrize("argv", [["hunt", "-t", "reference", "--time", "1"], ["mutate", "-t", "reference"]])
+def test_an_out_folder_that_is_a_file_is_refused_before_any_work(argv, tmp_path):
+    """`--out FILE` crashed with a traceback when the first finding (hunt) or the report (mutate)
+    was written, the run's work lost."""
+    taken = tmp_path / "taken"
+    taken.write_text("{}")
+    r = subprocess.run([sys.executable, "-m", "sentinel", *argv, "--out", str(taken)], capture_output=True, text=True,
+                       cwd=tmp_path, timeout=120)
+    assert r.returncode == 2, r.stderr
+    assert "is a file" in r.stderr and "Traceback" not in r.stderr
+    assert taken.read_text() == "{}"

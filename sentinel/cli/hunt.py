@@ -128,6 +128,10 @@ def hunt(
             sides = (dataclasses.replace(spec, commit=base),
                      dataclasses.replace(spec, commit=None if head == git.WORKTREE else head))
     report_path = None if output == "-" else Path(output) if output else Path("reports") / "hunt.json"
+    if out_dir.exists() and not out_dir.is_dir():  # found only when a finding is written: the hunt's time lost
+        raise usage_error(f"--out {out_dir} is a file: --out names the folder each finding's scenario goes to")
+    if report_path is not None and report_path.is_dir():
+        raise usage_error(f"--output {report_path} is a folder: --output names the JSON report's file")
 
     show = err.is_terminal and not as_json
     found: list[str] = []

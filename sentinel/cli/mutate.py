@@ -95,6 +95,8 @@ def mutate(
     unknown = [o for o in ops or [] if o not in OPERATORS]
     if unknown:
         raise usage_error(f"unknown operator(s) {', '.join(unknown)} (known: {', '.join(OPERATORS)})")
+    if out_dir is not None and out_dir.exists() and not out_dir.is_dir():  # else found after the whole run
+        raise usage_error(f"--out {out_dir} is a file: --out names the folder mutate.json and mutate.md go to")
     if equivalent is not None and not equivalent.exists():
         raise usage_error(f"--equivalent {equivalent} does not exist")
     if equivalent is None and Path("equivalent.yaml").exists():
