@@ -536,8 +536,11 @@ class SlimeAdapter(Responses, EntryLoss, Surfaces, TrainerAdapter):
                                   "(proposed in https://github.com/THUDM/slime/pull/2084, not merged)") from None
             raise
         mask = inputs["loss_mask"].to(self.device)
-        lp, old, roll, adv = (self._tok(inputs, k, mask)
-                              for k in ("log_probs", "old_log_probs", "rollout_log_probs", "advantages"))
+        lp, given_old, roll, adv = (self._tok(inputs, k, mask)
+                                    for k in ("log_probs", "old_log_probs", "rollout_log_probs", "advantages"))
+        # reused (the actor computed no old log-probs): the loss pass's own, detached, are the old policy's
+        # and what the hook weighs (policy_loss_function's train_log_probs_for_tis); given_old is unread
+        old = [x.detach() for x in lp] if trainer_options(config).get(REUSE.partition(":")[2]) else given_old
         masks = self._masks(mask)
         lengths, totals = self._lengths(mask, lp)
         clip = self._clip(config)
@@ -561,7 +564,7 @@ class SlimeAdapter(Responses, EntryLoss, Surfaces, TrainerAdapter):
                                        reducer_masks=list(out_masks), batch_extra={"rollout_log_probs": roll},
                                        **tis, **clip)
         res = self._loss_result(fn, entry, inputs, mask, lengths, {"weights": weights, "pg_loss": corrected},
-                                {"loss": loss}, {"log_probs": lp, "old_log_probs": old, "rollout_log_probs": roll,
+                                {"loss": loss}, {"log_probs": lp, "old_log_probs": given_old, "rollout_log_probs": roll,
                                                  "advantages": adv})
         res.extras = {**logged, **returned({"metrics": metrics, "masks": self._whole(list(out_masks), mask)}), **watch.changes()}  # the hook's logged metrics
         return res

@@ -128,6 +128,10 @@ CP_SIZE, PROMPT_LENGTH, DP_SIZE = "context_parallel_size", "prompt_length", "dat
 # T); "padding": the row is cut after its last valid position (ragged response_lengths; a row with no
 # valid position stays whole). Not an args option: the batch's layout, read by the adapter only.
 MASKED_TAIL = "trainer:masked_tail"
+# The micro-batches of a training step (metrics): the step's rows split into that many, in order, each
+# one loss_function call, whose logging dicts reduce_train_step_metrics sums and divides once. Not an
+# args option: the actor's data iterator (num_microbatches), read by the adapter only.
+MICRO_BATCHES = "trainer:num_microbatches"
 _TAIL = {MASKED_TAIL: ("response", "padding")}
 OPTION_DOMAINS = {
     # get_log_probs_and_entropy's with_entropy: True in the loss pass (policy_loss_function), False in
@@ -139,10 +143,14 @@ OPTION_DOMAINS = {
     "loss_agg": {f"trainer:{CP_SIZE}": (1, 2, 4), f"trainer:{PROMPT_LENGTH}": (1, 5), **_TAIL},
     "policy_loss": {**LOSS_OPTIONS, REUSE: (False, True), **_TAIL},
     "cispo_loss": {**LOSS_OPTIONS, **_TAIL},
-    "is_correction": {**{k: v for k, v in LOSS_OPTIONS.items() if k not in _NOT_UNDER_TIS}, **_TAIL},
+    # REUSE: slime's actor reuses the loss pass's log-probs under TIS too (can_reuse_log_probs_in_loss reads
+    # get_mismatch_metrics, not use_tis): the hook then weighs the current log-probs, detached
+    "is_correction": {**{k: v for k, v in LOSS_OPTIONS.items() if k not in _NOT_UNDER_TIS}, REUSE: (False, True),
+                      **_TAIL},
     "opsm_mask": {**{k: v for k, v in LOSS_OPTIONS.items() if k not in ("trainer:use_opsm", "trainer:opsm_delta")},
                   **_TAIL},
     "gae": _TAIL, "kl": _TAIL, "gspo_kl": _TAIL,
+    "metrics": {MICRO_BATCHES: (1, 2, 3)},
 }
 _LOSSES = ("policy_loss", "cispo_loss", "is_correction", "opsm_mask")
 _ONE_RANK = "the adapter runs one rank (context parallelism needs several processes)"

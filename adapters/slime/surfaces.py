@@ -37,7 +37,7 @@ from sentinel.adapters.loading import module_exists
 from sentinel.adapters.options import trainer_options
 from sentinel.errors import Unsupported
 
-from .conventions import LOSS, PPO_UTILS, slime_args
+from .conventions import LOSS, MICRO_BATCHES, PPO_UTILS, slime_args
 from .entry import logits_for
 
 DIST = "slime.utils.distributed_utils"
@@ -147,28 +147,32 @@ class Surfaces:
             raise Unsupported(f"slime {self.facts.get('version')} reduces its logged metrics inline in train_one_step "
                               "(no reduce_train_step_metrics)")
         lp = inputs["log_probs"].to(self.device)
-        logits = _pack(logits_for(lp.reshape(-1)).reshape(b, t, 2))
-        masks = [m.to(torch.int32) for m in mask]
-        rows = lambda name: [r for r in inputs[name].to(self.device)]  # noqa: E731
-        batch: dict[str, Any] = {"advantages": rows("advantages"), "log_probs": rows("old_log_probs"),
-                                 "loss_masks": masks}
-        toks, totals, lengths = self._samples(b, t)
-        batch.update(unconcat_tokens=toks, total_lengths=totals, response_lengths=lengths)
-        sums = torch.stack([m.sum() for m in masks]).float()  # one sample per rollout
-        batch.update(rollout_mask_sums=sums, group_mask_sums=sums)
         options: dict[str, Any] = dict(eps_clip=config["eps_clip"], eps_clip_high=config["eps_clip_high"],
                                        eps_clip_c=config["eps_clip_c"])
         if "ref_log_probs" in inputs:
-            batch["ref_log_probs"] = rows("ref_log_probs")
             kl_name = self._kl_name_for(config["kl_type"], self._fn("compute_approx_kl", PPO_UTILS, boundary="metrics"))
             options.update(use_kl_loss=True, kl_loss_type=kl_name)
         args = slime_args(calculate_per_token_loss=per_token, global_batch_size=b, **options)
         self._ensure_process_group()
-        required = {"args": args, "batch": batch, "num_microbatches": 1, "logits": logits}
-        out = entry(**bind(entry, "metrics", required, {"step_global_batch_size": b}))
+        # the step's rows in micro-batches, as train_one_step hands them to loss_function one by one
+        parts = torch.arange(b).tensor_split(min(int(config.get(MICRO_BATCHES, 1)), b))
+        names = {"advantages": "advantages", "log_probs": "old_log_probs", "ref_log_probs": "ref_log_probs"}
+        logged = []
+        for rows in parts:
+            n = len(rows)
+            batch: dict[str, Any] = {k: list(inputs[ours][rows].to(self.device)) for k, ours in names.items()
+                                     if ours in inputs}
+            masks = [m.to(torch.int32) for m in mask[rows]]
+            toks, totals, lengths = self._samples(n, t)
+            sums = torch.stack([m.sum() for m in masks]).float()  # one sample per rollout
+            batch.update(loss_masks=masks, unconcat_tokens=toks, total_lengths=totals, response_lengths=lengths,
+                         rollout_mask_sums=sums, group_mask_sums=sums)
+            logits = _pack(logits_for(lp[rows].reshape(-1)).reshape(n, t, 2))
+            required = {"args": args, "batch": batch, "num_microbatches": len(parts), "logits": logits}
+            logged.append(entry(**bind(entry, "metrics", required, {"step_global_batch_size": b}))[2])
         import torch.distributed as dist  # the one-rank group _ensure_process_group made
 
-        reduced = reduce(**bind(reduce, "metrics", {"losses_reduced": [out[2]], "dp_with_cp_group": dist.group.WORLD},
+        reduced = reduce(**bind(reduce, "metrics", {"losses_reduced": logged, "dp_with_cp_group": dist.group.WORLD},
                                 {"calculate_per_token_loss": per_token, "step_global_batch_size": b, "cp_size": 1}))
         outputs = {ours: torch.as_tensor(float(reduced[k])) for k, ours in _LOGGED.items() if k in reduced}
         return BoundaryResult(outputs, function=self._ref(entry).with_also(self._ref(reduce)))
