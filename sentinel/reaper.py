@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
+import time
 from pathlib import Path
 
 PR_SET_CHILD_SUBREAPER = 36
@@ -22,6 +24,21 @@ def become_subreaper() -> bool:
         return ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False
+
+
+def watch_parent(interval: float = 0.5) -> None:
+    """End this process and every descendant it has once the process that started it is gone
+    (this one re-parented: a SIGKILLed CLI): a worker, or a pool process running shards, never
+    runs on as an orphan."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            if os.getppid() != parent:
+                kill_descendants(os.getpid())
+                os._exit(1)
+            time.sleep(interval)
+    threading.Thread(target=watch, daemon=True, name="watch-parent").start()
 
 
 def _children(pid: int) -> list[int]:

@@ -49,7 +49,6 @@ import sys
 import time
 import traceback
 from pathlib import Path
-import threading
 from typing import Any, Callable
 
 # before torch is imported (observe imports it): is_available() must not initialise CUDA,
@@ -75,19 +74,6 @@ def _die_with_parent(sig: int = signal.SIGKILL) -> None:
     except (OSError, AttributeError):
         pass
 
-
-def _watch_parent(interval: float = 0.5) -> None:
-    """End this worker (and its children's groups die by their parent-death signal) once
-    the process that started it is gone: a killed CLI leaves no orphan worker."""
-    parent = os.getppid()
-
-    def watch() -> None:
-        while True:
-            if os.getppid() != parent:
-                reaper.kill_descendants(os.getpid())
-                os._exit(1)
-            time.sleep(interval)
-    threading.Thread(target=watch, daemon=True, name="watch-parent").start()
 
 def _error(exc: BaseException) -> dict[str, Any]:
     return {"type": type(exc).__name__, "message": str(exc) or repr(exc),
@@ -466,7 +452,7 @@ def _kill_group(pgid: int) -> None:
 
 def main() -> None:
     reaper.become_subreaper()
-    _watch_parent()
+    reaper.watch_parent()  # a killed CLI leaves no orphan worker
     # The protocol owns the original stdout and stdin, on descriptors of their own; target code
     # gets stderr for stdout (anything it prints) and /dev/null for stdin (it cannot eat jobs).
     proto, jobs = os.fdopen(os.dup(1), "wb"), os.fdopen(os.dup(0), "rb")

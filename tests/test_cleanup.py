@@ -289,3 +289,27 @@ def test_ctrl_c_at_any_moment_of_a_bisect_leaves_no_worktree(tmp_path):
         assert _git(repo, "worktree", "list", "--porcelain") == before, (attempt, stderr[-2000:])
         assert sorted(os.listdir(tmp)) == [], (attempt, stderr[-2000:])
         assert not _wait_gone(kids), (attempt, "processes outlived the interrupted bisect")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc for the process table")
+def test_sigkill_mid_mutate_on_two_jobs_leaves_no_shard_running(tmp_path):
+    """`sentinel mutate -j 2` runs its shards in a process pool; a SIGKILLed CLI (what a CI job's
+    timeout or a parent's subprocess.run does on Ctrl-C) left the pool's processes and their
+    workers judging mutants as orphans (seen: six processes of a killed slime run at 06:08)."""
+    env = {**os.environ, "HYPOTHESIS_STORAGE_DIRECTORY": str(tmp_path / "hypothesis")}
+    cmd = [sys.executable, "-m", "sentinel", "mutate", "-t", "reference", "-b", "kl", "--budget", "5", "-j", "2",
+           "--no-cache", "--out", str(tmp_path / "out")]
+    proc = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline, kids = time.monotonic() + 120, set()
+    while time.monotonic() < deadline and proc.poll() is None:
+        kids = _descendants(proc.pid)
+        # two pool processes, each with a worker that has forked a mutant's child
+        if sum(1 for k in kids if _descendants(k)) >= 4:
+            break
+        time.sleep(0.2)
+    assert proc.poll() is None, "mutate ended before its shards ran"
+    time.sleep(0.5)
+    kids |= _descendants(proc.pid)
+    proc.kill()
+    proc.wait(timeout=10)
+    assert not _wait_gone(kids, 15), "shard processes outlived a SIGKILLed mutate"

@@ -21,6 +21,7 @@ from abc import ABC, abstractmethod
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from typing import Any, Callable
 
+from .. import reaper
 from ..errors import UsageError
 from .task import Task, evaluate
 
@@ -66,8 +67,10 @@ class LocalExecutor(Executor):
         if fn in DRIVERS:
             return self._threads.submit(fn, task)
         if self._pool is None:
-            # spawn: a fresh interpreter per pool process, nothing inherited from the CLI's threads
-            self._pool = ProcessPoolExecutor(self.jobs, mp_context=multiprocessing.get_context("spawn"))
+            # spawn: a fresh interpreter per pool process, nothing inherited from the CLI's threads;
+            # each ends with its workers once the CLI is gone (a SIGKILL runs no clean-up)
+            self._pool = ProcessPoolExecutor(self.jobs, mp_context=multiprocessing.get_context("spawn"),
+                                             initializer=reaper.watch_parent)
         return self._pool.submit(fn, task)
 
     def close(self) -> None:
