@@ -25,7 +25,7 @@ def test_rounds_run_past_the_budget_until_each_boundary_has_its_evidence():
     h = _hunter(evidence=250, cap=3600)
     asked = []
 
-    def round_(s, left, need=None):  # each round compares what it asks for, at most 100
+    def round_(s, left, need=None, probe=False):  # each round compares what it asks for, at most 100
         asked.append((s.prop.boundary, need))
         s.examples += min(need or 100, 100)
         s.rounds += 1
@@ -41,7 +41,7 @@ def test_without_evidence_the_rounds_end_at_the_budget_as_before():
     h = _hunter(evidence=0, cap=0)
     calls = []
 
-    def round_(s, left, need=None):
+    def round_(s, left, need=None, probe=False):
         calls.append(need)
         s.examples += 100
         s.rounds += 1
@@ -53,7 +53,7 @@ def test_without_evidence_the_rounds_end_at_the_budget_as_before():
 def test_a_boundary_that_draws_nothing_ends_at_the_cap():
     h = _hunter(evidence=100, cap=0.2, boundaries=("kl",))
 
-    def round_(s, left, need=None):  # every drawn example rejected, each round timed out
+    def round_(s, left, need=None, probe=False):  # every drawn example rejected, each round timed out
         s.rounds += 1
     h._round = round_
     h.rounds()  # returns: the cap ends it
@@ -63,7 +63,7 @@ def test_a_boundary_that_draws_nothing_ends_at_the_cap():
 def test_a_finding_ends_the_evidence_rounds():
     h = _hunter(evidence=10 ** 6, cap=3600, boundaries=("kl",))
 
-    def round_(s, left, need=None):
+    def round_(s, left, need=None, probe=False):
         s.examples += 16
         s.rounds += 1
         if s.rounds == 3:

@@ -3,7 +3,8 @@ an unchanged target judges nothing again.
 
 Keyed by the target, its commit, the function's source hash, the operator, the mutant's
 key, the catalog's hash, the hunt's budget and seed, the tool and adapter versions
-(`history.cache`'s) and the code that judges a mutant (this engine, the hunt, the drawing):
+(`history.cache`'s) and the code that judges a mutant (this engine, the mutants' code and reach
+marker, the hunt, the drawing):
 a change to any makes old entries unreachable, never wrong. A
 transient record (a worker that died, a hunt that could not run) is not stored.
 """
@@ -21,7 +22,8 @@ from ..spec import Scenario
 
 DEFAULT_DIR = Path(".sentinel") / "mutate-cache"
 _HERE = Path(__file__).resolve().parent
-JUDGE_CODE = (_HERE / "engine.py", _HERE.parent / "hunt", _HERE.parent / "strategies.py")
+JUDGE_CODE = (*(_HERE / f for f in ("engine.py", "mutants.py", "apply.py", "reach.py")), _HERE.parent / "hunt",
+              _HERE.parent / "strategies.py")
 
 
 def catalog_hash(scenarios: list[Scenario]) -> str:

@@ -22,12 +22,12 @@ sends each mutant along with its jobs; the worker's forked child puts it in plac
   shard); a record the cap left short says so in its reason.
 - Reach: every child that runs the mutant says whether its change ran (`reach`); a record's
   `reached` is True when any did, False when all said no, None when one could not say.
-- Focus: the hunt draws only on the boundaries whose catalog scenarios ran the change (`hunted`),
-  where some did: a change on one branch (GSPO's, TIS's) is reached by one boundary of the
-  five its function maps, and a short budget split five ways drew a handful of examples
-  there. A boundary the catalog could not say of (no scenario, or one that died) is kept;
-  where no scenario ran the change, and for a claimed mutant (its evidence is per boundary),
-  every boundary is hunted.
+- Focus: where the catalog's scenarios ran the change on some boundaries, the hunt probes each
+  other one with a few examples (`DiffSettings.focus`) and stops it unless the change ran there
+  (a trainer option only the hunt draws may reach it), so the budget goes where the change runs:
+  a change on one branch (GSPO's) that five boundaries map, one reaches, got a fifth of it. A
+  record's `hunted` lists the boundaries hunted past their probe where fewer than all; a claimed
+  mutant (its evidence is per boundary) hunts every boundary in full.
 """
 
 from __future__ import annotations
@@ -133,11 +133,9 @@ class _Reach:
     def any(self) -> bool | None:
         return _either(any(v is True for v in self.on.values()), None if None in self.on.values() else False)
 
-    def focus(self, boundaries: list[str]) -> list[str]:
-        """The boundaries a hunt draws on (see the module's docstring: Focus)."""
-        if not any(v is True for v in self.on.values()):
-            return list(boundaries)
-        return [b for b in boundaries if self.on.get(b, None) is not False]
+    def focus(self, boundaries: list[str]) -> tuple[str, ...]:
+        """The boundaries where a scenario ran the change (see the module's docstring: Focus)."""
+        return tuple(b for b in boundaries if self.on.get(b) is True)
 
 
 def _catalog(w: _Workers, m: dict[str, Any], planned: list) -> tuple[dict[str, Any] | None, int, _Reach]:
@@ -186,7 +184,7 @@ def _hunt(w: _Workers, m: dict[str, Any], crash: str | None = None, reach: _Reac
     `reach`: where the catalog ran the change (the hunt's focus)."""
     sh = w.shard
     evidence = sh.evidence if m["id"] in sh.claimed else 0  # the rest hunt as before: the same settings and draws
-    hunted = list(m["boundaries"]) if evidence or reach is None else reach.focus(m["boundaries"])
+    focus = () if evidence or reach is None else reach.focus(m["boundaries"])
     cap = sh.evidence_cap_s if evidence else 0.0
     base = w.base_side()
     w.head.job_extra = {"mutant": _job(m)}
@@ -195,16 +193,16 @@ def _hunt(w: _Workers, m: dict[str, Any], crash: str | None = None, reach: _Reac
         w.restart("head")
         return {"verdict": "killed", "stage": "hunt", "killed_by": "hunt: the mutant's session did not start",
                 "reached": None}
-    settings = DiffSettings(boundaries=hunted, time_budget=sh.budget, seed=sh.seed, first=True,
+    settings = DiffSettings(boundaries=list(m["boundaries"]), time_budget=sh.budget, seed=sh.seed, first=True,
                             verify=False, shrink_time=SHRINK_S, timeout=sh.timeout,
                             max_examples=max(sh.examples, evidence), min_examples=min(100, sh.examples), min_valid=0,
                             one_sided=True,  # a metric the mutant adds or drops is its change
-                            evidence=evidence, evidence_cap_s=cap)
+                            evidence=evidence, evidence_cap_s=cap, focus=focus)
     hunter = DiffHunter(w.spec, w.spec, settings, sides=Sides(base, w.head))
     try:
         hunter.start()
         if crash:  # the head raising where the base answers is the crash already seen: not a finding
-            for b in hunted:
+            for b in m["boundaries"]:
                 hunter.deviations[f"{CRASH}{b}"] = {"boundary": b, "observables": ["exception"], "when": {},
                                                     "met": 0, "example": {}}
         hunter.search()
@@ -223,8 +221,8 @@ def _hunt(w: _Workers, m: dict[str, Any], crash: str | None = None, reach: _Reac
     out = _hunted(hunter, m, died, evidence, f"{sh.budget:g} s budget + {cap:g} s")
     if crash and out["verdict"] == "survived":
         out = _crashed(hunter, m, crash, out)
-    if hunted != list(m["boundaries"]):
-        out["hunted"] = hunted
+    if hunter.probed_out:
+        out["hunted"] = [b for b in m["boundaries"] if b not in hunter.probed_out]
     return {**out, "reached": reached}
 
 

@@ -20,6 +20,7 @@ import sys
 
 MARKER = "__sentinel_reached__"
 _flag: mmap.mmap | None = None
+_ever = False  # fired before the flag's last `take`
 
 
 def _hit() -> None:
@@ -28,8 +29,8 @@ def _hit() -> None:
 
 def arm() -> None:
     """In a mutant's forked child, before its code runs: a fresh flag, the marker bound."""
-    global _flag
-    _flag = mmap.mmap(-1, 1)  # MAP_SHARED | MAP_ANONYMOUS: seen by the processes this child forks
+    global _flag, _ever
+    _flag, _ever = mmap.mmap(-1, 1), False  # MAP_SHARED | MAP_ANONYMOUS: seen by the processes this child forks
     setattr(builtins, MARKER, _hit)
     dynamo = sys.modules.get("torch._dynamo.config")  # imported at load by a target that compiles
     if dynamo is not None and hasattr(dynamo, "reorderable_logging_functions"):
@@ -38,4 +39,16 @@ def arm() -> None:
 
 def reached() -> bool | None:
     """Whether the marker fired in this child (None: no mutant armed here)."""
-    return None if _flag is None else bool(_flag[0])
+    return None if _flag is None else _ever or bool(_flag[0])
+
+
+def take() -> bool | None:
+    """Whether the marker fired since the last take, the flag cleared for the next (a mutant's
+    hunt session asks after a boundary's probe round); `reached` still says if it ever did."""
+    global _ever
+    if _flag is None:
+        return None
+    hit = bool(_flag[0])
+    _flag[0] = 0
+    _ever = _ever or hit
+    return hit

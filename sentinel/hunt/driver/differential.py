@@ -61,6 +61,8 @@ FAMILY = DIFFERENTIAL
 BATCH = 16
 FIRST_ROUND = 100  # examples in a boundary's first round; each later round doubles
 MIN_ROUND = 0.3  # seconds: the shortest round (at least one batch of BATCH examples gets compared)
+PROBE = 8  # examples in the first round of a boundary outside `focus`: enough that an option drawn in half the
+# examples is drawn (1 - 2**-8), few enough that four such probes leave most of a short budget
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,6 +90,10 @@ class DiffSettings:
     # below it run on, evidence_cap_s more seconds at most
     evidence: int = 0
     evidence_cap_s: float = 0.0
+    # boundaries known to run the head's change (a mutant's: its catalog scenarios ran it). Where any is
+    # named, every other boundary is probed: one round of PROBE examples, after which it stops unless the
+    # change ran there (the head's reach marker), so the time goes where the change runs
+    focus: tuple[str, ...] = ()
 
     @property
     def minimum(self) -> int:
@@ -119,6 +125,7 @@ class DiffHunter(Hunt):
         self.excluded: dict[str, dict[str, list[Any]]] = {"base": {}, "head": {}}
         self.compared = self.differing = 0
         self.evidence_capped = False  # the cap past the budget ended the hunt short of `evidence`
+        self.probed_out: list[str] = []  # boundaries stopped after a probe round that did not run the change
         # a difference no family explains is judged by the reference (against it, it is a side)
         self.referee = None if against else Referee(settings.timeout, settings.time_budget + 600)
 
@@ -173,9 +180,16 @@ class DiffHunter(Hunt):
                 return
             s = min(short or running, key=lambda x: (x.rounds, self.states.index(x)))
             elapsed = time.perf_counter() - self.t_search
+            probe = bool(st.focus) and s.prop.boundary not in st.focus and s.rounds == 0
             try:
+                if probe:
+                    self.sides.head_reached()  # cleared: what the rounds before it ran
                 self._round(s, st.time_budget + (st.evidence_cap_s if short else 0) - elapsed,
-                            need=st.evidence - s.examples if short else None)
+                            need=st.evidence - s.examples if short else None, probe=probe)
+                if probe and not s.done and not s.found and self.sides.head_reached() is False:
+                    s.status = "finished"
+                    s.reason = f"the head's change did not run in a probe of {s.examples} example(s): not hunted further"
+                    self.probed_out.append(s.prop.boundary)
             except SideDied as e:
                 s.status, s.reason = "error", str(e)
                 self.exit_reason = ExitReason.target_error
@@ -237,9 +251,10 @@ class DiffHunter(Hunt):
         out.update({k: [v] for k, v in pins.items() if k not in out})
         return out
 
-    def _round(self, s: PropertyState, left: float, need: int | None = None) -> None:
+    def _round(self, s: PropertyState, left: float, need: int | None = None, probe: bool = False) -> None:
         """One round of boundary `b`'s search, `left` seconds of the hunt left; `need`: the examples
-        the boundary lacks for its evidence (a round past the budget asks for no more)."""
+        the boundary lacks for its evidence (a round past the budget asks for no more); `probe`: a
+        round of PROBE examples (see DiffSettings.focus)."""
         st, b = self.settings, s.prop.boundary
         t0 = time.perf_counter()
         before_s = time.perf_counter() - self.t_search
@@ -247,7 +262,7 @@ class DiffHunter(Hunt):
         if s.exclude is None:
             s.exclude = self._probe_config(b)
             self._replay(s)
-        n = min(st.max_examples - s.examples, FIRST_ROUND * 2 ** s.rounds)
+        n = min(st.max_examples - s.examples, PROBE if probe else FIRST_ROUND * 2 ** s.rounds)
         quota = min(n, need) if need else n  # stops at what the evidence lacks, draws as any round (n)
         limit = max(MIN_ROUND, self.share(s, left))
         s.share_s += limit
@@ -261,7 +276,7 @@ class DiffHunter(Hunt):
         # (a mutant's hunt draws them, min_valid 0: both sides are one trainer's code, so there a change
         # is the mutant's); every input on its own, and the relations / edges of strategies.RELATIONS among them
         strategy = S.batches(S.examples(b, config=self.choices(b), junk="wild", row_mask=True, min_valid=st.min_valid,
-                                        relations=S.RELATIONS), BATCH)
+                                        relations=S.RELATIONS), PROBE if probe else BATCH)
         try:
             find(strategy, replayable(search.condition, search.best), random=rnd, settings=hsettings(
                 max_examples=max(1, math.ceil(n / 5)), database=None, deadline=None,

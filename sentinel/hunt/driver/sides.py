@@ -179,6 +179,16 @@ class Sides:
                 raise SideDied(f"{s.name} ({s.key}): {why}") from None
         return out[0], out[1]
 
+    def head_reached(self) -> bool | None:
+        """Whether the head's mutant ran its change since the last ask (`reach.take`)."""
+        s = self.head
+        try:
+            s.conn.send({"op": "reached"})
+            return s.conn.recv().get("reached")
+        except (EOFError, OSError, AttributeError):
+            why = s.worker._why() if s.worker is not None else "no worker"
+            raise SideDied(f"{s.name} ({s.key}): {why}") from None
+
     def stop(self) -> None:
         for s in (self.base, self.head):
             s.stop()

@@ -10,7 +10,9 @@ worker's JSON lines: a batch of arrays per round trip, no text encoding.
 
 Requests: {"op": "observe", "boundary", "examples", "grads"} -> one answer per example;
 {"op": "properties", "examples", "names", "origins"} -> per example, each property's verdict there
-(what classifies a difference as fixed / regressed / changed); {"op": "stop"}.
+(what classifies a difference as fixed / regressed / changed); {"op": "reached"} -> whether a
+mutant's change ran since the last such request (sentinel/mutate/reach.py; None: no mutant);
+{"op": "stop"}.
 """
 
 from __future__ import annotations
@@ -96,6 +98,9 @@ def serve(adapter, device, job: dict[str, Any], emit: Callable[[dict[str, Any]],
                     [req["names"]] * len(req["examples"])
                 answer = [_properties(adapter, device, ex, names, req.get("origins"))
                           for ex, names in zip(req["examples"], per)]
+            elif op == "reached":
+                from ...mutate import reach
+                answer = {"reached": reach.take()}
             else:
                 answer = {"error": f"unknown request {op!r}"}
             served += len(req.get("examples", []))
