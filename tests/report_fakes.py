@@ -131,7 +131,8 @@ def history_report() -> Report:
 
 def mutate_report() -> Report:
     survivor = MutantRecord(id="f#drop-mask@k1", function="m:f", operator="drop-mask", key="k1", position="m.py:3:4",
-                            diff="-    x = a * mask\n+    x = a\n", verdict="survived", scenarios=4, examples={"kl": 100})
+                            diff="-    x = a * mask\n+    x = a\n", verdict="survived", scenarios=4,
+                            examples={"kl": 100, "gae": 8}, hunted=["kl"])
     killed = MutantRecord(id="f#sum-mean@k2", function="m:f", operator="sum-mean", key="k2", position="m.py:5:4",
                           diff="-sum\n+mean\n", verdict="killed", killed_by="kl-k1", stage="catalog")
     count = MutateCount(mutants=2, killed=1, survived=1, score=0.5)

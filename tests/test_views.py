@@ -164,6 +164,12 @@ def test_mutate_html_shows_survivors_first_with_their_diffs_as_code(tmp_path):
     assert "kl-k1" in html[killed:]  # what killed it
 
 
+@pytest.mark.parametrize("fmt", ["text", "markdown", "html", "junit"])
+def test_a_survivor_says_where_its_hunt_went_past_the_probe(tmp_path, fmt):
+    out = cli("report", str(write(tmp_path, "mutate")), "-f", fmt).stdout
+    assert "kl 100, gae 8" in out and "hunted past the probe on kl only" in out, out
+
+
 @pytest.mark.parametrize("fmt", ["text", "markdown", "html"])
 def test_mutate_says_which_equivalence_claims_it_read(tmp_path, fmt):
     """A run from a folder without equivalent.yaml scores with no claims: every view says so."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 from xml.etree import ElementTree as ET
 
 from ..inert import xml as x
-from .model import REACH_GROUPS
+from .model import REACH_GROUPS, MutateView
 from .plain import failure_lines
 from .registry import Format, by_kind
 
@@ -103,8 +103,8 @@ def mutate(view) -> str:
         case = ET.SubElement(suite, "testcase", classname=x(m.function), name=x(f"{m.operator}@{m.key} {m.position}"),
                              time=f"{m.duration_s:.3f}")
         if m.verdict == "survived":
-            ET.SubElement(case, "failure", message=x(f"survived, {dict(REACH_GROUPS)[m.reached]} (hunt examples "
-                                                     f"{m.examples})")).text = x(m.diff)
+            ET.SubElement(case, "failure", message=x(f"survived, {dict(REACH_GROUPS)[m.reached]} "
+                                                     f"({MutateView.hunt_examples(m)})")).text = x(m.diff)
         elif m.verdict == "error":
             ET.SubElement(case, "error", message=x(m.reason[:500]))
         elif m.verdict == "equivalent":

@@ -213,6 +213,12 @@ class MutateView(View):
         groups = [(title, [m for m in survivors if m.reached is r]) for r, title in REACH_GROUPS]
         return [(t, g) for t, g in groups if g]
 
+    @staticmethod
+    def hunt_examples(m) -> str:
+        """A mutant's hunt examples per boundary, and, where probes stopped some, where it was hunted on."""
+        out = f"hunt examples {', '.join(f'{b} {n}' for b, n in m.examples.items()) or 'none'}"
+        return out + (f" (hunted past the probe on {', '.join(m.hunted)} only)" if m.hunted else "")
+
     def reach_line(self) -> str:
         """The survivors by reach, and the score over the mutants whose change ran ('' with none unreached)."""
         c = self.mutate.totals

@@ -34,7 +34,7 @@ def mutate(view, limit: int = 60, **_: object) -> str:
         lines += [f"#### {md_text(title)} ({len(group)})", ""]
         for m in group[:max(0, limit - shown)]:
             lines += [f"**{md_text(m.function)}** · {md_code(m.operator)} · {md_code(m.key)} · {md_text(m.position)} — "
-                      f"scenarios {m.scenarios}, hunt examples {md_text(dict(m.examples))}", "", *md_fence(m.diff, "diff"), ""]
+                      f"scenarios {m.scenarios}, {md_text(view.hunt_examples(m))}", "", *md_fence(m.diff, "diff"), ""]
         if len(group) > limit - shown:
             lines += [f"... and {len(group) - max(0, limit - shown)} more of these (see the JSON report).", ""]
         shown += len(group)

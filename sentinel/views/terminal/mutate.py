@@ -22,7 +22,7 @@ def mutate(view, out: Console, verbose: bool = False, limit: int = 40) -> None:
         out.print(f"\n[bold]survived, {escape(title)} ({len(group)})[/]")
         for m in group[:max(0, limit - shown)]:
             out.print(f"\n[{style('survived')}]{label('survived')}[/] {escape(m.id)}  {escape(m.position)}  "
-                      f"(scenarios {m.scenarios}, hunt examples {m.examples})")
+                      f"(scenarios {m.scenarios}, {escape(view.hunt_examples(m))})")
             out.print(Syntax(plain(m.diff), "diff", theme="ansi_dark", background_color="default"))
         if len(group) > limit - shown:
             out.print(f"... and {len(group) - max(0, limit - shown)} more of these (the JSON report lists all)")
