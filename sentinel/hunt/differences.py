@@ -190,3 +190,32 @@ def deviation_for(deviations: dict[str, dict[str, Any]], boundary: str, observab
 def skipped_note(deviations: dict[str, dict[str, Any]], name: str) -> str:
     """What a finding says of the declared deviation that would have explained it, skipped here."""
     return f"declared deviation {name!r} is skipped here: {deviations[name]['skipped']}"
+
+
+def values_at(values: Any, positions: list[list[int]]) -> Any:
+    """The values at the differing positions (all of them for a scalar or an exception)."""
+    if not positions or not isinstance(values, list):
+        return values
+    out = []
+    for p in positions[:16]:
+        v = values
+        for i in p:
+            v = v[i]
+        out.append(v)
+    return out
+
+
+def describe(d: Difference, verdict: str, viol: dict[str, list[str]], base: str, head: str, ruling=None) -> str:
+    """A difference in one line: where, both sides' values there, and why it is a finding (`verdict`)."""
+    where = f" at {d.positions[:4]}" if d.positions else ""
+    if ruling is not None:  # no family explains it: the reference on the same input says
+        return (f"{d.observable} differs{where}: {base} {values_at(d.base, d.positions[:4])} vs "
+                f"{head} {values_at(d.head, d.positions[:4])} ({verdict}: no invariant family explains it; "
+                f"{ruling.reason})")
+    why = {"fixed": f"base violates {', '.join(sorted(set(viol['base']) - set(viol['head'])))}",
+           "regressed": f"head violates {', '.join(sorted(set(viol['head']) - set(viol['base'])))}",
+           "bug": f"the target violates {', '.join(sorted(set(viol['head']) - set(viol['base'])))}",
+           "reference-bug": f"the reference violates {', '.join(sorted(set(viol['base']) - set(viol['head'])))}",
+           }.get(verdict, "no invariant family explains it")
+    return (f"{d.observable} differs{where}: {base} {values_at(d.base, d.positions[:4])} vs "
+            f"{head} {values_at(d.head, d.positions[:4])} ({verdict}: {why})")

@@ -42,8 +42,8 @@ from ...invariants.base import is_extra
 from ...report import Report, Target
 from ...runner import TargetSpec
 from ...spec import load_text
-from ..differences import (ATOL, RTOL, Difference, deviation_for, differences, grads_for, not_run,
-                           skipped_note)
+from ..differences import (ATOL, RTOL, Difference, describe, deviation_for, differences, grads_for, not_run,
+                           skipped_note, values_at)
 from ..known import Known, fitted, runs_of
 from ..probe import beside, simplest
 from ..properties import PROPERTIES, SHRINK_TIME, Property, select
@@ -475,10 +475,10 @@ class DiffHunter(Hunt):
         finding = {"config": ex.config, "inputs": {n: a.tolist() for n, a in ex.inputs.items()},
                    "variants": {}, "observable": d.observable, "positions": d.positions, "signature": sig.as_dict(),
                    "classification": verdict, "violates": viol, "holds": held, "invariants": invariants,
-                   "base": _at(d.base, d.positions), "head": _at(d.head, d.positions), "base_values": d.base,
+                   "base": values_at(d.base, d.positions), "head": values_at(d.head, d.positions), "base_values": d.base,
                    "differing": [x.observable for x in left], "judged_by": "reference" if ruling else "families",
                    "referee": ruling.as_dict() if ruling else None,
-                   "outcome": {"message": _message(d, verdict, viol, self.sides, ruling)}}
+                   "outcome": {"message": describe(d, verdict, viol, self.sides.base.key, self.sides.head.key, ruling)}}
         skipped = deviation_for(self.deviations, b, d.observable, ex.config, skipped=True) if self.deviations else None
         if skipped:  # excused at the code it was declared for, not at this one: reported, and why
             finding["deviation_skipped"] = {"name": skipped, "why": self.deviations[skipped]["skipped"]}
@@ -556,34 +556,6 @@ def _aliased(probe: Callable, name: str, observable: str) -> Callable:
             names = tuple(names) + (name,)
         return verdict, names
     return aliased
-
-
-def _at(values: Any, positions: list[list[int]]) -> Any:
-    """The values at the differing positions (all of them for a scalar or an exception)."""
-    if not positions or not isinstance(values, list):
-        return values
-    out = []
-    for p in positions[:16]:
-        v = values
-        for i in p:
-            v = v[i]
-        out.append(v)
-    return out
-
-
-def _message(d: Difference, verdict: str, viol: dict[str, list[str]], sides: Sides, ruling=None) -> str:
-    where = f" at {d.positions[:4]}" if d.positions else ""
-    if ruling is not None:  # no family explains it: the reference on the same input says
-        return (f"{d.observable} differs{where}: {sides.base.key} {_at(d.base, d.positions[:4])} vs "
-                f"{sides.head.key} {_at(d.head, d.positions[:4])} ({verdict}: no invariant family explains it; "
-                f"{ruling.reason})")
-    why = {"fixed": f"base violates {', '.join(sorted(set(viol['base']) - set(viol['head'])))}",
-           "regressed": f"head violates {', '.join(sorted(set(viol['head']) - set(viol['base'])))}",
-           "bug": f"the target violates {', '.join(sorted(set(viol['head']) - set(viol['base'])))}",
-           "reference-bug": f"the reference violates {', '.join(sorted(set(viol['base']) - set(viol['head'])))}",
-           }.get(verdict, "no invariant family explains it")
-    return (f"{d.observable} differs{where}: {sides.base.key} {_at(d.base, d.positions[:4])} vs "
-            f"{sides.head.key} {_at(d.head, d.positions[:4])} ({verdict}: {why})")
 
 
 def differential(spec_base: TargetSpec, spec_head: TargetSpec, boundaries: list[str] | None = None,
