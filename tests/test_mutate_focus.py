@@ -30,6 +30,7 @@ def test_the_focus_is_the_boundaries_where_a_scenario_ran_the_change():
     assert r.any is True
     assert _reach(cispo_loss=False, policy_loss=None).focus(BOUNDARIES) == ()  # none: no probe, all hunted
     assert _Reach().focus(BOUNDARIES) == ()
+    assert _reach(kl=True).focus(["kl"]) == ()  # all of them: nothing to probe
 
 
 def test_one_scenario_that_ran_it_marks_its_boundary_whatever_the_others_said():

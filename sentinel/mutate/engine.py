@@ -134,8 +134,10 @@ class _Reach:
         return _either(any(v is True for v in self.on.values()), None if None in self.on.values() else False)
 
     def focus(self, boundaries: list[str]) -> tuple[str, ...]:
-        """The boundaries where a scenario ran the change (see the module's docstring: Focus)."""
-        return tuple(b for b in boundaries if self.on.get(b) is True)
+        """The boundaries where a scenario ran the change (see the module's docstring: Focus); ()
+        where that is none or all of them (nothing to probe: the hunt's settings as before)."""
+        ran = tuple(b for b in boundaries if self.on.get(b) is True)
+        return () if len(ran) == len(boundaries) else ran
 
 
 def _catalog(w: _Workers, m: dict[str, Any], planned: list) -> tuple[dict[str, Any] | None, int, _Reach]:
