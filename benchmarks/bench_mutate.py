@@ -9,7 +9,9 @@ per target: mutants, killed, survived, the survivors whose change never ran (not
 work), equivalent, error, the score killed / (mutants - equivalent - error), and mutants judged
 per minute per core (wall time of the judging of the cache misses, divided by -j), with the
 1-minute load average before and after each target (the figure is only comparable at a like
-load). The reports go to a temporary folder unless --out is given; --cache DIR lets an
+load), and the examples per hunted boundary each survivor was hunted to (--survivor-examples:
+survivors take longer with it, so rates before and after it do not compare). The reports go to
+a temporary folder unless --out is given; --cache DIR lets an
 interrupted run resume (the rate counts only the misses).
 """
 
@@ -48,6 +50,8 @@ def main() -> None:
     ap.add_argument("--boundary", "-b", action="append", default=[])
     ap.add_argument("--mutant", "-m", action="append", default=[],
                     help="only these mutants (id or key) or functions (module:qualname): a declared subset, cached as in a full run")
+    ap.add_argument("--survivor-examples", type=int, default=None,
+                    help="examples per hunted boundary a survivor needs (default: sentinel mutate's)")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--cache", type=Path, default=None, help="mutant cache (default: none, every mutant judged)")
     ap.add_argument("--equivalent", type=Path, default=EQUIVALENT if EQUIVALENT.exists() else None,
@@ -57,7 +61,7 @@ def main() -> None:
     # The project's claims wherever the bench runs from (mutate alone reads ./equivalent.yaml).
     claims = ["--equivalent", str(a.equivalent)] if a.equivalent else []
     head = ("target", "mutants", "killed", "survived", "not reached", "equivalent", "error", "score", "mutants/min/core",
-            "judged", "load before / after")
+            "judged", "load before / after", "survivor floor")
     print("| " + " | ".join(head) + " |\n|" + "---|" * len(head), flush=True)
     for t in a.targets.split(","):  # a row as each target ends: a long run shows what it has
         where = located(t)
@@ -68,7 +72,8 @@ def main() -> None:
         cache = ["--cache", str(a.cache)] if a.cache else ["--no-cache"]
         cmd = [sys.executable, "-m", "sentinel", "mutate", "-t", t, *where, "--budget", str(a.budget), "-j",
                str(a.jobs), *cache, "--out", str(folder), "--format", "json", *claims,
-               *(x for b in a.boundary for x in ("-b", b)), *(x for m in a.mutant for x in ("-m", m))]
+               *(x for b in a.boundary for x in ("-b", b)), *(x for m in a.mutant for x in ("-m", m)),
+               *(["--survivor-examples", str(a.survivor_examples)] if a.survivor_examples is not None else [])]
         load = os.getloadavg()[0]
         p = subprocess.run(cmd, stdout=subprocess.DEVNULL)  # its progress lines pass through on stderr
         if p.returncode not in (0, 1):
@@ -78,7 +83,7 @@ def main() -> None:
         c = s["totals"]
         row = (t, c["mutants"], c["killed"], c["survived"], c["survived_unreached"], c["equivalent"], c["error"],
                "n/a" if c["score"] is None else f"{100 * c['score']:.1f}%", s["mutants_per_min_per_core"],
-               len(s["mutants"]) - s["cached"], f"{load:.1f} / {os.getloadavg()[0]:.1f}")
+               len(s["mutants"]) - s["cached"], f"{load:.1f} / {os.getloadavg()[0]:.1f}", s.get("survivor_examples", 0))
         print("| " + " | ".join(map(str, row)) + " |", flush=True)
     print(f"(reports in {out})", file=sys.stderr)
 

@@ -17,9 +17,9 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-REPORT_SCHEMA_VERSION = "1.4"  # 1.1 added hunt.properties[].progress; 1.2 mutate's reach (reached, survived_*reached); 1.3 mutate.equivalent_claims; 1.4 a mutant's hunted
+REPORT_SCHEMA_VERSION = "1.5"  # 1.1 added hunt.properties[].progress; 1.2 mutate's reach (reached, survived_*reached); 1.3 mutate.equivalent_claims; 1.4 a mutant's hunted; 1.5 mutate.survivor_examples
 # versions `sentinel report` reads: each differs from the current by fields it adds (their defaults fill in)
-REPORT_SCHEMA_READS = ("1.0", "1.1", "1.2", "1.3", REPORT_SCHEMA_VERSION)
+REPORT_SCHEMA_READS = ("1.0", "1.1", "1.2", "1.3", "1.4", REPORT_SCHEMA_VERSION)
 
 # public name -> module that defines it
 _API = {

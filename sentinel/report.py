@@ -578,6 +578,10 @@ class MutateSummary(_Model):
     equivalent_file: str | None = Field(None, description="the equivalence claims read (None: none were)")
     equivalent_claims: int | None = Field(None, description="claims in equivalent_file, every target's (None: a report before 1.3)")
     equivalent_examples: int = Field(description="examples per boundary an equivalence claim needs")
+    survivor_examples: int = Field(0, description="examples per hunted boundary a mutant's hunt asked for, past "
+                                                  "budget_s if need be, before it was judged survived (at most "
+                                                  "--hunt-examples; 0: the budget alone, as before 1.5); a "
+                                                  "survivor the cap left short says so in its reason")
     stale_equivalents: list[str] = Field(default_factory=list, description="equivalence claims not honoured, and why")
     executor: str = "local"
     jobs: int = 1

@@ -71,6 +71,7 @@ def test_toy_target_gives_the_exact_score_and_resumes_from_the_cache(env):
     survivor = s.mutants[0]  # survivors first
     assert survivor.verdict == "survived" and survivor.operator == "detach" and "zeros_like(diff).detach()" in survivor.diff
     assert survivor.examples["kl"] >= 48  # the evidence the claim on its twin needed
+    assert s.survivor_examples == 48  # the floor asked for: 100 by default, at most --hunt-examples
     error = next(m for m in s.mutants if m.verdict == "error")
     assert error.operator == "swap-args" and "boolean" in error.reason
     killers = {m.stage for m in s.mutants if m.verdict == "killed"}
@@ -110,7 +111,7 @@ def toy(env, monkeypatch):
 def test_a_claimed_survivor_hunts_until_its_evidence_and_the_rest_as_before(toy):
     tmp, claims, settings = toy
     opts = Options(TOY, budget=0.01, equivalent=claims, equivalent_examples=N, only=[EQUIVALENT, TWIN],
-                   cache=tmp / "cache", seed=1)
+                   cache=tmp / "cache", seed=1, survivor_examples=0)  # the floor apart: the next test's
     s = mutate(load_paths([KL]), opts).mutate
     by = {m.key: m for m in s.mutants}
     assert by[EQUIVALENT].verdict == "equivalent" and by[EQUIVALENT].examples["kl"] >= N, s.stale_equivalents
@@ -128,6 +129,25 @@ def test_a_claimed_survivor_hunts_until_its_evidence_and_the_rest_as_before(toy)
     by = {m.key: m for m in again.mutants}
     assert not by[EQUIVALENT].cached and by[TWIN].cached
     assert by[EQUIVALENT].examples["kl"] >= 2 * N and by[EQUIVALENT].verdict == "equivalent"
+
+
+@pytest.mark.slow  # three toy prepares, one unclaimed survivor each
+def test_an_unclaimed_survivor_hunts_past_its_budget_to_the_floor(toy):
+    tmp, claims, settings = toy
+    opts = Options(TOY, budget=0.01, equivalent=claims, only=[TWIN], cache=None, seed=1, survivor_examples=N)
+    floor, = mutate(load_paths([KL]), opts).mutate.mutants
+    assert floor.verdict == "survived" and floor.examples["kl"] >= N and not floor.reason
+    st, = settings.values()
+    assert (st.evidence, st.evidence_cap_s, st.max_examples) == (N, opts.evidence_cap_s, opts.hunt_examples)
+    # no floor: the budget's first round alone, as before the floor; the same seeded draws up to there
+    off, = mutate(load_paths([KL]), Options(**{**opts.__dict__, "survivor_examples": 0})).mutate.mutants
+    assert off.verdict == "survived" and off.examples["kl"] <= D.FIRST_ROUND < N
+    # a floor the cap cuts short: survived, and its reason says so (the floor: at most --hunt-examples)
+    capped = Options(**{**opts.__dict__, "survivor_examples": 10 ** 7, "evidence_cap_s": 1.0})
+    short, = mutate(load_paths([KL]), capped).mutate.mutants
+    assert short.verdict == "survived" and 0 < short.examples["kl"] < opts.hunt_examples
+    assert (f"evidence cap (0.01 s budget + 1 s) ended the hunt short of a survivor's {opts.hunt_examples} examples"
+            in short.reason)
 
 
 @pytest.mark.slow  # one toy prepare, one toy mutant hunted to a 1 s cap

@@ -103,14 +103,14 @@ def test_a_slime_change_is_hunted_where_it_runs(tmp_path, monkeypatch):
     assert k.stage == "hunt" and "metrics.differential" not in (k.killed_by or ""), k
 
 
-def _probing_hunter(focus, reached_in: set[str], budget: float = 0.5):
+def _probing_hunter(focus, reached_in: set[str], budget: float = 0.5, evidence: int = 0):
     """A differential hunter over three boundaries whose rounds are stubbed and whose head says
-    its change ran in a round of the boundaries in `reached_in`."""
+    its change ran in a round of the boundaries in `reached_in`; `evidence`: a survivor's floor."""
     import time
     from sentinel.hunt.driver import differential as D
     from sentinel.runner import TargetSpec
     st = D.DiffSettings(boundaries=["kl", "advantages", "policy_loss"], time_budget=budget, seed=0, first=True,
-                        focus=tuple(focus))
+                        focus=tuple(focus), evidence=evidence, evidence_cap_s=30.0 if evidence else 0.0)
     h = D.DiffHunter(TargetSpec("reference"), TargetSpec("reference"), st)
     h.t_search = time.perf_counter()
     calls, last = [], []
@@ -147,3 +147,26 @@ def test_without_a_focus_no_boundary_is_probed():
     h, calls = _probing_hunter([], reached_in=set())
     h.rounds()
     assert not any(p for _, p in calls) and h.probed_out == []
+
+
+def test_the_floor_runs_the_hunted_boundaries_past_the_budget_and_not_those_a_probe_stopped():
+    h, calls = _probing_hunter(["policy_loss"], reached_in={"policy_loss", "advantages"}, budget=0.05, evidence=400)
+    h.rounds()
+    by = {s.prop.boundary: s for s in h.states}
+    assert h.probed_out == ["kl"] and by["kl"].examples == 8  # stopped by its probe: no floor to reach
+    assert by["advantages"].examples >= 400 and by["policy_loss"].examples >= 400  # 50 a round, past 0.05 s
+    assert not h.evidence_capped
+
+
+def test_a_survivor_short_of_its_floor_names_the_boundaries_it_hunted_not_those_a_probe_stopped():
+    from types import SimpleNamespace as NS
+    from sentinel.mutate.engine import _hunted
+
+    def state(b, n):
+        return NS(prop=NS(boundary=b), examples=n, found=[], status="running", reason="")
+    hunter = NS(states=[state("kl", 8), state("gae", 60), state("advantages", 200)], probed_out=["kl"],
+                evidence_capped=True, choices=lambda b: {})
+    out = _hunted(hunter, {"boundaries": ["kl", "gae", "advantages"]}, [], 100, "2 s budget + 120 s", "a survivor's")
+    assert out["verdict"] == "survived" and out["examples"] == {"kl": 8, "gae": 60, "advantages": 200}
+    assert out["reason"] == ("the evidence cap (2 s budget + 120 s) ended the hunt short of a survivor's 100 examples: "
+                             "gae compared 60 (running)")

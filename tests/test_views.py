@@ -5,6 +5,7 @@ registered and used by `sentinel report --format`."""
 
 from __future__ import annotations
 
+import html
 import json
 import re
 from pathlib import Path
@@ -182,3 +183,15 @@ def test_mutate_says_which_equivalence_claims_it_read(tmp_path, fmt):
     read.write_text(dump(rep))
     shown = " ".join(cli("report", str(read), "-f", fmt).stdout.split())
     assert "equivalence claims: claims/equivalent.yaml (7 in the file, 0 honoured, 0 stale for this target)" in shown
+
+
+@pytest.mark.parametrize("fmt", ["text", "markdown", "html"])
+def test_mutate_says_the_floor_a_survivor_was_hunted_to(tmp_path, fmt):
+    """--survivor-examples beside the budget; a report without one (before 1.5, or 0) shows the budget alone."""
+    assert "a survivor's at least" not in cli("report", str(write(tmp_path, "mutate")), "-f", fmt).stdout
+    rep = mutate_report()
+    rep.mutate.survivor_examples = 100
+    floor = tmp_path / "floor.json"
+    floor.write_text(dump(rep))
+    shown = html.unescape(" ".join(cli("report", str(floor), "-f", fmt).stdout.split()))
+    assert "2 s per mutant the catalog leaves alive, a survivor's at least 100 examples on each boundary it hunts" in shown

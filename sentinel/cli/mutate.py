@@ -63,6 +63,7 @@ def mutate(
     format: MutateFormat = typer.Option(MutateFormat.text, "--format", "-f", help="text, markdown, junit, json or html on stdout."),
     equivalent: Optional[Path] = typer.Option(None, "--equivalent", help="Equivalence claims (default: ./equivalent.yaml when it exists)."),
     equivalent_examples: int = typer.Option(100, "--equivalent-examples", min=1, help=f"Hunt examples per boundary an equivalence claim needs: a claimed mutant's hunt runs past --budget until it has them ({EVIDENCE_CAP_S:g} s more at most)."),
+    survivor_examples: int = typer.Option(100, "--survivor-examples", min=0, help=f"Hunt examples per boundary a mutant needs before it is judged survived: its hunt runs past --budget until each boundary it hunts compared them ({EVIDENCE_CAP_S:g} s more at most; never more than --hunt-examples), so every survivor rests on at least that many examples whatever the load (0: --budget alone)."),
     fail_under: float = typer.Option(0.0, "--fail-under", min=0, max=100, help="Exit 1 when the score (percent) is lower."),
     cache: Path = typer.Option(Path(".sentinel") / "mutate-cache", "--cache", help="Judged mutants: a killed run resumes, a re-run judges nothing again."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Neither read nor write the cache."),
@@ -109,7 +110,8 @@ def mutate(
     opts = driver.Options(target=target, repo=str(repo.resolve()) if repo else None, commit=commit, device=device.value,
                           boundaries=list(boundary) if boundary else None, operators=ops, budget=budget, seed=seed,
                           timeout=timeout, hunt_examples=hunt_examples, executor=executor.value, jobs=jobs, cache=None if no_cache else cache,
-                          equivalent=equivalent, equivalent_examples=equivalent_examples, fail_under=fail_under, only=list(mutant) if mutant else None, plants=plants,
+                          equivalent=equivalent, equivalent_examples=equivalent_examples,
+                          survivor_examples=survivor_examples, fail_under=fail_under, only=list(mutant) if mutant else None, plants=plants,
                           command=["sentinel", *sys.argv[1:]])
     try:
         with _progress(format != MutateFormat.text) as update:

@@ -8,7 +8,8 @@
    swapped for the plant's code (`plant_mutants`).
 3. Judge each mutant not in the cache, in shards an executor runs (`engine.run_shard`,
    `-j` local processes or Ray tasks, as `sentinel history` does).
-   A mutant with a claim in `equivalent.yaml` is hunted until it has the claim's evidence
+   A mutant with a claim in `equivalent.yaml` is hunted until it has the claim's evidence, any
+   other survivor until it has `survivor_examples` on each boundary it hunts
    (`equivalent.EVIDENCE_CAP_S` past the budget at most).
 4. Honour the equivalence claims of `equivalent.yaml` that have their evidence, and score:
    killed / (mutants - equivalent - error), per target, boundary, operator and function.
@@ -63,7 +64,8 @@ class Options:
     cache: Path | None = mcache.DEFAULT_DIR
     equivalent: Path | None = None
     equivalent_examples: int = 100
-    evidence_cap_s: float = equiv.EVIDENCE_CAP_S  # hunt seconds past the budget a claimed mutant may take
+    survivor_examples: int = 100  # per hunted boundary: an unclaimed mutant's hunt runs past its budget to them
+    evidence_cap_s: float = equiv.EVIDENCE_CAP_S  # hunt seconds past the budget a claimed mutant or a survivor may take
     fail_under: float = 0.0  # percent
     command: list[str] = field(default_factory=list)
 
@@ -135,6 +137,12 @@ def _count(records: list[MutantRecord]) -> MutateCount:
     # a survivor of unknown reach stays in: never a score raised on a guess
     c.score_reached = round(c.killed / (left - c.survived_unreached), 4) if left - c.survived_unreached else None
     return c
+
+
+def floor(opts: Options) -> int:
+    """The examples per hunted boundary a survivor's hunt asks for: --survivor-examples, at most
+    --hunt-examples (where every hunt ends); 0 with no hunt (--budget 0)."""
+    return min(opts.survivor_examples, opts.hunt_examples) if opts.budget > 0 else 0
 
 
 def _grouped(records: list[MutantRecord], keys: Callable[[MutantRecord], list[str]]) -> dict[str, MutateCount]:
@@ -223,7 +231,7 @@ def mutate(scenarios: list[Scenario], opts: Options,
     ms = selected(every, opts.only)
     commit = p.target.commit or p.target.version or "-"
     store = mcache.Cache(opts.cache, opts.target, target_registry.adapter_spec(opts.target), commit,
-                         mcache.catalog_hash([sc for sc in scenarios if sc.boundary in p.mapping]), [opts.budget, opts.hunt_examples],
+                         mcache.catalog_hash([sc for sc in scenarios if sc.boundary in p.mapping]), [opts.budget, opts.hunt_examples, floor(opts)],
                          opts.seed, opts.device)
     done: dict[str, tuple[dict[str, Any], bool]] = {}
     for m in ms:
@@ -263,7 +271,7 @@ def mutate(scenarios: list[Scenario], opts: Options,
         return Shard(opts.target, opts.repo, p.spec.commit, opts.device, [{**m.as_dict(), "id": m.id} for m in shard],
                      scs, base, opts.budget, opts.seed, opts.timeout, opts.hunt_examples,
                      claimed=[m.id for m in shard if m.id in claims], evidence=opts.equivalent_examples,
-                     evidence_cap_s=opts.evidence_cap_s)
+                     evidence_cap_s=opts.evidence_cap_s, floor=floor(opts))
     if todo and opts.executor == "local" and opts.jobs == 1:  # here, one shard: no process pool to start
         take(json.loads(run_shard(task(todo), one)))
     elif todo:
@@ -280,7 +288,7 @@ def mutate(scenarios: list[Scenario], opts: Options,
         target=p.spec.key, commit=commit, operators=[SWAP] if opts.plants else opts.operators or list(OPERATORS), boundaries=sorted(p.mapping),
         functions={f.name: list(f.boundaries) for f in p.functions}, unreadable=p.unreadable, budget_s=opts.budget,
         seed=opts.seed, equivalent_file=str(opts.equivalent) if opts.equivalent else None, equivalent_claims=len(claims),
-        equivalent_examples=opts.equivalent_examples, stale_equivalents=stale, executor=opts.executor, jobs=opts.jobs,
+        equivalent_examples=opts.equivalent_examples, survivor_examples=floor(opts), stale_equivalents=stale, executor=opts.executor, jobs=opts.jobs,
         cache=str(opts.cache) if opts.cache else None, cached=sum(r.cached for r in records), totals=totals,
         by_boundary=_grouped(records, lambda r: r.boundaries), by_operator=_grouped(records, lambda r: [r.operator]),
         by_function=_grouped(records, lambda r: [r.function]), mutants=records,

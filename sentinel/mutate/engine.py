@@ -20,6 +20,9 @@ sends each mutant along with its jobs; the worker's forked child puts it in plac
   compared the claim's `evidence` examples, past the budget if need be, for at most
   `equivalent.EVIDENCE_CAP_S` more seconds (a boundary that draws few valid examples must not hang the
   shard); a record the cap left short says so in its reason.
+- Floor: any other mutant the hunt leaves alive is hunted, the same way, until each boundary it
+  hunts compared `Shard.floor` examples (--survivor-examples): under load a 2 s budget compared a
+  handful, so a survivor's verdict said more about the machine than about the checks.
 - Reach: every child that runs the mutant says whether its change ran (`reach`); a record's
   `reached` is True when any did, False when all said no, None when one could not say.
 - Focus: where the catalog's scenarios ran the change on some boundaries, the hunt probes each
@@ -69,6 +72,7 @@ class Shard:
     claimed: list[str] = field(default_factory=list)  # ids of the mutants with an equivalence claim
     evidence: int = 0  # compared examples per boundary a claim needs (--equivalent-examples)
     evidence_cap_s: float = EVIDENCE_CAP_S
+    floor: int = 0  # compared examples per hunted boundary before an unclaimed mutant survives (--survivor-examples)
 
 
 class _Workers:
@@ -185,8 +189,10 @@ def _hunt(w: _Workers, m: dict[str, Any], crash: str | None = None, reach: _Reac
     on every drawn input too (its crash then explains nothing: an input where it answers does).
     `reach`: where the catalog ran the change (the hunt's focus)."""
     sh = w.shard
-    evidence = sh.evidence if m["id"] in sh.claimed else 0  # the rest hunt as before: the same settings and draws
-    focus = () if evidence or reach is None else reach.focus(m["boundaries"])
+    claimed = m["id"] in sh.claimed
+    # the rest: the same draws as a claimed one, their floor short of --hunt-examples (see the module's docstring)
+    evidence = sh.evidence if claimed else min(sh.floor, sh.examples)
+    focus = () if claimed or reach is None else reach.focus(m["boundaries"])
     cap = sh.evidence_cap_s if evidence else 0.0
     base = w.base_side()
     w.head.job_extra = {"mutant": _job(m)}
@@ -220,7 +226,8 @@ def _hunt(w: _Workers, m: dict[str, Any], crash: str | None = None, reach: _Reac
         w.restart("base")
     else:
         reached = (w.head.close() or {}).get("reached")
-    out = _hunted(hunter, m, died, evidence, f"{sh.budget:g} s budget + {cap:g} s")
+    out = _hunted(hunter, m, died, evidence, f"{sh.budget:g} s budget + {cap:g} s",
+                  "the claim's" if claimed else "a survivor's")
     if crash and out["verdict"] == "survived":
         out = _crashed(hunter, m, crash, out)
     if hunter.probed_out:
@@ -245,10 +252,12 @@ def _crashed(hunter: DiffHunter, m: dict[str, Any], crash: str, out: dict[str, A
                          f"raises where the base answers on the rest ({crash})"}
 
 
-def _hunted(hunter: DiffHunter, m: dict[str, Any], died: list[str], evidence: int, cap: str) -> dict[str, Any]:
+def _hunted(hunter: DiffHunter, m: dict[str, Any], died: list[str], evidence: int, cap: str,
+            whose: str = "the claim's") -> dict[str, Any]:
     """The hunt's judgement of mutant `m`: killed (by its first finding, or a crash of the mutant's
-    side), or survived with the examples compared and the config choices drawn (and, for a claimed
-    mutant short of its `evidence`, why: `cap` says the hunt's limit)."""
+    side), or survived with the examples compared and the config choices drawn (and, for a mutant
+    short of its `evidence` on a boundary it hunted, why: `cap` says the hunt's limit, `whose`
+    whose number it is)."""
     examples = {s.prop.boundary: s.examples for s in hunter.states}
     found = [(s.prop.boundary, f.finding) for s in hunter.states for f in s.found]
     if found:
@@ -262,11 +271,12 @@ def _hunted(hunter: DiffHunter, m: dict[str, Any], died: list[str], evidence: in
         return {"verdict": "survived", "examples": examples, "transient": True, "reason": f"hunt failed: {died[0][:300]}"}
     out = {"verdict": "survived", "examples": examples,
            "configs": {b: hunter.choices(b) for b in m["boundaries"] if examples.get(b)}}
-    short = {s.prop.boundary: s for s in hunter.states if s.examples < evidence}
-    if short:  # why the claim's evidence is still missing: the cap, or a boundary that drew no more
+    short = {s.prop.boundary: s for s in hunter.states
+             if s.examples < evidence and s.prop.boundary not in hunter.probed_out}
+    if short:  # why the evidence is still missing: the cap, or a boundary that drew no more
         why = (f"the evidence cap ({cap}) ended the hunt" if hunter.evidence_capped
                else "the hunt ended")
-        out["reason"] = f"{why} short of the claim's {evidence} examples: " + "; ".join(
+        out["reason"] = f"{why} short of {whose} {evidence} examples: " + "; ".join(
             f"{b} compared {s.examples} ({s.status}{': ' + s.reason[:200] if s.reason else ''})" for b, s in short.items())
     return out
 

@@ -215,9 +215,18 @@ class MutateView(View):
 
     @staticmethod
     def hunt_examples(m) -> str:
-        """A mutant's hunt examples per boundary, and, where probes stopped some, where it was hunted on."""
+        """A mutant's hunt examples per boundary, where probes stopped some, where it was hunted on, and a
+        survivor's reason (a hunt the cap left short of its floor or claim, a failed hunt)."""
         out = f"hunt examples {', '.join(f'{b} {n}' for b, n in m.examples.items()) or 'none'}"
-        return out + (f" (hunted past the probe on {', '.join(m.hunted)} only)" if m.hunted else "")
+        out += f" (hunted past the probe on {', '.join(m.hunted)} only)" if m.hunted else ""
+        return out + (f"; {m.reason}" if m.verdict == "survived" and m.reason else "")
+
+    def hunt_line(self) -> str:
+        """The hunt each mutant the catalog left alive had: its budget, and a survivor's floor."""
+        s = self.mutate
+        floor = (f", a survivor's at least {s.survivor_examples} examples on each boundary it hunts"
+                 if s.survivor_examples and s.budget_s else "")
+        return f"hunt {s.budget_s:g} s per mutant the catalog leaves alive{floor} (seed {s.seed})"
 
     def reach_line(self) -> str:
         """The survivors by reach, and the score over the mutants whose change ran ('' with none unreached)."""

@@ -86,8 +86,8 @@ class DiffSettings:
     rtol: float = RTOL
     min_valid: int = 1  # valid tokens in every drawn batch (see `_round`)
     one_sided: bool = False  # both sides one trainer's code (a mutant): a value on one side only differs
-    # compared examples per boundary a mutant's equivalence claim needs: past the time budget the boundaries
-    # below it run on, evidence_cap_s more seconds at most
+    # compared examples per boundary a mutant's hunt needs (its equivalence claim's, or a survivor's floor): past
+    # the time budget the boundaries below it run on, evidence_cap_s more seconds at most
     evidence: int = 0
     evidence_cap_s: float = 0.0
     # boundaries known to run the head's change (a mutant's: its catalog scenarios ran it). Where any is

@@ -24,7 +24,8 @@ def history(view) -> dict[str, Any]:
 
 def mutate(view) -> dict[str, Any]:
     s = view.mutate
-    return {"s": s, "tables": view.tables(), "survivors": view.survivor_groups(), "reach": view.reach_line(), "claims": view.claims_line(),
+    return {"s": s, "tables": view.tables(), "survivors": view.survivor_groups(), "reach": view.reach_line(),
+            "claims": view.claims_line(), "hunt": view.hunt_line(),
             "others": {v: [m for m in s.mutants if m.verdict == v] for v in ("equivalent", "error", "killed")}}
 
 

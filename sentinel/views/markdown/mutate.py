@@ -20,8 +20,8 @@ def mutate(view, limit: int = 60, **_: object) -> str:
     lines = [f"## Mutation score: {md_text(s.target)} — {pct(s.totals)}", "",
              f"{s.totals.mutants} mutants of {len(s.functions)} mapped functions at `{s.commit}`; killed "
              f"{s.totals.killed}, survived {s.totals.survived}, equivalent {s.totals.equivalent}, error "
-             f"{s.totals.error}. Score = killed / (mutants − equivalent − error). Hunt {s.budget_s:g} s per mutant "
-             f"the catalog leaves alive (seed {s.seed}).", ""]
+             f"{s.totals.error}. Score = killed / (mutants − equivalent − error). "
+             f"{md_text(view.hunt_line()[:1].upper() + view.hunt_line()[1:])}.", ""]
     for title, rows in view.tables():
         lines += _md_table(title, rows)
     if view.reach_line():

@@ -15,8 +15,7 @@ from ..palette import label, style
 def mutate(view, out: Console, verbose: bool = False, limit: int = 40) -> None:
     s = view.mutate
     out.print(f"[bold]sentinel mutate[/] {escape(s.target)} @ {escape(str(s.commit))[:12]}: "
-              f"{s.totals.mutants} mutants of {len(s.functions)} functions, hunt {s.budget_s:g} s per survivor of "
-              f"the catalog, seed {s.seed}")
+              f"{s.totals.mutants} mutants of {len(s.functions)} functions, {escape(view.hunt_line())}")
     shown = 0
     for title, group in view.survivor_groups():
         out.print(f"\n[bold]survived, {escape(title)} ({len(group)})[/]")
