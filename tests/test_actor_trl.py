@@ -57,7 +57,7 @@ def test_the_catalog_holds_on_trl_where_it_has_the_options():
     rep = run(load_paths([catalog_path() / "actor_logprobs"]), [TargetSpec("trl", REPO)])
     verdicts = {r.id: r.verdict for r in rep.results}
     assert verdicts == {"actor-logprobs-micro-batched": "holds", "actor-logprobs-dynamic-packed": "unsupported",
-                        "actor-logprobs-packed": "unsupported"}, \
+                        "actor-logprobs-packed": "unsupported", "actor-logprobs-empty-micro-batch": "unsupported"}, \
         [(r.id, r.verdict, r.reason if hasattr(r, "reason") else "") for r in rep.results]
 
 

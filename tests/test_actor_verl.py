@@ -223,3 +223,21 @@ def test_drawn_fused_kernels_run_verls_fused_forward_and_its_backward(verl, monk
     logits = BATCH["logits"].clone().requires_grad_()
     planted, = torch.autograd.grad(loss(verl.call("actor_logprobs", {**BATCH, "logits": logits}, config).outputs), logits)
     assert not torch.allclose(planted[M], expect[M], atol=1e-3)
+
+
+@needs_tensordict
+def test_the_empty_micro_batch_scenario_runs_verls_all_masked_branch_and_sees_it_broken(tmp_path, monkeypatch):
+    """verl #4165 feeds an all-masked micro-batch (padding removed) one dummy token and drops its output.
+    actor-logprobs-empty-micro-batch reaches that branch (its mutants run), and kills the one that deletes
+    the dummy ids (the empty micro-batch then reaches the model); every other verdict holds on verl."""
+    from sentinel.mutate.driver import Options, mutate
+    monkeypatch.setenv("HYPOTHESIS_STORAGE_DIRECTORY", str(tmp_path / "hypothesis"))
+    fn = "verl.workers.actor.dp_actor:DataParallelPPOActor._forward_micro_batch"
+    dummy_ids, dummy_ids_detached = "604b166712", "b6f9cc6733"  # delete / .detach() of its input_ids fill
+    rep = mutate(load_paths([catalog_path() / "actor_logprobs"]),
+                 Options("verl", repo=REPO, only=[f"{fn}#delete@{dummy_ids}", f"{fn}#detach@{dummy_ids_detached}"],
+                         budget=0, cache=None))
+    by = {m.key: m for m in rep.mutate.mutants}
+    assert by[dummy_ids].verdict == "killed" and by[dummy_ids].killed_by.startswith(
+        "actor-logprobs-empty-micro-batch: holds -> error"), by[dummy_ids]
+    assert by[dummy_ids_detached].reached is True  # ran, and (an int tensor) changed nothing
