@@ -27,3 +27,18 @@ def test_the_reducer_gets_its_per_sample_tensors_where_it_requires_them():
 def test_values_with_the_heads_trailing_dim_are_the_same_values():
     res = probe("3e043e4d6", ["values"], target="slime")
     assert res["values"].verdict in ("holds", "violated"), why(res["values"])
+
+
+@pytest.mark.slow
+@needs_slime
+def test_reusing_the_loss_pass_log_probs_is_unsupported_before_slime_had_it():
+    """`trainer:can_reuse_log_probs_in_loss` leaves the batch without old log-probs, as slime's actor does
+    since bf9b1a3 (#1897). Before it policy_loss_function read batch["log_probs"] unconditionally: the
+    option did not exist, so it is unsupported there (it was a KeyError, an `error`), and runs from it on."""
+    reuse = {"trainer:can_reuse_log_probs_in_loss": True}
+    config = {"is_correction": {"method": "vanilla_tis", **reuse}, "policy_loss": reuse}
+    before = probe("bf9b1a3~1", ["is_correction", "policy_loss"], config, target="slime")
+    for r in before.values():
+        assert r.verdict == "unsupported" and "reuse arrived in bf9b1a3" in r.reason, why(r)
+    after = probe("bf9b1a3", ["is_correction", "policy_loss"], config, target="slime")
+    assert {b: r.verdict for b, r in after.items()} == {"is_correction": "holds", "policy_loss": "holds"}

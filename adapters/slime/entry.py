@@ -16,6 +16,8 @@ its canonical <-> slime translation (`_back`, `_after`).
 
 from __future__ import annotations
 
+import inspect
+import re
 from typing import Any, Callable
 
 import torch
@@ -177,6 +179,10 @@ class EntryLoss:
         if drawn.get("use_rollout_logprobs") or drawn.get("get_mismatch_metrics"):
             batch_extra.setdefault("rollout_log_probs", [o.detach() for o in old])
         reuse = drawn.pop(REUSE.partition(":")[2], False)  # the actor's choice, not an args option
+        if reuse and not _old_optional(self._fn("policy_loss_function", LOSS, boundary=boundary)):
+            raise Unsupported("can_reuse_log_probs_in_loss: this slime's actor always computes the old log-probs (its "
+                              "policy_loss_function reads batch['log_probs'] unconditionally: the reuse arrived in "
+                              "bf9b1a3, slime #1897)")
         options = {**drawn, **options}
         entry = self._fn("loss_function", LOSS, boundary=boundary)
         tokens = [torch.zeros(n + 1, dtype=torch.long, device=self.device) for n in lengths]
@@ -256,3 +262,13 @@ class EntryLoss:
             raise Unsupported("normalize_advantages needs torch.distributed, which this torch lacks")
         if not dist.is_initialized():
             dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+
+
+def _old_optional(fn: Callable) -> bool:
+    """Whether `fn` (policy_loss_function) runs without the batch's old log-probs: it takes them with
+    batch.get("log_probs") and falls back on the current ones. Unreadable source: assumed so."""
+    try:
+        src = inspect.getsource(inspect.unwrap(fn))
+    except (OSError, TypeError):
+        return True
+    return re.search(r"""batch\.get\(\s*["']log_probs["']""", src) is not None
