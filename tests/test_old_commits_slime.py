@@ -42,3 +42,17 @@ def test_reusing_the_loss_pass_log_probs_is_unsupported_before_slime_had_it():
         assert r.verdict == "unsupported" and "reuse arrived in bf9b1a3" in r.reason, why(r)
     after = probe("bf9b1a3", ["is_correction", "policy_loss"], config, target="slime")
     assert {b: r.verdict for b, r in after.items()} == {"is_correction": "holds", "policy_loss": "holds"}
+
+
+@pytest.mark.slow
+@needs_slime
+def test_metrics_reduce_where_slime_kept_its_step_reduction():
+    """reduce_train_step_metrics moved to observability.train_metric_utils in 624b824a8 (#2298); from
+    7405851 (#1933) to there it was in megatron_utils.cp_utils, where the boundary was unsupported (it
+    looked in the new module only); before 7405851 train_one_step reduced inline: nothing to call."""
+    config = {"metrics": {"trainer:num_microbatches": 3}}
+    for sha in ("624b824a8~1", "7405851"):
+        r = probe(sha, ["metrics"], config, target="slime")["metrics"]
+        assert r.verdict == "holds" and r.function.module.endswith("loss"), (sha, why(r))
+    r = probe("7405851~1", ["metrics"], config, target="slime")["metrics"]
+    assert r.verdict == "unsupported" and "inline in train_one_step" in r.reason, why(r)

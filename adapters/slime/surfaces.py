@@ -14,7 +14,7 @@ logprobs       ``megatron_utils.loss.get_log_probs_and_entropy`` (``args.rollout
 values         ``megatron_utils.loss.get_values`` (slime passes ``apply_temperature=False``)
 metrics        ``loss_function`` -> ``policy_loss_function`` on logits whose log-softmax is the
                canonical log-probs (`entry.logits_for`), its logging dict reduced by
-               ``observability.train_metric_utils.reduce_train_step_metrics`` as
+               ``reduce_train_step_metrics`` (observability.train_metric_utils, cp_utils before) as
                ``train_one_step`` does: ``pg_clipfrac`` -> clipfrac, ``ppo_kl`` -> approx_kl,
                ``kl_loss`` (``--use-kl-loss``). metric_agg token-mean is
                ``--calculate-per-token-loss``; seq-mean-token-mean its per-sample mean over the
@@ -37,7 +37,7 @@ from sentinel.adapters.loading import module_exists
 from sentinel.adapters.options import trainer_options
 from sentinel.errors import Unsupported
 
-from .conventions import LOSS, MICRO_BATCHES, PPO_UTILS, slime_args
+from .conventions import CP_UTILS, LOSS, MICRO_BATCHES, PPO_UTILS, slime_args
 from .entry import logits_for
 
 DIST = "slime.utils.distributed_utils"
@@ -142,10 +142,7 @@ class Surfaces:
         b, t = mask.shape
         per_token = config["metric_agg"] == "token-mean"
         entry = self._fn("loss_function", LOSS, boundary="metrics")
-        reduce = getattr(self._module(METRICS, "metrics"), "reduce_train_step_metrics", None)
-        if not callable(reduce):
-            raise Unsupported(f"slime {self.facts.get('version')} reduces its logged metrics inline in train_one_step "
-                              "(no reduce_train_step_metrics)")
+        reduce = self._step_reduction()
         lp = inputs["log_probs"].to(self.device)
         options: dict[str, Any] = dict(eps_clip=config["eps_clip"], eps_clip_high=config["eps_clip_high"],
                                        eps_clip_c=config["eps_clip_c"])
@@ -176,6 +173,17 @@ class Surfaces:
                                 {"calculate_per_token_loss": per_token, "step_global_batch_size": b, "cp_size": 1}))
         outputs = {ours: torch.as_tensor(float(reduced[k])) for k, ours in _LOGGED.items() if k in reduced}
         return BoundaryResult(outputs, function=self._ref(entry).with_also(self._ref(reduce)))
+
+    def _step_reduction(self):
+        """slime's reduce_train_step_metrics: in observability.train_metric_utils since 624b824a8 (#2298),
+        in megatron_utils.cp_utils from 7405851 (#1933); before it train_one_step reduced inline (nothing
+        to call: unsupported)."""
+        for name in (METRICS, CP_UTILS):
+            fn = getattr(self._import(name), "reduce_train_step_metrics", None) if module_exists(self.root, name) else None
+            if callable(fn):
+                return fn
+        raise Unsupported(f"slime {self.facts.get('version', 'at this commit')} reduces its logged metrics inline in "
+                          f"train_one_step (no reduce_train_step_metrics in {METRICS} or {CP_UTILS})")
 
     @implements("masked_reduce", calls=(f"{DIST}:distributed_masked_whiten",))
     def b_masked_reduce(self, inputs, config):
