@@ -72,7 +72,7 @@ class Shard:
     claimed: list[str] = field(default_factory=list)  # ids of the mutants with an equivalence claim
     evidence: int = 0  # compared examples per boundary a claim needs (--equivalent-examples)
     evidence_cap_s: float = EVIDENCE_CAP_S
-    floor: int = 0  # compared examples per hunted boundary before an unclaimed mutant survives (--survivor-examples)
+    floor: int = 0  # compared examples per hunted boundary before an unclaimed mutant survives (driver.floor)
 
 
 class _Workers:
@@ -190,8 +190,8 @@ def _hunt(w: _Workers, m: dict[str, Any], crash: str | None = None, reach: _Reac
     `reach`: where the catalog ran the change (the hunt's focus)."""
     sh = w.shard
     claimed = m["id"] in sh.claimed
-    # the rest: the same draws as a claimed one, their floor short of --hunt-examples (see the module's docstring)
-    evidence = sh.evidence if claimed else min(sh.floor, sh.examples)
+    # the rest: the same draws as a claimed one, to their floor (see the module's docstring)
+    evidence = sh.evidence if claimed else sh.floor
     focus = () if claimed or reach is None else reach.focus(m["boundaries"])
     cap = sh.evidence_cap_s if evidence else 0.0
     base = w.base_side()

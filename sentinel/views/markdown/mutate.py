@@ -16,12 +16,12 @@ def _md_table(title: str, rows: list[list[str]]) -> list[str]:
 
 
 def mutate(view, limit: int = 60, **_: object) -> str:
-    s = view.mutate
+    s, hunt = view.mutate, view.hunt_line()
     lines = [f"## Mutation score: {md_text(s.target)} — {pct(s.totals)}", "",
              f"{s.totals.mutants} mutants of {len(s.functions)} mapped functions at `{s.commit}`; killed "
              f"{s.totals.killed}, survived {s.totals.survived}, equivalent {s.totals.equivalent}, error "
              f"{s.totals.error}. Score = killed / (mutants − equivalent − error). "
-             f"{md_text(view.hunt_line()[:1].upper() + view.hunt_line()[1:])}.", ""]
+             f"{md_text(hunt[:1].upper() + hunt[1:])}.", ""]
     for title, rows in view.tables():
         lines += _md_table(title, rows)
     if view.reach_line():
