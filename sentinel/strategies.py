@@ -390,6 +390,8 @@ def _relate(name: str, inputs: dict[str, np.ndarray], cfg: dict[str, Any], signs
         x, y = inputs[a], inputs[b]
         inputs[a] = np.where(valid & ~sign, y - k, x).astype(F32)
         inputs[b] = np.where(valid & sign, x - k, y).astype(F32)
+    elif name == "flat":  # one log-ratio per row: every valid token of a row drifted alike
+        _flatten(inputs, valid)
     elif name == "empty_row" and valid.shape[0] > 1:  # one row with no valid token, the others kept
         row = pick % valid.shape[0]
         if valid.sum() > valid[row].sum():
@@ -397,7 +399,27 @@ def _relate(name: str, inputs: dict[str, np.ndarray], cfg: dict[str, Any], signs
             inputs["loss_mask"][row] = 0
 
 
-RELATIONS = ("independent", "on_policy", "behaviour_is_old", "clip_edge", "far", "empty_row", "absent")
+def _flatten(inputs: dict[str, np.ndarray], valid: np.ndarray) -> None:
+    """Every log-prob tensor's difference to log_probs made constant along each row's valid
+    tokens (its drawn difference at the row's first valid token), so a sequence's sum, mean and
+    maximum of a per-token divergence land on the values a token's does: a trainer's threshold
+    on a sequence statistic is met with equality where one on a token is (a `<=` against `<`).
+    A row whose values would pass 0 is shifted down as a whole (differences kept, still on the grid)."""
+    names = [n for n in LOG_PROBS if n in inputs]
+    if len(names) < 2 or not valid.any():
+        return
+    lp = inputs[names[0]]
+    first = valid.argmax(axis=1)[:, None]
+    new = {n: lp + (np.take_along_axis(inputs[n], first, 1) - np.take_along_axis(lp, first, 1)) for n in names[1:]}
+    new[names[0]] = lp
+    top = np.max([np.where(valid, a, -np.inf).max(axis=1) for a in new.values()], axis=0)
+    shift = np.maximum(np.where(np.isfinite(top), top, 0.0), 0.0)[:, None]
+    for n, a in new.items():
+        inputs[n] = np.where(valid, a - shift, inputs[n]).astype(F32)
+
+
+LOG_PROBS = ("log_probs", "old_log_probs", "ref_log_probs", "rollout_log_probs")
+RELATIONS = ("independent", "on_policy", "behaviour_is_old", "clip_edge", "far", "empty_row", "absent", "flat")
 
 
 # --- an example's small choices, in one draw ----------------------------------------------------

@@ -154,8 +154,9 @@ def test_catalog_scenarios_through_the_runner():
 
 def test_rejection_sampling_thresholds_sit_on_drawn_log_ratios(verl):
     """rollout_rs's bounds (conventions.RS_THRESHOLDS) are log-ratios the hunt draws (a 1/8 grid):
-    a token exactly at k1's log bounds (-0.5 and 1.0, asymmetric) or at k2's 0.5 is kept, one grid
-    step past them is rejected, so `<=` -> `<` or a flipped log-ratio changes the mask."""
+    a token exactly at k1's log bounds (-0.5 and 1.0, asymmetric), at k2's 0.5 or at k3's value at
+    log-ratio 1 is kept, one grid step past them is rejected, so `<=` -> `<` or a flipped log-ratio
+    changes the mask; a sequence's mean or maximum of a flat row lands on them too."""
     roll = T([[-1.0, -1.0, -1.0, -1.0]])
     old = T([[-0.5, -0.375, -2.0, -2.125]])  # log-ratio old - rollout: 0.5, 0.625, -1.0, -1.125
     inputs = {"log_probs": old.clone(), "old_log_probs": old, "rollout_log_probs": roll,
@@ -168,6 +169,9 @@ def test_rejection_sampling_thresholds_sit_on_drawn_log_ratios(verl):
     assert mask("token_k1") == [[1, 0, 1, 0]]
     assert mask("token_k2") == [[1, 1, 1, 0]]  # 0.5 * log-ratio^2 <= 0.5: |log-ratio| <= 1
     assert mask("seq_mean_k2", old_log_probs=T([[0.0, -2.0, 0.0, -2.0]])) == [[1, 1, 1, 1]]  # mean k2 at 0.5
+    # k3 at log-ratio 1 (exp(1) - 2 in float32) is the bound: a row's sum there is kept, one more token past it is not
+    assert mask("seq_sum_k3", old_log_probs=T([[0.0, -1.0, -1.0, -1.0]])) == [[1, 1, 1, 1]]
+    assert mask("seq_sum_k3", old_log_probs=T([[0.0, -0.875, -1.0, -1.0]])) == [[0, 0, 0, 0]]
 
 
 def test_drawn_trainer_options_reach_agg_loss_paths_rloo_and_bypass_mode(verl):

@@ -1,7 +1,7 @@
 """The hunt's reach over inputs (sentinel/strategies.py RELATIONS): every tensor drawn on its
 own, and, as one strategy among several, the relations trainers' data carries (on-policy,
 behaviour == old) and the edges value grids never reach (a ratio exactly at a clip edge, a
-log-ratio past a trainer's clamps, a row with no valid token)."""
+log-ratio past a trainer's clamps, a row with no valid token, one log-ratio along a whole row)."""
 
 from __future__ import annotations
 
@@ -21,9 +21,9 @@ from untimed import DIFFERENTIAL, DIFFERENTIAL_SECONDS
 HERE = Path(__file__).parent
 
 
-def test_relations_reach_clip_edges_far_ratios_equal_log_probs_and_empty_rows():
+def test_relations_reach_clip_edges_far_ratios_equal_log_probs_empty_rows_and_flat_rows():
     exs = drawn("is_correction", config={"eps_clip": [0.2], "eps_clip_high": [0.28], "method": ["off_policy_is"]})
-    seen = {"edge": 0, "far": 0, "on_policy": 0, "behaviour_is_old": 0, "empty_row": 0, "independent": 0}
+    seen = {"edge": 0, "far": 0, "on_policy": 0, "behaviour_is_old": 0, "empty_row": 0, "independent": 0, "flat": 0}
     for ex in exs:
         lp, old, roll = (ex.inputs[k] for k in ("log_probs", "old_log_probs", "rollout_log_probs"))
         m = ex.inputs["loss_mask"].astype(bool)
@@ -36,6 +36,8 @@ def test_relations_reach_clip_edges_far_ratios_equal_log_probs_and_empty_rows():
         seen["behaviour_is_old"] += bool((old[m] == roll[m]).all() and (lp[m] != old[m]).any())
         seen["empty_row"] += bool(m.shape[0] > 1 and (~m.any(axis=1)).any())
         seen["independent"] += bool((lp[m] != old[m]).any() and (old[m] != roll[m]).any())
+        seen["flat"] += any(r.sum() >= 2 and len(set((lp - old)[i][r])) == 1 and len(set((old - roll)[i][r])) == 1
+                            and (lp - old)[i][r][0] != 0 and (old - roll)[i][r][0] != 0 for i, r in enumerate(m))
         assert (lp[m] <= 0).all() and (old[m] <= 0).all() and (roll[m] <= 0).all()  # still log-probabilities
     assert all(v >= 5 for v in seen.values()), seen
 
