@@ -193,6 +193,44 @@ def test_drawn_actor_options_entropy_off_and_sum_pi_squared(verl, packed):
 
 
 @pytest.mark.parametrize("packed", [False, True])
+def test_drawn_checkpointing_runs_torch_checkpoint_with_the_same_values(verl, monkeypatch, packed):
+    """entropy_checkpointing and sum_pi_squared_checkpointing (conventions.OPTION_DOMAINS, pinned off
+    until stop 47): verl wraps each computation in torch.utils.checkpoint, which changes no value."""
+    calls = []
+    real = torch.utils.checkpoint.checkpoint
+
+    def counted(fn, *args, **kw):
+        calls.append(getattr(fn, "__name__", fn))
+        return real(fn, *args, use_reentrant=False, **kw)
+
+    monkeypatch.setattr(torch.utils.checkpoint, "checkpoint", counted)
+    config = {"temperature": 0.5, "use_remove_padding": packed, "trainer:calculate_sum_pi_squared": True}
+    plain = verl.call("actor_logprobs", dict(BATCH), config)
+    assert calls == []
+    ck = verl.call("actor_logprobs", dict(BATCH), {**config, "trainer:entropy_checkpointing": True,
+                                                   "trainer:sum_pi_squared_checkpointing": True})
+    assert len(calls) == 2, calls
+    for k in ("log_probs", "entropy"):
+        assert torch.equal(ck.outputs[k][M], plain.outputs[k][M]), k
+    assert torch.equal(ck.extras["returned:sum_pi_squared"][M], plain.extras["returned:sum_pi_squared"][M])
+
+
+def test_a_checkpoint_called_wrongly_is_killed_once_checkpointing_is_drawn(tmp_path, monkeypatch):
+    """The mutants that swap torch.utils.checkpoint's arguments ran nothing while the adapter pinned
+    entropy_checkpointing / sum_pi_squared_checkpointing off (stop 46's verl survivors); drawn, the
+    hunt's first example with one on sees verl fail where the unmutated code returns."""
+    from sentinel.mutate.driver import Options, mutate
+    monkeypatch.setenv("HYPOTHESIS_STORAGE_DIRECTORY", str(tmp_path / "hypothesis"))
+    fn = "verl.workers.actor.dp_actor:DataParallelPPOActor._forward_micro_batch"
+    keys = ("c2d32e6748", "a73f8f797f")  # checkpoint(logits, fn) for the packed entropy / sum of pi^2
+    rep = mutate(load_paths([catalog_path() / "actor_logprobs"]),
+                 Options("verl", repo=REPO, only=[f"{fn}#swap-args@{k}" for k in keys], budget=20,
+                         hunt_examples=200, survivor_examples=0, cache=None))
+    by = {m.key: m for m in rep.mutate.mutants}
+    assert all(by[k].verdict == "killed" for k in keys), [(m.key, m.verdict, m.reason) for m in by.values()]
+
+
+@pytest.mark.parametrize("packed", [False, True])
 def test_drawn_fused_kernels_run_verls_fused_forward_and_its_backward(verl, monkeypatch, packed):
     """trainer:use_fused_kernels: verl's own fused forward (patch_forward_with_backends, torch backend) over
     a base model whose hidden states are the drawn logits: FusedLinearForPPO's chunked log-softmax and

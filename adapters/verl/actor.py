@@ -190,14 +190,17 @@ class ActorSurface:
         pi_squared, fused = bool(drawn.get("calculate_sum_pi_squared")), bool(drawn.get("use_fused_kernels"))
         if pi_squared and fused:  # DataParallelPPOActor.__init__ asserts it
             raise Unsupported("verl's actor refuses calculate_sum_pi_squared with use_fused_kernels")
+        checkpointing = {k: bool(drawn.get(k)) for k in ("entropy_checkpointing", "sum_pi_squared_checkpointing")}
+        for k, on in checkpointing.items():
+            if on and k not in inspect.getsource(fn):
+                raise Unsupported(f"{k}: this verl's _forward_micro_batch does not read it")
         model = StandInLM(LogitsTable(logits, tokens, attn))
         model = self._fused_model(model) if fused else model
         attributes = {**_ACTOR_ATTRIBUTES, "use_fused_kernels": fused, "actor_module": model, "device_name": "cpu",
                       "use_remove_padding": bool(config["use_remove_padding"]),
                       "compute_entropy_from_logits": F.entropy_from_logits,
-                      "config": _Config(entropy_checkpointing=False, calculate_sum_pi_squared=pi_squared,
-                                        sum_pi_squared_checkpointing=False,
-                                        entropy_from_logits_with_chunking=False)}
+                      "config": _Config(calculate_sum_pi_squared=pi_squared, entropy_from_logits_with_chunking=False,
+                                        **checkpointing)}
         if pi_squared:  # as DataParallelPPOActor.__init__ sets it with use_torch_compile off
             fn_pi = getattr(F, "calculate_sum_pi_squared_from_logits", None)
             if fn_pi is None or "calculate_sum_pi_squared" not in inspect.getsource(fn):

@@ -196,8 +196,12 @@ BYPASS_PPO_CLIP = {"bypass_mode": True, "loss_type": "ppo_clip", "rollout_is": "
 OPTION_DOMAINS = {
     # the actor's calculate_entropy (the caller's argument: off, the log-probs alone, with
     # inplace_backward for the fused cross-entropy) and its config's calculate_sum_pi_squared (the
-    # optimal token baseline's sum of squared probabilities, observed)
+    # optimal token baseline's sum of squared probabilities, observed); entropy_checkpointing and
+    # sum_pi_squared_checkpointing (torch.utils.checkpoint around each: the same values and gradients,
+    # through another call)
     "actor_logprobs": {"trainer:calculate_entropy": (True, False), "trainer:calculate_sum_pi_squared": (False, True),
+                       "trainer:entropy_checkpointing": (False, True),
+                       "trainer:sum_pi_squared_checkpointing": (False, True),
                        # the fused log-prob / entropy forward (its torch backend: actor.py `_fused_model`)
                        "trainer:use_fused_kernels": (False, True)},
     # the batch with or without the response_mask the trainer's fit adds (compute_advantage's fallback)
