@@ -195,24 +195,31 @@ def test_drawn_actor_options_entropy_off_and_sum_pi_squared(verl, packed):
 @pytest.mark.parametrize("packed", [False, True])
 def test_drawn_checkpointing_runs_torch_checkpoint_with_the_same_values(verl, monkeypatch, packed):
     """entropy_checkpointing and sum_pi_squared_checkpointing (conventions.OPTION_DOMAINS, pinned off
-    until stop 47): verl wraps each computation in torch.utils.checkpoint, which changes no value."""
+    until stop 47): verl wraps each computation in torch.utils.checkpoint, which changes no value and
+    no gradient, and torch.autograd.grad (how the hunt observes gradients) still runs: verl passes no
+    use_reentrant, and torch's reentrant default refuses it."""
     calls = []
     real = torch.utils.checkpoint.checkpoint
 
     def counted(fn, *args, **kw):
-        calls.append(getattr(fn, "__name__", fn))
-        return real(fn, *args, use_reentrant=False, **kw)
+        calls.append(kw.get("use_reentrant"))
+        return real(fn, *args, **kw)
 
     monkeypatch.setattr(torch.utils.checkpoint, "checkpoint", counted)
     config = {"temperature": 0.5, "use_remove_padding": packed, "trainer:calculate_sum_pi_squared": True}
-    plain = verl.call("actor_logprobs", dict(BATCH), config)
-    assert calls == []
-    ck = verl.call("actor_logprobs", dict(BATCH), {**config, "trainer:entropy_checkpointing": True,
-                                                   "trainer:sum_pi_squared_checkpointing": True})
-    assert len(calls) == 2, calls
+    got = {}
+    for name, over in (("plain", {}), ("checkpointed", {"trainer:entropy_checkpointing": True,
+                                                         "trainer:sum_pi_squared_checkpointing": True})):
+        logits = BATCH["logits"].clone().requires_grad_(True)
+        out = verl.call("actor_logprobs", {**BATCH, "logits": logits}, {**config, **over})
+        y = out.outputs["entropy"][M].sum() + out.extras["returned:sum_pi_squared"][M].sum()
+        got[name] = (out, torch.autograd.grad(y, logits)[0])
+        assert calls == ([False, False] if over else []), calls
+    (plain, g0), (ck, g1) = got["plain"], got["checkpointed"]
     for k in ("log_probs", "entropy"):
         assert torch.equal(ck.outputs[k][M], plain.outputs[k][M]), k
     assert torch.equal(ck.extras["returned:sum_pi_squared"][M], plain.extras["returned:sum_pi_squared"][M])
+    assert torch.equal(g1, g0) and g0.abs().sum() > 0
 
 
 def test_a_checkpoint_called_wrongly_is_killed_once_checkpointing_is_drawn(tmp_path, monkeypatch):

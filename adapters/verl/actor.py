@@ -147,6 +147,28 @@ class _FusedStandIn(torch.nn.Module):
                                             output_hidden_states=False)
 
 
+@contextlib.contextmanager
+def _checkpoint_without_reentry(on: bool):
+    """verl's checkpointing options call torch.utils.checkpoint.checkpoint with no use_reentrant, and
+    torch's default there, the reentrant variant, supports .backward() only: the hunt observes
+    gradients with torch.autograd.grad, which raised on every such example. For the call that
+    default is the non-reentrant variant (the same values and gradients); a use_reentrant verl
+    passes is kept."""
+    if not on:
+        yield
+        return
+    real = torch.utils.checkpoint.checkpoint
+
+    def checkpoint(function, *args, use_reentrant=None, **kw):
+        return real(function, *args, use_reentrant=False if use_reentrant is None else use_reentrant, **kw)
+
+    torch.utils.checkpoint.checkpoint = checkpoint
+    try:
+        yield
+    finally:
+        torch.utils.checkpoint.checkpoint = real
+
+
 class _Config(dict):
     """The actor's config as _forward_micro_batch reads it: ``.get`` and attributes."""
 
@@ -213,7 +235,7 @@ class ActorSurface:
         batch = {"input_ids": ids, "attention_mask": mask, "position_ids": position_ids,
                  "responses": ids[:, -width:]}
         batching = config["micro_batch_size"] is not None or bool(config["use_dynamic_bsz"])
-        with self._padding_helpers(bool(config["use_remove_padding"])):
+        with self._padding_helpers(bool(config["use_remove_padding"])), _checkpoint_without_reentry(any(checkpointing.values())):
             if batching:
                 fn = _undecorated(getattr(cls, "compute_log_prob", None), "compute_log_prob")
                 if fn is None:

@@ -47,9 +47,6 @@ _SCORED = "dead code: every index in id2score had a score appended to it just ab
 _LEVELS = "dead code: rollout_is passed the check against valid_is_levels (token, sequence) at the function's top"
 # Each key names one arc ("branching line text -> text of the line it jumps to", coverage.py).
 _RAISE = " -> raise ValueError"
-# Not drawn on actor_logprobs: actor.entropy_checkpointing and sum_pi_squared_checkpointing (their
-# reentrant torch.utils.checkpoint supports .backward() only, and the hunt observes gradients with
-# torch.autograd.grad: it raised on every such example). Their branches stay uncovered, not hidden.
 UNREACHABLE = {
     f"{CORE}:compute_policy_loss_vanilla": {"if cliprange_low is None -> cliprange_low = cliprange": _FALLBACK,
                                             "if cliprange_high is None -> cliprange_high = cliprange": _FALLBACK},
@@ -198,7 +195,7 @@ OPTION_DOMAINS = {
     # inplace_backward for the fused cross-entropy) and its config's calculate_sum_pi_squared (the
     # optimal token baseline's sum of squared probabilities, observed); entropy_checkpointing and
     # sum_pi_squared_checkpointing (torch.utils.checkpoint around each: the same values and gradients,
-    # through another call)
+    # through another call; its non-reentrant variant, actor.py `_checkpoint_without_reentry`)
     "actor_logprobs": {"trainer:calculate_entropy": (True, False), "trainer:calculate_sum_pi_squared": (False, True),
                        "trainer:entropy_checkpointing": (False, True),
                        "trainer:sum_pi_squared_checkpointing": (False, True),
