@@ -401,9 +401,10 @@ def _relate(name: str, inputs: dict[str, np.ndarray], cfg: dict[str, Any], signs
 
 def _flatten(inputs: dict[str, np.ndarray], valid: np.ndarray) -> None:
     """Every log-prob tensor's difference to log_probs made constant along each row's valid
-    tokens (its drawn difference at the row's first valid token), so a sequence's sum, mean and
-    maximum of a per-token divergence land on the values a token's does: a trainer's threshold
-    on a sequence statistic is met with equality where one on a token is (a `<=` against `<`).
+    tokens (its drawn difference at the row's first valid token), so a sequence's mean and
+    maximum of a per-token divergence land on the values a token's does (its sum too, in a row of
+    one valid token): a trainer's threshold on such a sequence statistic is met with equality
+    where one on a token is (a `<=` against `<`).
     A row whose values would pass 0 is shifted down as a whole (differences kept, still on the grid)."""
     names = [n for n in LOG_PROBS if n in inputs]
     if len(names) < 2 or not valid.any():

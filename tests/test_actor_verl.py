@@ -232,7 +232,7 @@ def test_a_checkpoint_called_wrongly_is_killed_once_checkpointing_is_drawn(tmp_p
     keys = ("c2d32e6748", "a73f8f797f")  # checkpoint(logits, fn) for the packed entropy / sum of pi^2
     rep = mutate(load_paths([catalog_path() / "actor_logprobs"]),
                  Options("verl", repo=REPO, only=[f"{fn}#swap-args@{k}" for k in keys], budget=20,
-                         hunt_examples=200, survivor_examples=0, cache=None))
+                         hunt_examples=200, survivor_examples=200, cache=None))  # 200 whatever the load
     by = {m.key: m for m in rep.mutate.mutants}
     assert all(by[k].verdict == "killed" for k in keys), [(m.key, m.verdict, m.reason) for m in by.values()]
 

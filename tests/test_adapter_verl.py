@@ -156,7 +156,7 @@ def test_rejection_sampling_thresholds_sit_on_drawn_log_ratios(verl):
     """rollout_rs's bounds (conventions.RS_THRESHOLDS) are log-ratios the hunt draws (a 1/8 grid):
     a token exactly at k1's log bounds (-0.5 and 1.0, asymmetric), at k2's 0.5 or at k3's value at
     log-ratio 1 is kept, one grid step past them is rejected, so `<=` -> `<` or a flipped log-ratio
-    changes the mask; a sequence's mean or maximum of a flat row lands on them too."""
+    changes the mask, and a sequence's sum lands on them where one token carries the divergence."""
     roll = T([[-1.0, -1.0, -1.0, -1.0]])
     old = T([[-0.5, -0.375, -2.0, -2.125]])  # log-ratio old - rollout: 0.5, 0.625, -1.0, -1.125
     inputs = {"log_probs": old.clone(), "old_log_probs": old, "rollout_log_probs": roll,

@@ -152,8 +152,11 @@ def _checkpoint_without_reentry(on: bool):
     """verl's checkpointing options call torch.utils.checkpoint.checkpoint with no use_reentrant, and
     torch's default there, the reentrant variant, supports .backward() only: the hunt observes
     gradients with torch.autograd.grad, which raised on every such example. For the call that
-    default is the non-reentrant variant (the same values and gradients); a use_reentrant verl
-    passes is kept."""
+    default is the non-reentrant variant (the same values and gradients at verl's call sites,
+    whose function takes the logits as its argument); a use_reentrant verl passes is kept.
+    What this hides: a bug only the reentrant variant has (a gradient lost through a tensor the
+    function captures instead of taking it as an argument, an output detached where no argument
+    requires grad, keyword arguments refused), and torch's warning that use_reentrant is unset."""
     if not on:
         yield
         return
