@@ -3,7 +3,7 @@ tests put this folder on PYTHONPATH).
 
 UnclampedLowVarKl: the reference, but its low_var_kl is k3 without the [-10, 10] clamp. k3
 passes 10 only where |log pi - log ref| is about 11 or more, which the value grids (log-probs
-in [-1.5, 0]) never draw: only a far log-ratio (strategies.RELATIONS "far") reaches it.
+in [-1.5, 0]) never draw: only a far log-ratio (relations.RELATIONS "far") reaches it.
 
 KlWithArgs / KlWritesArgs: a k1 KL through a trainer-style function that reads an args object;
 the second also halves args.kl_coef in place. Outputs and inputs are identical: only the

@@ -1,4 +1,4 @@
-"""The hunt's reach over inputs (sentinel/strategies.py RELATIONS): every tensor drawn on its
+"""The hunt's reach over inputs (sentinel/relations.py RELATIONS): every tensor drawn on its
 own, and, as one strategy among several, the relations trainers' data carries (on-policy,
 behaviour == old) and the edges value grids never reach (a ratio exactly at a clip edge, a
 log-ratio past a trainer's clamps, a row with no valid token, one log-ratio along a whole row)."""

@@ -231,7 +231,7 @@ PINNED = (
 # or swapped bounds moves the mask), k2's 0.5 is |log-ratio| = 1, k3's is its value at log-ratio 1
 # in float32 (exp(1) rounded, then exact: e - 2; on this CPU's torch, not promised on CUDA's expf),
 # so `<=` against `<` is seen on each; a sequence's mean or maximum lands there too where a row's
-# log-ratio is flat (strategies' "flat" relation), its sum where one token carries it.
+# log-ratio is flat (sentinel/relations.py "flat"), its sum where one token carries it.
 RS_THRESHOLDS = {"k1": f"{math.exp(-0.5)!r}_{math.exp(1.0)!r}", "k2": 0.5, "k3": float(np.float32(math.e)) - 2.0}
 
 

@@ -274,7 +274,7 @@ class DiffHunter(Hunt):
                         end_shrink=True)  # the finding is search.best: find's own answer is not read
         # a batch with no valid token has no training signal: what a side returns there is its convention
         # (a mutant's hunt draws them, min_valid 0: both sides are one trainer's code, so there a change
-        # is the mutant's); every input on its own, and the relations / edges of strategies.RELATIONS among them
+        # is the mutant's); every input on its own, and the relations / edges of relations.RELATIONS among them
         strategy = S.batches(S.examples(b, config=self.choices(b), junk="wild", row_mask=True, min_valid=st.min_valid,
                                         relations=S.RELATIONS), PROBE if probe else BATCH)
         try:
