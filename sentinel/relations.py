@@ -18,7 +18,6 @@ from .boundaries import get as get_boundary
 
 F32 = np.float32
 
-
 LOG_PROB_PAIRS = (("log_probs", "old_log_probs"), ("log_probs", "ref_log_probs"), ("log_probs", "rollout_log_probs"),
                   ("old_log_probs", "rollout_log_probs"))
 FAR_LOG_RATIOS = (12.0, 25.0)  # past the clamps trainers put on a log-ratio or a KL (10, 20)
@@ -49,7 +48,7 @@ def absent_inputs(boundary: str, cfg: dict[str, Any]) -> tuple[str, ...]:
 
 
 def relate(name: str, inputs: dict[str, np.ndarray], cfg: dict[str, Any], signs: list[int], pick: int,
-            boundary: str = "") -> None:
+           boundary: str = "") -> None:
     """Apply relation `name` in place (a relation whose tensors the boundary lacks changes nothing).
     signs: a +-1 per position (which clip edge, which direction of a far ratio); pick: a small
     int (which far log-ratio, which row to empty)."""
