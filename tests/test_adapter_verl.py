@@ -174,6 +174,38 @@ def test_rejection_sampling_thresholds_sit_on_drawn_log_ratios(verl):
     assert mask("seq_sum_k3", old_log_probs=T([[0.0, -0.875, -1.0, -1.0]])) == [[0, 0, 0, 0]]
 
 
+@pytest.mark.parametrize("level", ["token", "sequence"])
+def test_one_rank_of_a_process_group_runs_verls_all_reduce_with_the_same_values(verl, monkeypatch, level):
+    """trainer:torch_distributed (conventions.OPTION_DOMAINS): the call as one rank of an initialised
+    process group (sentinel.adapters.ranks), as torchrun on one GPU runs verl. Batch normalisation's
+    mean then goes through verl's distributed_masked_mean (an all-reduce), not its local mean: the
+    same weights, loss and gradient; no group is left initialised after the call."""
+    import verl.utils.torch_functional as verl_F
+    calls = []
+    real = verl_F.distributed_masked_mean
+
+    def counted(*args, **kw):
+        calls.append(torch.distributed.is_initialized())
+        return real(*args, **kw)
+
+    monkeypatch.setattr(verl_F, "distributed_masked_mean", counted)
+    inputs = {"old_log_probs": T([[-0.5, -0.875, -0.5, -1.0], [-1.0, -0.25, 0.0, 0.0]]),
+              "rollout_log_probs": T([[-1.0, -0.5, -0.5, -1.5], [-0.75, -0.25, -0.5, 0.0]]),
+              "advantages": T([[1.0, -1.0, 0.5, 2.0], [0.5, 0.5, -1.0, 1.0]]), "loss_mask": T([[1, 1, 1, 0], [1, 1, 0, 0]])}
+    config = {"method": "vanilla_tis", "trainer:rollout_is_batch_normalize": True, "trainer:rollout_is": level}
+    got = []
+    for over in ({}, {"trainer:torch_distributed": True}):
+        lp = T([[-0.5, -1.0, -0.25, -0.75], [-0.5, -0.5, -1.0, 0.0]]).requires_grad_(True)
+        out = verl.call("is_correction", {**inputs, "log_probs": lp}, {**config, **over})
+        got.append((out, torch.autograd.grad(out.outputs["loss"], lp)[0]))
+    assert calls == [True] and not torch.distributed.is_initialized()
+    (plain, g0), (ranked, g1) = got
+    assert torch.equal(ranked.outputs["weights"], plain.outputs["weights"])
+    assert torch.equal(ranked.outputs["loss"], plain.outputs["loss"]) and torch.equal(g1, g0)
+    assert not torch.equal(plain.outputs["weights"], torch.exp(inputs["old_log_probs"] - inputs["rollout_log_probs"])
+                           .clamp(max=2.0) * inputs["loss_mask"])  # normalised: the mean it took matters
+
+
 def test_drawn_trainer_options_reach_agg_loss_paths_rloo_and_bypass_mode(verl):
     """verl's own options (conventions.OPTION_DOMAINS): the legacy actor's empty global_batch_info
     (agg_loss counts the non-empty rows itself), the engine's (the whole mini-batch), Dr. GRPO's

@@ -24,6 +24,7 @@ from sentinel.adapters.loading import (
 )
 from sentinel.adapters.observables import Watch, extras
 from sentinel.adapters.options import recorded, trainer_options
+from sentinel.adapters.ranks import run_ranks
 from sentinel.adapters.shims import is_stub
 from sentinel.adapters.spying import spy
 from sentinel.adapters.trainer import TrainerAdapter, shifts_rewards
@@ -504,10 +505,8 @@ class VerlAdapter(ActorSurface, PolicyLosses, Surfaces, TrainerAdapter):
         method = config["method"]
         wfn = self._fn("compute_rollout_correction_weights", ROLLOUT_CORR, boundary="is_correction")
         mask = inputs["loss_mask"].to(torch.int64)
-        lp, old, roll, adv = (inputs[k] for k in ("log_probs", "old_log_probs", "rollout_log_probs", "advantages"))
         low, high = float(config["eps_clip"]), float(config["eps_clip_high"])
         tis_low, tis_high = float(config["tis_clip_low"]), float(config["tis_clip"])
-        loss_agg = config["loss_agg"]
         if method == "vanilla_tis":
             if tis_low > 0:
                 raise Unsupported(f"vanilla_tis with tis_clip_low={tis_low}: verl's token TIS truncates from above "
@@ -538,6 +537,17 @@ class VerlAdapter(ActorSurface, PolicyLosses, Surfaces, TrainerAdapter):
         corr = {"rollout_is": opts.get("rollout_is") or "token", "rollout_is_threshold": threshold,
                 "rollout_is_batch_normalize": bool(opts.get("rollout_is_batch_normalize")),
                 **rollout_rs(opts.get("rollout_rs"))}
+        if opts.get("torch_distributed"):  # one rank of an initialised process group, as torchrun on one GPU
+            if "is_initialized" not in inspect.getsource(wfn):
+                raise Unsupported("torch_distributed: this verl's rollout IS weights never ask torch.distributed")
+            return run_ranks(1, lambda _: self._is_correction(method, wfn, inputs, mask, config, corr))[0]
+        return self._is_correction(method, wfn, inputs, mask, config, corr)
+
+    def _is_correction(self, method: str, wfn: Callable, inputs, mask, config, corr: dict) -> BoundaryResult:
+        """b_is_correction's calls into verl, given the rollout_correction keys `corr`."""
+        lp, old, roll, adv = (inputs[k] for k in ("log_probs", "old_log_probs", "rollout_log_probs", "advantages"))
+        low, high = float(config["eps_clip"]), float(config["eps_clip_high"])
+        loss_agg = config["loss_agg"]
         if method == "off_policy_is":
             if "bypass_mode" not in (getattr(self.core, "POLICY_LOSS_REGISTRY", None) or {}):
                 raise Unsupported(f"verl {self.facts.get('version')} registers no 'bypass_mode' policy loss "

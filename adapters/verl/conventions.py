@@ -27,10 +27,8 @@ ROLLOUT_CORR = "verl.trainer.ppo.rollout_corr_helper"
 # Branches of mapped functions that no call from one CPU process can take (sentinel hunt
 # --coverage lists them apart): a guard that raises on a value the boundary's contract never
 # passes (an unknown estimator / loss / IS level name, mismatched shapes: the adapter builds
-# them from one drawn batch), the all-reduce over data-parallel ranks, flash-attn's and
-# Ascend's kernels.
+# them from one drawn batch), flash-attn's and Ascend's kernels.
 _GUARD = "raises on a value the boundary's contract never passes (the adapter builds it from a valid config and one batch)"
-_RANKS = "the mean is all-reduced over data-parallel ranks only when torch.distributed is initialised: several processes"
 _ACTOR = "verl.workers.actor.dp_actor:DataParallelPPOActor._forward_micro_batch"
 _VLM = ("a vision-language model's inputs (multi_modal_inputs, Qwen2-VL's 3-D mrope position ids, MiniCPM-o's "
         "image_bound): the stand-in model is a language model over drawn logits")
@@ -59,8 +57,7 @@ UNREACHABLE = {
     f"{CORE}:get_policy_loss_fn": {"if loss_name not in POLICY_LOSS_REGISTRY" + _RAISE: _GUARD},
     f"{ROLLOUT_CORR}:compute_rollout_correction_weights": {
         "if rollout_is not in valid_is_levels" + _RAISE: _GUARD, "if rollout_is_threshold <= 0" + _RAISE: _GUARD,
-        'elif rollout_is == "sequence"' + _RAISE: _LEVELS,
-        "torch.distributed.is_initialized() -> weights_mean = verl_F.distributed_masked_mean": _RANKS},
+        'elif rollout_is == "sequence"' + _RAISE: _LEVELS},
     f"{ROLLOUT_CORR}:compute_rollout_rejection_mask": {
         "if rollout_rs is None or not isinstance(rollout_rs, str)" + _RAISE: _GUARD,
         "if rollout_rs_threshold is None" + _RAISE: _GUARD, "if not option_modes" + _RAISE: _GUARD,
@@ -214,6 +211,9 @@ OPTION_DOMAINS = {
         "eps_clip": (1.0,),
         "trainer:rollout_is": ("token", "sequence"),
         "trainer:rollout_is_batch_normalize": (False, True),
+        # the call as one rank of an initialised process group (torchrun on one GPU, sentinel.adapters.ranks):
+        # batch normalisation's mean then goes through verl's all-reduce (distributed_masked_mean)
+        "trainer:torch_distributed": (False, True),
         "trainer:rollout_rs": (None, "token_k1", "token_k2", "seq_sum_k1", "seq_sum_k3", "seq_mean_k2", "seq_mean_k3",
                                "seq_max_k2",
                                "token_k3,seq_sum_k2", "seq_mean_k1,seq_max_k3"),  # chained: every one must pass
