@@ -32,8 +32,8 @@ from sentinel.errors import TargetLoadError, Unsupported
 
 from .conventions import (
     CORE, ENGINE_LOSSES_FILES, ESTIMATOR_ALIASES, GRPO_FAMILY, KL_NAMES, LIGHT, NEEDS_MORE, NO_BATCH_NORM, OPTION_DOMAINS, PINNED,
-    PIP_HINT, ROLLOUT_CORR, TRAINER, UNREACHABLE, VECTORIZED, build, data_proto, last_valid_scores, rollout_rs,
-    uid_array, without_response_mask)
+    PIP_HINT, ROLLOUT_CORR, TRAINER, UNREACHABLE, VECTORIZED, PlainProto, build, carried, data_proto, last_valid_scores,
+    rollout_rs, uid_array, without_response_mask)
 from .actor import ActorSurface
 from .deviations import DEVIATIONS
 from .losses import PolicyLosses, global_batch_info
@@ -469,7 +469,7 @@ class VerlAdapter(ActorSurface, PolicyLosses, Surfaces, TrainerAdapter):
                               f"and verl has no separate advantage normalisation")
         outputs.update(advantages=adv, returns=ret, token_rewards=data.batch["token_level_rewards"])
         # the batch as the trainer left it (every tensor it added or changed) and its config changes
-        observed.update(extras({"data": _carried(data)}, watch))
+        observed.update(extras({"data": carried(data)}, watch))
         return BoundaryResult(outputs, function=self._ref(est_fn), extras=observed)
 
     # --- rollout / trainer mismatch -------------------------------------------------------
@@ -482,7 +482,7 @@ class VerlAdapter(ActorSurface, PolicyLosses, Surfaces, TrainerAdapter):
         carrier = getattr(mod, "DataProto", None)
         plain = carrier is not None and is_stub(sys.modules.get("tensordict"))
         if plain:
-            mod.DataProto = _PlainProto
+            mod.DataProto = PlainProto
         try:
             with spy(mod, "compute_rollout_correction_weights") as calls:
                 yield calls
@@ -570,7 +570,7 @@ class VerlAdapter(ActorSurface, PolicyLosses, Surfaces, TrainerAdapter):
                 else:  # before the unified entry: the weight function on the trainer's log-ratio
                     got = wfn(**bind(wfn, "is_correction", {"log_ratio": old - roll, "response_mask": mask}, corr,
                                     absent=NO_BATCH_NORM))
-            correction = extras({"correction": _carried(got)})  # its mask and metrics beside the weights
+            correction = extras({"correction": carried(got)})  # its mask and metrics beside the weights
             if seen:
                 token, loss, fn, observed = self._policy("is_correction", "vanilla", lp, old, adv, mask,
                                                clip_low=low, clip_high=high, clip_c=None, loss_agg=loss_agg,
@@ -584,20 +584,3 @@ class VerlAdapter(ActorSurface, PolicyLosses, Surfaces, TrainerAdapter):
             observed = {**correction, **observed}
         return BoundaryResult(outputs, function=self._ref(wfn).with_also(self._ref(fn)), extras=observed)
 
-
-def _carried(value: Any) -> Any:
-    """A return value with each DataProto (or plain carrier) as the dict of its batch tensors."""
-    if isinstance(value, (tuple, list)):
-        return [_carried(v) for v in value]
-    batch = getattr(value, "batch", None)
-    if batch is not None and hasattr(batch, "items"):
-        return {"batch": dict(batch.items()), "meta_info": dict(getattr(value, "meta_info", None) or {})}
-    return value
-
-
-class _PlainProto(types.SimpleNamespace):
-    """DataProto.from_dict(tensors=...) as a plain carrier of ``.batch`` (tensordict absent)."""
-
-    @classmethod
-    def from_dict(cls, tensors: dict[str, torch.Tensor] | None = None, **_: Any) -> "_PlainProto":
-        return cls(batch=dict(tensors or {}), non_tensor_batch={}, meta_info={})

@@ -150,6 +150,24 @@ def data_proto(n: int, tensors: dict[str, torch.Tensor], uids: np.ndarray) -> ty
     return types.SimpleNamespace(batch=_Batch(n, tensors), non_tensor_batch={"uid": uids}, meta_info={})
 
 
+def carried(value: Any) -> Any:
+    """A return value with each DataProto (or plain carrier) as the dict of its batch tensors."""
+    if isinstance(value, (tuple, list)):
+        return [carried(v) for v in value]
+    batch = getattr(value, "batch", None)
+    if batch is not None and hasattr(batch, "items"):
+        return {"batch": dict(batch.items()), "meta_info": dict(getattr(value, "meta_info", None) or {})}
+    return value
+
+
+class PlainProto(types.SimpleNamespace):
+    """DataProto.from_dict(tensors=...) as a plain carrier of ``.batch`` (tensordict absent)."""
+
+    @classmethod
+    def from_dict(cls, tensors: dict[str, torch.Tensor] | None = None, **_: Any) -> "PlainProto":
+        return cls(batch=dict(tensors or {}), non_tensor_batch={}, meta_info={})
+
+
 def build(cls: type, boundary: str, values: dict[str, Any]) -> Any:
     """Instantiate a verl config dataclass with the fields this version has."""
     if not dataclasses.is_dataclass(cls):
