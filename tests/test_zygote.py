@@ -5,6 +5,7 @@ worker sees its own code; the CLI's environment of the moment reaches the fork."
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -105,7 +106,12 @@ def test_a_client_for_a_target_starts_its_zygote_with_the_name(monkeypatch):
     monkeypatch.delenv("SENTINEL_ZYGOTE_SOCKET", raising=False)
     client = zygote.Client("slime")
     try:
-        argv = Path(f"/proc/{client.proc.pid}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")
+        # Popen returns once the exec has closed its close-on-exec pipe; the new program's arguments
+        # are laid out a moment later, and a loaded machine reads an empty cmdline in between (CI, stop 47)
+        deadline = time.monotonic() + 10
+        while not (raw := Path(f"/proc/{client.proc.pid}/cmdline").read_bytes()) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        argv = raw.rstrip(b"\0").split(b"\0")
         assert argv[-1] == b"slime"
     finally:
         client.close()
