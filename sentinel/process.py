@@ -50,6 +50,11 @@ def spawn_worker() -> subprocess.Popen:
     return proc
 
 
+def stopping() -> bool:
+    """Whether this run was interrupted (`stop_all` ran)."""
+    return _stopping.is_set()
+
+
 def stop_all() -> None:
     """Interrupted (Ctrl-C, SIGTERM, SIGHUP): kill every live worker now, so the threads
     waiting on them return and run their cleanup (worktrees, temp files), and start no more."""

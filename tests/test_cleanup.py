@@ -12,6 +12,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -313,3 +314,25 @@ def test_sigkill_mid_mutate_on_two_jobs_leaves_no_shard_running(tmp_path):
     proc.kill()
     proc.wait(timeout=10)
     assert not _wait_gone(kids, 15), "shard processes outlived a SIGKILLed mutate"
+
+
+def test_an_interrupted_run_exits_130_whatever_outcome_a_layer_below_made_of_it(monkeypatch):
+    """A Ctrl-C that reached bisect while it started a worker was read as a target that could not be
+    loaded, and the run exited 2 (CI, stop 47): once interrupted, a run exits 130, as entry() promises."""
+    from sentinel import cli, process
+
+    def outcome():
+        raise SystemExit(2)
+
+    monkeypatch.setattr(cli, "app", outcome)
+    for name in ("install_signal_handlers", "on_interrupt"):  # this test process keeps its own handlers
+        monkeypatch.setattr(cli.cleanup, name, lambda *a: None)
+    monkeypatch.setattr(cli.git, "sweep_stale", lambda: None)
+    monkeypatch.setattr(process, "_stopping", threading.Event())
+    with pytest.raises(SystemExit) as got:
+        cli.entry()
+    assert got.value.code == 2  # not interrupted: the outcome stands
+    process._stopping.set()
+    with pytest.raises(SystemExit) as got:
+        cli.entry()
+    assert got.value.code == 130

@@ -47,7 +47,12 @@ def entry() -> None:
     git.sweep_stale()
     try:
         app()
-    except SystemExit:
+    except SystemExit as e:
+        if process.stopping() and e.code != 130:
+            # the interrupt reached a layer that turned it into an outcome (a worker start it refused,
+            # read as a target that could not be loaded: bisect's exit 2): the run was still stopped
+            err.print("interrupted")
+            sys.exit(130)
         raise
     except KeyboardInterrupt:
         err.print("interrupted")
