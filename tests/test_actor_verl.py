@@ -270,6 +270,40 @@ def test_drawn_fused_kernels_run_verls_fused_forward_and_its_backward(verl, monk
     assert not torch.allclose(planted[M], expect[M], atol=1e-3)
 
 
+@pytest.mark.parametrize("packed", [False, True])
+def test_drawn_flash_attn_cross_entropy_gives_the_reference_log_probs_and_gradient(verl, packed):
+    """trainer:flash_attn_cross_entropy on the actor: _forward_micro_batch's logprobs_from_logits takes its
+    flash-attn arm (the kernel's stand-in, sentinel.adapters.kernels), with inplace_backward as verl
+    passes it, entropy on or off: the reference's log-probs and gradient."""
+    for entropy in (True, False):
+        config = {"temperature": 0.5, "use_remove_padding": packed, "trainer:calculate_entropy": entropy}
+        logits = BATCH["logits"].clone().requires_grad_()
+        out = verl.call("actor_logprobs", {**BATCH, "logits": logits},
+                        {**config, "trainer:flash_attn_cross_entropy": True}).outputs
+        ref_logits = BATCH["logits"].clone().requires_grad_()
+        want = ReferenceAdapter().call("actor_logprobs", {**BATCH, "logits": ref_logits},
+                                       {"temperature": 0.5, "use_remove_padding": packed}).outputs
+        assert torch.allclose(out["log_probs"][M], want["log_probs"][M], atol=1e-5)
+        got, = torch.autograd.grad((out["log_probs"] * M).sum(), logits)
+        expect, = torch.autograd.grad((want["log_probs"] * M).sum(), ref_logits)
+        assert torch.allclose(got[M], expect[M], atol=1e-5)
+
+
+def test_the_flash_attn_arms_mutants_run_and_are_killed_once_it_is_drawn(tmp_path, monkeypatch):
+    """logprobs_from_logits' flash-attn arm was unreachable on CPU (conventions.UNREACHABLE until stop 48):
+    drawn on the kernel's stand-in, the output detached after the kernel and the view back to the batch's
+    shape deleted (an output of the wrong shape: the adapter's contract check, the mutant's doing) are killed."""
+    from sentinel.mutate.driver import Options, mutate
+    monkeypatch.setenv("HYPOTHESIS_STORAGE_DIRECTORY", str(tmp_path / "hypothesis"))
+    fn = "verl.utils.torch_functional:logprobs_from_logits"
+    ids = (f"{fn}#detach@9d83b7cc72", f"{fn}#delete@ad1dc968b8")
+    rep = mutate(load_paths([catalog_path() / "logprobs"]),
+                 Options("verl", repo=REPO, only=list(ids), budget=20, hunt_examples=200, survivor_examples=200,
+                         cache=None))
+    by = {m.id: m for m in rep.mutate.mutants}
+    assert all(by[i].verdict == "killed" and by[i].reached for i in ids), [(m.id, m.verdict, m.reason) for m in by.values()]
+
+
 @needs_tensordict
 def test_the_empty_micro_batch_scenario_runs_verls_all_masked_branch_and_sees_it_broken(tmp_path, monkeypatch):
     """verl #4165 feeds an all-masked micro-batch (padding removed) one dummy token and drops its output.

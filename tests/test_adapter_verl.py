@@ -206,6 +206,32 @@ def test_one_rank_of_a_process_group_runs_verls_all_reduce_with_the_same_values(
                            .clamp(max=2.0) * inputs["loss_mask"])  # normalised: the mean it took matters
 
 
+def test_the_flash_attn_arm_of_logprobs_from_logits_runs_on_the_kernels_stand_in(verl, monkeypatch):
+    """trainer:flash_attn_cross_entropy (conventions.OPTION_DOMAINS): verl's logprobs_from_logits takes
+    its flash-attn arm (its reshape, the kernel, its view back) on sentinel.adapters.kernels' stand-in
+    where flash-attn is absent: the same log-probs and gradient as its torch arm, float32 from bf16
+    logits as the kernel returns them; verl's module is as it was after the call, and a sign lost in
+    that arm's helper (planted) is seen."""
+    import verl.utils.torch_functional as verl_F
+    before = (verl_F.FLAH_ATTN_CROSS_ENTROPY_LOSS_AVAILABLE, "cross_entropy_loss" in vars(verl_F))
+    torch.manual_seed(0)
+    logits, tokens = torch.randn(2, 5, 7), torch.randint(0, 7, (2, 5))
+
+    def call(on, dtype=torch.float32):
+        lg = logits.to(dtype).requires_grad_()
+        out = verl.call("logprobs", {"logits": lg, "tokens": tokens},
+                        {"temperature": 1.0, "trainer:flash_attn_cross_entropy": on}).outputs["log_probs"]
+        return out, torch.autograd.grad((out * torch.arange(1.0, 6.0)).sum(), lg)[0]
+
+    (plain, g0), (flash, g1) = call(False), call(True)
+    assert torch.allclose(flash, plain, atol=1e-6) and torch.allclose(g1, g0, atol=1e-6) and g0.abs().sum() > 0
+    assert (verl_F.FLAH_ATTN_CROSS_ENTROPY_LOSS_AVAILABLE, "cross_entropy_loss" in vars(verl_F)) == before
+    assert call(False, torch.bfloat16)[0].dtype == torch.bfloat16 and call(True, torch.bfloat16)[0].dtype == torch.float32
+    monkeypatch.setattr(verl_F, "logprobs_from_logits_flash_attn", lambda *a, **k: -verl_F.cross_entropy_loss(*a, **k)[0].neg())
+    assert not torch.allclose(call(True)[0], plain)  # the flash arm ran: its planted sign shows
+    assert torch.allclose(call(False)[0], plain)
+
+
 def test_drawn_trainer_options_reach_agg_loss_paths_rloo_and_bypass_mode(verl):
     """verl's own options (conventions.OPTION_DOMAINS): the legacy actor's empty global_batch_info
     (agg_loss counts the non-empty rows itself), the engine's (the whole mini-batch), Dr. GRPO's

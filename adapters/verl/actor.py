@@ -238,7 +238,8 @@ class ActorSurface:
         batch = {"input_ids": ids, "attention_mask": mask, "position_ids": position_ids,
                  "responses": ids[:, -width:]}
         batching = config["micro_batch_size"] is not None or bool(config["use_dynamic_bsz"])
-        with self._padding_helpers(bool(config["use_remove_padding"])), _checkpoint_without_reentry(any(checkpointing.values())):
+        with self._padding_helpers(bool(config["use_remove_padding"])), self.cross_entropy_arm(config), \
+                _checkpoint_without_reentry(any(checkpointing.values())):
             if batching:
                 fn = _undecorated(getattr(cls, "compute_log_prob", None), "compute_log_prob")
                 if fn is None:

@@ -77,8 +77,6 @@ UNREACHABLE = {
              "if calculate_sum_pi_squared -> sum_pi_squared_rmpad = gather_outputs_and_unpad(": _SP,
              "if calculate_sum_pi_squared -> if is_mask_all_zero": _SP},
     "verl.utils.torch_functional:logprobs_from_logits": {
-        "if FLAH_ATTN_CROSS_ENTROPY_LOSS_AVAILABLE -> batch_dim = logits.shape[:-1]":
-            "flash-attn's cross-entropy kernel: a CUDA build of flash-attn",
         "elif NPU_CROSS_ENTROPY_LOSS_AVAILABLE -> output = logprobs_from_logits_torch_npu": "torch_npu's kernel: an Ascend NPU"},
 }
 # The engine worker's losses (use_legacy_worker_impl=disable): ppo_loss moved from workers/roles/utils
@@ -205,6 +203,9 @@ _WORKER = {"trainer:use_legacy_worker_impl": (None, "enable", "disable")}
 _RC = {"trainer:rollout_correction": (None, "token_is", "sequence_is_token_k1_rs", "seq_mean_k3_rs", "token_is_batch_norm")}
 _TIS = {"trainer:tis_imp_ratio_cap": (TIS_OFF, 2.0), **_WORKER, **_RC}
 BYPASS_PPO_CLIP = {"bypass_mode": True, "loss_type": "ppo_clip", "rollout_is": "token", "rollout_is_threshold": 2.0}
+# logprobs_from_logits' flash-attn arm (its Triton cross-entropy; sentinel.adapters.kernels' stand-in where
+# flash-attn is not installed: surfaces.py `cross_entropy_arm`)
+_CROSS_ENTROPY = {"trainer:flash_attn_cross_entropy": (False, True)}
 OPTION_DOMAINS = {
     # the actor's calculate_entropy (the caller's argument: off, the log-probs alone, with
     # inplace_backward for the fused cross-entropy) and its config's calculate_sum_pi_squared (the
@@ -215,7 +216,8 @@ OPTION_DOMAINS = {
                        "trainer:entropy_checkpointing": (False, True),
                        "trainer:sum_pi_squared_checkpointing": (False, True),
                        # the fused log-prob / entropy forward (its torch backend: actor.py `_fused_model`)
-                       "trainer:use_fused_kernels": (False, True)},
+                       "trainer:use_fused_kernels": (False, True), **_CROSS_ENTROPY},
+    "logprobs": _CROSS_ENTROPY,
     # the batch with or without the response_mask the trainer's fit adds (compute_advantage's fallback)
     "advantages": {"trainer:response_mask_in_batch": (True, False)},
     "reward_norm": {"mean_leave1out": (True,), "trainer:adv_estimator": ("grpo", "rloo")},

@@ -11,6 +11,8 @@ logprobs       ``verl.utils.torch_functional``: ``logprobs_from_logits`` and ``e
                ``FSDPEngineWithLMHead.prepare_model_outputs`` does without remove-padding: scale,
                entropy, log-probs at the (already rolled) labels. The canonical ``logits[b, t]``
                predicts ``tokens[b, t]``, which is verl's layout after its ``input_ids`` roll.
+               ``trainer:flash_attn_cross_entropy`` draws the arm of logprobs_from_logits
+               (`cross_entropy_arm`; the actor's too).
 metrics        the metrics dict of the registered policy loss ("vanilla":
                ``compute_policy_loss_vanilla``; before the registry ``compute_policy_loss``'s
                tuple): ``actor/pg_clipfrac`` -> clipfrac, ``actor/ppo_kl`` -> approx_kl,
@@ -30,6 +32,7 @@ TensorDict of nested tensors; no function of its own maps head outputs to values
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Any
 
@@ -37,13 +40,16 @@ import torch
 
 from sentinel.adapters.binding import bind, parameters
 from sentinel.adapters.contract import BoundaryResult, implements
+from sentinel.adapters.kernels import flash_attn_cross_entropy_loss
 from sentinel.adapters.loading import module_exists
+from sentinel.adapters.options import trainer_options
 from sentinel.errors import Unsupported
 
 from .conventions import CORE
 from .losses import global_batch_info
 
 TF = "verl.utils.torch_functional"
+FLASH_FLAG = "FLAH_ATTN_CROSS_ENTROPY_LOSS_AVAILABLE"  # verl's spelling, at every version
 ENGINE = "verl.workers.engine.fsdp.transformer_impl"
 _METRIC_KEYS = {"clipfrac": ("actor/pg_clipfrac", "pg_clipfrac"), "approx_kl": ("actor/ppo_kl", "ppo_kl"),
                 "clipfrac_lower": ("actor/pg_clipfrac_lower", "pg_clipfrac_lower")}
@@ -66,6 +72,34 @@ class Surfaces:
         return fn
 
     # --- logprobs -----------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def cross_entropy_arm(self, config):
+        """``trainer:flash_attn_cross_entropy`` (conventions.OPTION_DOMAINS): the arm of verl's
+        logprobs_from_logits the call takes. verl chooses it once, at import (flash-attn's Triton
+        cross-entropy where flash-attn imports, else a log-softmax gather); for the call its module
+        takes the drawn one. Where flash-attn is absent (every CPU machine) the kernel is
+        sentinel.adapters.kernels' stand-in, so verl's own code in that arm (its reshapes, its view
+        back, its inplace_backward argument) runs. Undrawn: verl's own choice."""
+        drawn = trainer_options(config).get("flash_attn_cross_entropy")
+        tf = self._verl_F()
+        if drawn is None or (not drawn and not getattr(tf, FLASH_FLAG, False)):
+            yield
+            return
+        if not hasattr(tf, FLASH_FLAG):
+            raise Unsupported("flash_attn_cross_entropy: this verl's logprobs_from_logits has no flash-attn arm")
+        saved = {n: tf.__dict__[n] for n in (FLASH_FLAG, "cross_entropy_loss") if n in tf.__dict__}
+        setattr(tf, FLASH_FLAG, bool(drawn))
+        if drawn and not saved[FLASH_FLAG]:  # flash-attn absent: the stand-in under its name
+            tf.cross_entropy_loss = flash_attn_cross_entropy_loss
+        try:
+            yield
+        finally:
+            for n in (FLASH_FLAG, "cross_entropy_loss"):
+                if n in saved:
+                    setattr(tf, n, saved[n])
+                else:
+                    tf.__dict__.pop(n, None)
+
     def _temperature_scaler(self):
         """The engine's `_scale_logits_by_temperature`; None where this verl has no such function."""
         if not module_exists(self.root, ENGINE):  # older verl scales inside its actor, with no function of its own
@@ -93,7 +127,8 @@ class Surfaces:
         else:
             scaled = logits
         entropy = ent_fn(scaled)
-        log_probs = logp_fn(**bind(logp_fn, "logprobs", {"logits": scaled, "labels": tokens}))
+        with self.cross_entropy_arm(config):
+            log_probs = logp_fn(**bind(logp_fn, "logprobs", {"logits": scaled, "labels": tokens}))
         return BoundaryResult({"log_probs": log_probs, "entropy": entropy},
                               function=self._ref(logp_fn).with_also(self._ref(ent_fn),
                                                                     *((self._ref(scale),) if scale else ())))
