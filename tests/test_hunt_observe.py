@@ -166,6 +166,32 @@ def test_a_side_that_cannot_load_what_the_call_needs_is_rejected_not_a_differenc
         assert judge._answer(ex, theirs, _answer()).violations == ["exception"]
 
 
+def test_an_adapter_defect_on_the_head_alone_is_a_mutants_difference_only():
+    """An adapter defect (an output its contract forbids) is no answer of the target's between two
+    commits: the adapter may not know the other one's layout. A mutant's hunt (`one_sided`: one
+    adapter, one commit) is different: the head raising one where the base answers is the mutant's
+    doing (verl's logprobs_from_logits with its view back deleted returns [B * T], not [B, T])."""
+    from sentinel.hunt.driver.differential import DiffJudge, DiffSettings
+
+    class Hunter:
+        def __init__(self, one_sided):
+            self.settings = DiffSettings(one_sided=one_sided)
+
+        def unexplained(self, b, ex, a, c):
+            return D.differences(b, ex, a, c), []
+
+    judge = object.__new__(DiffJudge)
+    judge.b = "kl"
+    ex = Example("kl", {}, {"log_probs": np.zeros((1, 2), np.float32)})
+    defect = {"status": "error", "type": "AdapterDefect", "message": "adapter defect at x.py:1: ContractError: kl"}
+    judge.h = Hunter(one_sided=True)
+    assert judge._answer(ex, _answer(), defect).violations == ["exception"]
+    assert judge._answer(ex, defect, _answer()).rejected.startswith("adapter defect")  # the base's: not the mutant's
+    judge.h = Hunter(one_sided=False)
+    answer = judge._answer(ex, _answer(), defect)
+    assert answer.violations == [] and answer.rejected.startswith("adapter defect"), answer
+
+
 def _kl_hunt(head: str, tmp_path: Path):
     _toys()
     return H.differential(TargetSpec("reference"), TargetSpec(f"hunt_observe_adapter:{head}"), ["kl"],

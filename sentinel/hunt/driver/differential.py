@@ -85,7 +85,9 @@ class DiffSettings:
     atol: float = ATOL
     rtol: float = RTOL
     min_valid: int = 1  # valid tokens in every drawn batch (see `_round`)
-    one_sided: bool = False  # both sides one trainer's code (a mutant): a value on one side only differs
+    # both sides one trainer's code and one adapter (a mutant): a value on one side only differs, and so does an
+    # adapter defect on the head alone (`DiffJudge._answer`)
+    one_sided: bool = False
     # compared examples per boundary a mutant's hunt needs (its equivalence claim's, or a survivor's floor): past
     # the time budget the boundaries below it run on, evidence_cap_s more seconds at most
     evidence: int = 0
@@ -511,6 +513,10 @@ class DiffJudge:
             who = "both sides" if a["status"] == b["status"] else "base" if skip is a else "head"
             return Answer(rejected=f"{skip['status']} by {who}: {skip['reason']}")
         defect = next((r for r in (a, b) if r["status"] == "error" and r["type"] in NOT_THE_TARGETS), None)
+        if defect is b and a["status"] != "error" and defect["type"] == ADAPTER_DEFECT and self.h.settings.one_sided:
+            # one adapter on both sides, at one commit: what it could not make of the head (an output the
+            # mutant left the wrong shape) is the head's change, an `exception` difference
+            defect = None
         if defect is not None:  # the adapter or the environment failed a side: no answer of the target's
             what = "adapter defect" if defect["type"] == ADAPTER_DEFECT else "not loadable here"
             return Answer(rejected=f"{what}: {defect['message']}", error={
