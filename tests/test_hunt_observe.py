@@ -187,6 +187,8 @@ def test_an_adapter_defect_on_the_head_alone_is_a_mutants_difference_only():
     judge.h = Hunter(one_sided=True)
     assert judge._answer(ex, _answer(), defect).violations == ["exception"]
     assert judge._answer(ex, defect, _answer()).rejected.startswith("adapter defect")  # the base's: not the mutant's
+    raised = {"status": "error", "type": "ValueError", "message": "the base raised"}
+    assert judge._answer(ex, raised, defect).rejected.startswith("adapter defect")  # nothing of the base's to differ from
     judge.h = Hunter(one_sided=False)
     answer = judge._answer(ex, _answer(), defect)
     assert answer.violations == [] and answer.rejected.startswith("adapter defect"), answer

@@ -43,6 +43,7 @@ from sentinel.adapters.contract import BoundaryResult, implements
 from sentinel.adapters.kernels import flash_attn_cross_entropy_loss
 from sentinel.adapters.loading import module_exists
 from sentinel.adapters.options import trainer_options
+from sentinel.adapters.shims import is_stub, module_exists_anywhere
 from sentinel.errors import Unsupported
 
 from .conventions import CORE
@@ -50,6 +51,7 @@ from .losses import global_batch_info
 
 TF = "verl.utils.torch_functional"
 FLASH_FLAG = "FLAH_ATTN_CROSS_ENTROPY_LOSS_AVAILABLE"  # verl's spelling, at every version
+FLASH_KERNEL = "flash_attn.ops.triton.cross_entropy"
 ENGINE = "verl.workers.engine.fsdp.transformer_impl"
 _METRIC_KEYS = {"clipfrac": ("actor/pg_clipfrac", "pg_clipfrac"), "approx_kl": ("actor/ppo_kl", "ppo_kl"),
                 "clipfrac_lower": ("actor/pg_clipfrac_lower", "pg_clipfrac_lower")}
@@ -77,9 +79,11 @@ class Surfaces:
         """``trainer:flash_attn_cross_entropy`` (conventions.OPTION_DOMAINS): the arm of verl's
         logprobs_from_logits the call takes. verl chooses it once, at import (flash-attn's Triton
         cross-entropy where flash-attn imports, else a log-softmax gather); for the call its module
-        takes the drawn one. Where flash-attn is absent (every CPU machine) the kernel is
-        sentinel.adapters.kernels' stand-in, so verl's own code in that arm (its reshapes, its view
-        back, its inplace_backward argument) runs. Undrawn: verl's own choice."""
+        takes the drawn one. The kernel is flash-attn's own only where it can run: flash-attn really
+        installed (not another target's stub of it) and the call on CUDA; anywhere else (every CPU
+        call) it is sentinel.adapters.kernels' stand-in, so verl's own code in that arm (its reshapes,
+        its view back, the arguments it passes) runs. Not in the config (a direct adapter call):
+        verl's own choice."""
         drawn = trainer_options(config).get("flash_attn_cross_entropy")
         tf = self._verl_F()
         if drawn is None or (not drawn and not getattr(tf, FLASH_FLAG, False)):
@@ -89,7 +93,9 @@ class Surfaces:
             raise Unsupported("flash_attn_cross_entropy: this verl's logprobs_from_logits has no flash-attn arm")
         saved = {n: tf.__dict__[n] for n in (FLASH_FLAG, "cross_entropy_loss") if n in tf.__dict__}
         setattr(tf, FLASH_FLAG, bool(drawn))
-        if drawn and not saved[FLASH_FLAG]:  # flash-attn absent: the stand-in under its name
+        real = saved[FLASH_FLAG] and not is_stub(saved.get("cross_entropy_loss")) and self.device.type == "cuda" \
+            and module_exists_anywhere(FLASH_KERNEL)
+        if drawn and not real:
             tf.cross_entropy_loss = flash_attn_cross_entropy_loss
         try:
             yield
@@ -127,8 +133,13 @@ class Surfaces:
         else:
             scaled = logits
         entropy = ent_fn(scaled)
+        # the engine's no-padding path hands logprobs_from_logits a copy of the logits it took the entropy of
+        # (torch.cat of the rows): flash-attn's kernel, whose backward writes into the logits it was given
+        # (inplace_backward, verl's default), must not write into those
+        flash = bool(trainer_options(config).get("flash_attn_cross_entropy"))
         with self.cross_entropy_arm(config):
-            log_probs = logp_fn(**bind(logp_fn, "logprobs", {"logits": scaled, "labels": tokens}))
+            log_probs = logp_fn(**bind(logp_fn, "logprobs", {"logits": scaled.clone() if flash else scaled,
+                                                             "labels": tokens}))
         return BoundaryResult({"log_probs": log_probs, "entropy": entropy},
                               function=self._ref(logp_fn).with_also(self._ref(ent_fn),
                                                                     *((self._ref(scale),) if scale else ())))

@@ -6,11 +6,13 @@ installed, plain torch elsewhere (verl's ``logprobs_from_logits``: flash-attn's 
 else a log-softmax gather). On a CPU machine the kernel's arm never runs, and neither does the
 trainer's code in it (its reshapes, its views, the arguments it passes). A stand-in here keeps the
 kernel's contract (its signature, the shapes it asserts, the dtype it returns) and computes the same
-mathematics with differentiable torch ops, written here from the kernel's documented behaviour. It is
-taken only where the library is absent; where it is installed the real kernel runs.
+mathematics with differentiable torch ops, written here from the kernel's documented behaviour. An
+adapter takes it where the real kernel cannot run (not installed, or the call not on its device).
 
 What a stand-in hides: the kernel's own numerics (a Triton reduction's rounding) and any memory it
-writes outside its outputs. Each stand-in says which of those its kernel has.
+writes outside its outputs. Each stand-in says which of those its kernel has. It plays the target's
+dependency, yet lives under sentinel/adapters/: a TypeError raised in its body reads as an adapter
+defect (sentinel/adapters/defects.py), never as the target's error.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from __future__ import annotations
 from typing import Optional
 
 import torch
+
+from sentinel.errors import MissingDependency
 
 
 def flash_attn_cross_entropy_loss(logits: torch.Tensor, labels: torch.Tensor,
@@ -31,14 +35,16 @@ def flash_attn_cross_entropy_loss(logits: torch.Tensor, labels: torch.Tensor,
     is logsumexp(s * logits[i]) - s * logits[i, labels[i]] plus the z-loss lse_square_scale * lse^2,
     0 where labels[i] == ignore_index; the gradient reaches the logits only, in their dtype.
 
-    Not modelled: label smoothing, a precomputed lse and a tensor-parallel process group (refused:
-    no trainer here passes them); and ``inplace_backward``, with which the real kernel writes the
-    gradient into the logits' own memory during the backward. A trainer that passes it while a second
-    backward still needs those logits (verl sets it off when it computes the entropy) gets wrong
-    gradients on a GPU, which this stand-in does not show."""
+    Not modelled: label smoothing, a precomputed lse and a tensor-parallel process group (refused as
+    this environment's limit, MissingDependency: no trainer here passes them); labels outside the
+    vocabulary (torch's gather raises); the kernel's NaN log-sum-exp of a row of +inf or all -inf
+    logits (torch gives +-inf); and ``inplace_backward``, with which the real kernel writes the gradient
+    into the logits' own memory during the backward. A trainer that passes it while another backward
+    still needs those logits (verl turns it off where it computes the entropy on its remove-padding
+    paths) gets wrong gradients on a GPU, which this stand-in does not show."""
     if label_smoothing or precomputed_lse is not None or process_group is not None:
-        raise NotImplementedError("the flash-attn cross-entropy stand-in models no label smoothing, precomputed lse "
-                                  "or tensor-parallel group")
+        raise MissingDependency("flash-attn is not usable here, and its cross-entropy stand-in models no label "
+                                "smoothing, precomputed lse or tensor-parallel group")
     n_rows, _ = logits.shape  # the kernel unpacks two dimensions
     assert labels.shape == (n_rows,), f"labels {tuple(labels.shape)} for {n_rows} rows"
     scaled = logits.float() * logit_scale  # the kernel loads each row in float32

@@ -300,3 +300,14 @@ def import_with_stubs(name: str, *, target: str, own: str, allowed: set[str] | f
             if not _stub_name(e, own, may_stub, stubs):
                 raise
     raise TargetLoadError(f"{target} target: importing {name} kept failing")
+
+
+def module_exists_anywhere(name: str) -> bool:
+    """A real module of this name is importable. Another target's stub of its root (OpenRLHF and
+    TRL stub flash_attn) is not one: in a process that loaded one of them first, verl's padding
+    path took the stub's unpad_input, which returns nothing."""
+    try:
+        with hidden([name.split(".")[0]]):
+            return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
