@@ -71,7 +71,7 @@ def test_another_targets_flash_attn_stub_is_not_taken_for_the_real_package():
     import subprocess
     code = ("from sentinel.adapters import shims; from sentinel_adapters.verl import actor; "
             "shims.install_stubs(['flash_attn']); import flash_attn; "
-            "print(shims.is_stub(flash_attn), actor.module_exists_anywhere('flash_attn.bert_padding'))")
+            "print(shims.is_stub(flash_attn), shims.module_exists_anywhere('flash_attn.bert_padding'))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.stdout.split() == ["True", "False"], r.stdout + r.stderr
 
@@ -270,8 +270,20 @@ def test_drawn_fused_kernels_run_verls_fused_forward_and_its_backward(verl, monk
     assert not torch.allclose(planted[M], expect[M], atol=1e-3)
 
 
+def _mutants_killed(tmp_path, monkeypatch, boundary: str, ids: tuple[str, ...]) -> None:
+    """`sentinel mutate` on `boundary`'s catalog kills each of `ids`, having run its change (200 hunt
+    examples and a survivor's floor of 200, whatever the load)."""
+    from sentinel.mutate.driver import Options, mutate
+    monkeypatch.setenv("HYPOTHESIS_STORAGE_DIRECTORY", str(tmp_path / "hypothesis"))
+    rep = mutate(load_paths([catalog_path() / boundary]),
+                 Options("verl", repo=REPO, only=list(ids), budget=20, hunt_examples=200, survivor_examples=200,
+                         cache=None))
+    by = {m.id: m for m in rep.mutate.mutants}
+    assert all(by[i].verdict == "killed" and by[i].reached for i in ids), [(m.id, m.verdict, m.reason) for m in by.values()]
+
+
 @pytest.mark.parametrize("packed", [False, True])
-def test_drawn_flash_attn_cross_entropy_gives_the_reference_log_probs_and_gradient(verl, packed):
+def test_drawn_flash_attn_cross_entropy_gives_the_reference_log_probs_and_gradient(verl, monkeypatch, packed):
     """trainer:flash_attn_cross_entropy on the actor: _forward_micro_batch's logprobs_from_logits takes its
     flash-attn arm (the kernel's stand-in, sentinel.adapters.kernels), with inplace_backward as verl
     passes it, entropy on or off: the reference's log-probs and gradient."""
@@ -287,21 +299,99 @@ def test_drawn_flash_attn_cross_entropy_gives_the_reference_log_probs_and_gradie
         got, = torch.autograd.grad((out["log_probs"] * M).sum(), logits)
         expect, = torch.autograd.grad((want["log_probs"] * M).sum(), ref_logits)
         assert torch.allclose(got[M], expect[M], atol=1e-5)
+    verl_F = importlib.import_module("verl.utils.torch_functional")
+    monkeypatch.setattr(verl_F, "logprobs_from_logits_flash_attn", lambda *a, **k: verl_F.cross_entropy_loss(*a, **k)[0])
+    planted = verl.call("actor_logprobs", dict(BATCH), {"temperature": 0.5, "use_remove_padding": packed,
+                                                       "trainer:flash_attn_cross_entropy": True}).outputs
+    assert not torch.allclose(planted["log_probs"][M], want["log_probs"][M])  # the arm ran: its planted sign shows
 
 
 def test_the_flash_attn_arms_mutants_run_and_are_killed_once_it_is_drawn(tmp_path, monkeypatch):
     """logprobs_from_logits' flash-attn arm was unreachable on CPU (conventions.UNREACHABLE until stop 48):
     drawn on the kernel's stand-in, the output detached after the kernel and the view back to the batch's
     shape deleted (an output of the wrong shape: the adapter's contract check, the mutant's doing) are killed."""
-    from sentinel.mutate.driver import Options, mutate
-    monkeypatch.setenv("HYPOTHESIS_STORAGE_DIRECTORY", str(tmp_path / "hypothesis"))
     fn = "verl.utils.torch_functional:logprobs_from_logits"
-    ids = (f"{fn}#detach@9d83b7cc72", f"{fn}#delete@ad1dc968b8")
-    rep = mutate(load_paths([catalog_path() / "logprobs"]),
-                 Options("verl", repo=REPO, only=list(ids), budget=20, hunt_examples=200, survivor_examples=200,
-                         cache=None))
-    by = {m.id: m for m in rep.mutate.mutants}
-    assert all(by[i].verdict == "killed" and by[i].reached for i in ids), [(m.id, m.verdict, m.reason) for m in by.values()]
+    _mutants_killed(tmp_path, monkeypatch, "logprobs", (f"{fn}#detach@9d83b7cc72", f"{fn}#delete@ad1dc968b8"))
+
+
+def _ulysses_calls(monkeypatch):
+    """verl's gathers of the ranks' outputs, each with the group it gathered over (None: no group)."""
+    ulysses = importlib.import_module("verl.utils.ulysses")
+    dp_actor = importlib.import_module("verl.workers.actor.dp_actor")
+    calls, real = [], ulysses.gather_outputs_and_unpad
+
+    def counted(x, *args, **kw):
+        calls.append(ulysses.get_ulysses_sequence_parallel_group())
+        return real(x, *args, **kw)
+
+    monkeypatch.setattr(dp_actor, "gather_outputs_and_unpad", counted)
+    return calls
+
+
+@pytest.mark.parametrize("batching", [{}, {"micro_batch_size": 2}])
+def test_two_ulysses_ranks_give_one_ranks_log_probs_entropy_and_gradient(verl, monkeypatch, batching):
+    """trainer:ulysses_sequence_parallel_size 2 (adapters/verl/ulysses.py): _forward_micro_batch on two
+    threaded ranks, each handed its slice of the packed sequence, verl's own all-gather (and its backward's
+    scaled slice) putting them together: the same log-probs, entropy, sum of pi^2 and gradient as one rank,
+    through verl's gathers on a real group; a gather that drops its gradient scaling (planted) is seen."""
+    if batching and not TENSORDICT:
+        pytest.skip("tensordict is not installed (pip install '.[verl]')")
+    calls = _ulysses_calls(monkeypatch)
+    config = {"temperature": 0.5, "use_remove_padding": True, "trainer:calculate_sum_pi_squared": True, **batching}
+
+    def run(sp):
+        logits = BATCH["logits"].clone().requires_grad_()
+        out = verl.call("actor_logprobs", {**BATCH, "logits": logits},
+                        {**config, "trainer:ulysses_sequence_parallel_size": sp})
+        y = (out.outputs["log_probs"] * M).sum() + (out.outputs["entropy"] * M).sum()
+        return out, torch.autograd.grad(y, logits)[0] if y.requires_grad else None  # compute_log_prob: no_grad
+
+    (one, g1), (two, g2) = run(1), run(2)
+    n = 2 if batching else 1  # micro-batches of one call
+    assert len(calls) == 2 * 3 * n and all(g is not None for g in calls)  # 2 ranks x (log-probs, entropy, pi^2)
+    for k in ("log_probs", "entropy"):
+        assert torch.allclose(two.outputs[k][M], one.outputs[k][M], atol=1e-6), k
+    assert torch.allclose(two.extras["returned:sum_pi_squared"][M], one.extras["returned:sum_pi_squared"][M], atol=1e-6)
+    if not batching:  # compute_log_prob runs under no_grad: no gradient to compare
+        assert torch.allclose(g2, g1, atol=1e-6) and g1.abs().sum() > 0
+        ulysses = importlib.import_module("verl.utils.ulysses")
+        monkeypatch.setattr(ulysses.Gather, "backward", staticmethod(
+            lambda ctx, g: (None, g.split(ctx.part_size, dim=ctx.gather_dim)[ctx.sp_rank].contiguous(), None, None,
+                            None, None)))  # grad_scaler ignored: each rank's share halved
+        assert not torch.allclose(run(2)[1], g1, atol=1e-3)
+
+
+def test_ulysses_without_remove_padding_is_excluded_as_verls_config_refuses_it(verl):
+    with pytest.raises(PreconditionUnmet, match="verl-sequence-parallel-packed"):
+        verl.call("actor_logprobs", dict(BATCH), {"temperature": 0.5, "use_remove_padding": False,
+                                                 "trainer:ulysses_sequence_parallel_size": 2})
+
+
+def test_the_fused_forward_on_two_ulysses_ranks_rolls_each_slices_labels_a_finding(tmp_path):
+    """scenarios/findings/verl-fused-ulysses-label-roll.yaml: violated on verl's fused forward under two
+    sequence-parallel ranks (the slice's last position scored against its own first token); the same
+    batch holds unfused on two ranks, and fused on one."""
+    finding = Path(__file__).resolve().parents[1] / "scenarios" / "findings" / "verl-fused-ulysses-label-roll.yaml"
+    text = finding.read_text()
+
+    def verdict(over: str) -> str:
+        f = tmp_path / "s.yaml"
+        f.write_text(text.replace('"trainer:use_fused_kernels": true', over))
+        return run(load_paths([f]), [TargetSpec("verl", REPO)]).results[0].verdict
+
+    assert verdict('"trainer:use_fused_kernels": true') == "violated"
+    assert verdict('"trainer:use_fused_kernels": false') == "holds"
+    f = tmp_path / "one.yaml"
+    f.write_text(text.replace('"trainer:ulysses_sequence_parallel_size": 2}', '"trainer:ulysses_sequence_parallel_size": 1}')
+                 .replace('  - batching_invariant: {against: [{"trainer:ulysses_sequence_parallel_size": 1}]}\n', ''))
+    assert run(load_paths([f]), [TargetSpec("verl", REPO)]).results[0].verdict == "holds"
+
+
+def test_the_ulysses_arms_mutants_are_killed_once_two_ranks_are_drawn(tmp_path, monkeypatch):
+    """_forward_micro_batch's Ulysses arms were unreachable from one process (conventions.UNREACHABLE until
+    stop 48): on two threaded ranks, the log-probs left ungathered and the gathered ones detached are killed."""
+    fn = "verl.workers.actor.dp_actor:DataParallelPPOActor._forward_micro_batch"
+    _mutants_killed(tmp_path, monkeypatch, "actor_logprobs", (f"{fn}#delete@ff072d5945", f"{fn}#detach@6824b3fbd4"))
 
 
 @needs_tensordict

@@ -14,7 +14,9 @@ helpers are flash_attn's ``bert_padding``; flash_attn builds only with CUDA, so 
 absent the call uses verl's own pure-torch port of them (``verl.utils.npu_flash_attn_utils``,
 what verl runs on NPUs) under that name, for the call only. With the drawn ``use_fused_kernels`` the
 model's forward is verl's fused one (its torch backend, installed by verl's own patch), which returns
-the log-probs and entropy itself from the hidden states and ``lm_head`` (`_fused_model`).
+the log-probs and entropy itself from the hidden states and ``lm_head`` (`_fused_model`). With the drawn
+``ulysses_sequence_parallel_size`` 2 the method runs on two sequence-parallel ranks, threads of this
+process, each with its slice of the packed sequence (adapters/verl/ulysses.py).
 
 micro_batch_size and use_dynamic_bsz are ``compute_log_prob``'s: it splits a real ``DataProto`` (a
 TensorDict) into micro-batches (``DataProto.split``) or token-budget batches (``prepare_dynamic_batch``),
@@ -27,7 +29,6 @@ has the options, this environment cannot build their input.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import inspect
 import io
 import sys
@@ -39,15 +40,20 @@ from sentinel.adapters.contract import BoundaryResult, Precondition, implements
 from sentinel.adapters.loading import module_exists
 from sentinel.adapters.observables import extras
 from sentinel.adapters.options import trainer_options
-from sentinel.adapters.shims import hidden, is_stub
+from sentinel.adapters.ranks import run_ranks
+from sentinel.adapters.shims import is_stub, module_exists_anywhere
 from sentinel.adapters.standin import LogitsTable, StandInLM, actor_preconditions, prompt_response, scatter_back
 from sentinel.errors import MissingDependency, Unsupported
+
+from .ulysses import SP, UlyssesStandIn, collected, sequence_parallel_group
 
 ACTOR = "actor_logprobs"
 DP_ACTOR = "verl.workers.actor.dp_actor"
 FUSED_PATCH = "verl.models.transformers.monkey_patch"
 _LINK = "https://github.com/volcengine/verl/blob/main/verl/workers/actor/dp_actor.py"
 _BALANCING = "https://github.com/volcengine/verl/blob/main/verl/utils/seqlen_balancing.py"
+_ACTOR_CONFIG = "https://github.com/volcengine/verl/blob/main/verl/workers/config/actor.py"
+ULYSSES = "verl.utils.ulysses"
 
 # what _forward_micro_batch reads on self, set for one process, no sequence parallelism, no fused
 # kernels, no prefix grouper; param_dtype float32 (autocast on CPU takes bf16 / fp16 only)
@@ -80,17 +86,6 @@ _PADDING = ("index_first_axis", "pad_input", "rearrange", "unpad_input")
 _CACHED = ("_index_first_axis", "_pad_input", "_rearrange", "_unpad_input")
 
 
-def module_exists_anywhere(name: str) -> bool:
-    """A real module of this name is importable. Another target's stub of its root (OpenRLHF and
-    TRL stub flash_attn) is not one: in a process that loaded one of them first, verl's padding
-    path took the stub's unpad_input, which returns nothing."""
-    try:
-        with hidden([name.split(".")[0]]):
-            return importlib.util.find_spec(name) is not None
-    except (ImportError, ValueError):
-        return False
-
-
 def _undecorated(fn, name: str):
     """`fn` without its decorators: verl's GPUMemoryLogger wraps compute_log_prob in a closure that
     keeps no ``__wrapped__``, so the report would name the profiler's wrapper."""
@@ -105,6 +100,10 @@ def _undecorated(fn, name: str):
 def _width(inputs) -> int:
     """The padded sequence length of the batch in verl's layout (`prompt_response`)."""
     return int(prompt_response(inputs["tokens"], inputs["attention_mask"], inputs["loss_mask"])[0].shape[1])
+
+
+def _sp_size(config) -> int:
+    return int(trainer_options(config).get("ulysses_sequence_parallel_size") or 1)
 
 
 def _budget_fits(inputs, config) -> bool:
@@ -189,7 +188,11 @@ class ActorSurface:
         _budget_fits, boundaries=(ACTOR,), link=_BALANCING,
         reason="verl's rearrange_micro_batches asserts max_token_len >= the padded sequence length (its trainer "
                "sizes ppo_max_token_len_per_gpu for the longest prompt plus response): a smaller budget never "
-               "reaches it")}
+               "reaches it"),
+        "verl-sequence-parallel-packed": Precondition(
+            lambda inputs, config: _sp_size(config) == 1 or bool(config["use_remove_padding"]), boundaries=(ACTOR,),
+            link=_ACTOR_CONFIG, reason="verl's actor config refuses Ulysses sequence parallelism without "
+                                       "use_remove_padding: a padded batch never reaches the method with it")}
 
     @implements(ACTOR, calls=(f"{DP_ACTOR}:DataParallelPPOActor._forward_micro_batch",
                               f"{DP_ACTOR}:DataParallelPPOActor.compute_log_prob"))
@@ -219,9 +222,15 @@ class ActorSurface:
         for k, on in checkpointing.items():
             if on and k not in inspect.getsource(fn):
                 raise Unsupported(f"{k}: this verl's _forward_micro_batch does not read it")
+        sp = _sp_size(config)
+        ulysses = self._import(ULYSSES) if sp > 1 and "use_ulysses_sp" in inspect.getsource(fn) else None
+        if sp > 1 and not hasattr(ulysses, "get_ulysses_sequence_parallel_group"):
+            raise Unsupported("ulysses_sequence_parallel_size: this verl's actor has no Ulysses sequence parallelism")
         model = StandInLM(LogitsTable(logits, tokens, attn))
+        model = UlyssesStandIn(model) if sp > 1 else model
         model = self._fused_model(model) if fused else model
         attributes = {**_ACTOR_ATTRIBUTES, "use_fused_kernels": fused, "actor_module": model, "device_name": "cpu",
+                      "use_ulysses_sp": sp > 1, "ulysses_sequence_parallel_size": sp,
                       "use_remove_padding": bool(config["use_remove_padding"]),
                       "compute_entropy_from_logits": F.entropy_from_logits,
                       "config": _Config(calculate_sum_pi_squared=pi_squared, entropy_from_logits_with_chunking=False,
@@ -238,18 +247,24 @@ class ActorSurface:
         batch = {"input_ids": ids, "attention_mask": mask, "position_ids": position_ids,
                  "responses": ids[:, -width:]}
         batching = config["micro_batch_size"] is not None or bool(config["use_dynamic_bsz"])
+        if batching:
+            fn = _undecorated(getattr(cls, "compute_log_prob", None), "compute_log_prob")
+            if fn is None:
+                raise Unsupported("verl has no DataParallelPPOActor.compute_log_prob at this version")
+
+        def call(_rank=None) -> dict:
+            if batching:
+                return self._compute_log_prob(actor, batch, mask, config, entropy)
+            got = actor._forward_micro_batch(batch, temperature=float(config["temperature"]), calculate_entropy=entropy)
+            return {"entropys": got[0], "log_probs": got[1]} if isinstance(got, tuple) else got  # tuple before 67a127b4
+
         with self._padding_helpers(bool(config["use_remove_padding"])), self.cross_entropy_arm(config), \
                 _checkpoint_without_reentry(any(checkpointing.values())):
-            if batching:
-                fn = _undecorated(getattr(cls, "compute_log_prob", None), "compute_log_prob")
-                if fn is None:
-                    raise Unsupported("verl has no DataParallelPPOActor.compute_log_prob at this version")
-                out = self._compute_log_prob(actor, batch, mask, config, entropy)
+            if sp > 1:  # each rank a thread (adapters/verl/ulysses.py)
+                with sequence_parallel_group(ulysses):
+                    out = collected(run_ranks(sp, call, groups={SP: [list(range(sp))]}))
             else:
-                out = actor._forward_micro_batch(batch, temperature=float(config["temperature"]),
-                                                 calculate_entropy=entropy)
-                if isinstance(out, tuple):  # before 67a127b4 (2026-01): (entropy, log_probs)
-                    out = {"entropys": out[0], "log_probs": out[1]}
+                out = call()
         shape = inputs["loss_mask"].shape
         outputs = {"log_probs": scatter_back(out["log_probs"], where, shape)}
         if out.get("entropys") is not None:

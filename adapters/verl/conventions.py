@@ -34,7 +34,6 @@ _VLM = ("a vision-language model's inputs (multi_modal_inputs, Qwen2-VL's 3-D mr
         "image_bound): the stand-in model is a language model over drawn logits")
 _MODEL = ("a model forward verl patches with PrefixGrouper's shared-prefix attention: the stand-in model has no "
           "attention (the fused kernels' forward runs: actor.py `_fused_model`)")
-_SP = "Ulysses sequence parallelism: several processes"
 _EMPTY = "a batch of no rows: every boundary's batch holds at least one row"
 _PARSED = ("dead code: _parse_rollout_rs_thresholds (called above) has already set both bounds of every k1 "
            "criterion and the upper one of the others, and every name passed the supported-options check")
@@ -71,11 +70,9 @@ UNREACHABLE = {
         "if old_log_prob.shape != response_mask.shape" + _RAISE: _GUARD, "if rollout_rs_threshold is None" + _RAISE: _GUARD},
     _ACTOR: {"if self.use_prefix_grouper": _MODEL, "if can_use_pg and": _MODEL,
              'if "multi_modal_inputs" in micro_batch.keys()': _VLM, "if position_ids.dim() == 3": _VLM,
-             'if "image_bound" in multi_modal_inputs': _VLM, "if self.use_ulysses_sp": _SP, "if is_vlm_model": _SP,
-             # inside `if self.use_ulysses_sp:` (its False arc shares its text with the padded path's)
-             "if calculate_entropy -> entropy_rmpad = gather_outputs_and_unpad(": _SP,
-             "if calculate_sum_pi_squared -> sum_pi_squared_rmpad = gather_outputs_and_unpad(": _SP,
-             "if calculate_sum_pi_squared -> if is_mask_all_zero": _SP},
+             # Ulysses sequence parallelism runs as threaded ranks (ulysses.py); its VLM arm slices after embedding
+             'if "image_bound" in multi_modal_inputs': _VLM, "if is_vlm_model -> input_ids_rmpad, position_ids_rmpad, "
+                                                             "pad_size = ulysses_pad(": _VLM},
     "verl.utils.torch_functional:logprobs_from_logits": {
         "elif NPU_CROSS_ENTROPY_LOSS_AVAILABLE -> output = logprobs_from_logits_torch_npu": "torch_npu's kernel: an Ascend NPU"},
 }
@@ -216,7 +213,9 @@ OPTION_DOMAINS = {
                        "trainer:entropy_checkpointing": (False, True),
                        "trainer:sum_pi_squared_checkpointing": (False, True),
                        # the fused log-prob / entropy forward (its torch backend: actor.py `_fused_model`)
-                       "trainer:use_fused_kernels": (False, True), **_CROSS_ENTROPY},
+                       "trainer:use_fused_kernels": (False, True), **_CROSS_ENTROPY,
+                       # Ulysses sequence parallelism: two ranks, threads of one process (ulysses.py)
+                       "trainer:ulysses_sequence_parallel_size": (1, 2)},
     "logprobs": _CROSS_ENTROPY,
     # the batch with or without the response_mask the trainer's fit adds (compute_advantage's fallback)
     "advantages": {"trainer:response_mask_in_batch": (True, False)},
