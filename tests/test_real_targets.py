@@ -105,7 +105,9 @@ def test_verl_findings_reproduce():
                         # verl's masked_whiten selects; its approx-KL metric is old - new
                         "whiten-nan-at-masked-position": "holds", "areal-approx-kl-sign": "holds",
                         "gae-interior-hole-discount": "holds", "grpo-loss-counts-masked-rows": "violated",
-                        "gspo-seq-ratio-nan-masked": "violated"}
+                        "gspo-seq-ratio-nan-masked": "violated",
+                        # verl 0.9.1's wheel ships no workers/actor (the checkout's verl: tests/test_actor_verl.py)
+                        "verl-fused-ulysses-label-roll": "unsupported"}
     assert code == 1
 
 
