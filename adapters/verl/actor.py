@@ -107,8 +107,9 @@ def _sp_size(config) -> int:
 
 
 def _budget_fits(inputs, config) -> bool:
+    # compute_log_prob scales the budget by the sequence-parallel size (each rank holds its slice)
     return not config.get("use_dynamic_bsz") or config.get("max_token_len") is None or \
-        int(config["max_token_len"]) >= _width(inputs)
+        int(config["max_token_len"]) * _sp_size(config) >= _width(inputs)
 
 
 class _Base(torch.nn.Module):

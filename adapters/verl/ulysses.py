@@ -52,7 +52,7 @@ class UlyssesStandIn(torch.nn.Module):
         self.lm = lm
         self.config = types.SimpleNamespace(model_type="sentinel_stand_in")  # a text model: no vision_config
         self._lock = threading.Lock()
-        self._answers: dict[int, torch.Tensor] = {}  # the i-th forward of every rank: one answer
+        self._answers: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # i-th forward of every rank: its ids, logits
         self._calls: defaultdict[int, int] = defaultdict(int)  # forwards per rank so far
 
     @property
@@ -70,8 +70,10 @@ class UlyssesStandIn(torch.nn.Module):
             i = self._calls[r]
             self._calls[r] += 1
             if i not in self._answers:
-                self._answers[i] = self.lm(input_ids=ids, position_ids=pos, **kwargs).logits
-            whole = self._answers[i]
+                self._answers[i] = (ids, self.lm(input_ids=ids, position_ids=pos, **kwargs).logits)
+            asked, whole = self._answers[i]
+        if not torch.equal(asked, ids):  # the ranks' i-th forwards meet in one all-gather: one sequence
+            raise RuntimeError("the sequence-parallel ranks' forwards fell out of step")
         w = input_ids.shape[-1]
         return types.SimpleNamespace(logits=whole[:, r * w:(r + 1) * w].clone(), aux_loss=None)
 
