@@ -56,7 +56,8 @@ _ACTOR_CONFIG = "https://github.com/volcengine/verl/blob/main/verl/workers/confi
 ULYSSES = "verl.utils.ulysses"
 
 # what _forward_micro_batch reads on self, set for one process, no sequence parallelism, no fused
-# kernels, no prefix grouper; param_dtype float32 (autocast on CPU takes bf16 / fp16 only)
+# kernels, no prefix grouper (the drawn options override them per call); param_dtype float32
+# (autocast on CPU takes bf16 / fp16 only)
 _ACTOR_ATTRIBUTES = {"use_fused_kernels": False, "use_ulysses_sp": False, "ulysses_sequence_parallel_size": 1,
                      "use_prefix_grouper": False, "use_dynamic_bsz": False, "param_dtype": torch.float32}
 
