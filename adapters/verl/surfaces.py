@@ -83,11 +83,11 @@ class Surfaces:
         installed (not another target's stub of it) and the call on CUDA; anywhere else (every CPU
         call) it is sentinel.adapters.kernels' stand-in, so verl's own code in that arm (its reshapes,
         its view back, the arguments it passes) runs. Not in the config (a direct adapter call):
-        verl's own choice."""
+        verl's own choice. Yields whether the flash-attn arm was drawn."""
         drawn = trainer_options(config).get("flash_attn_cross_entropy")
         tf = self._verl_F()
         if drawn is None or (not drawn and not getattr(tf, FLASH_FLAG, False)):
-            yield
+            yield bool(drawn)
             return
         if not hasattr(tf, FLASH_FLAG):
             raise Unsupported("flash_attn_cross_entropy: this verl's logprobs_from_logits has no flash-attn arm")
@@ -98,7 +98,7 @@ class Surfaces:
         if drawn and not real:
             tf.cross_entropy_loss = flash_attn_cross_entropy_loss
         try:
-            yield
+            yield bool(drawn)
         finally:
             for n in (FLASH_FLAG, "cross_entropy_loss"):
                 if n in saved:
@@ -136,8 +136,7 @@ class Surfaces:
         # the engine's no-padding path hands logprobs_from_logits a copy of the logits it took the entropy of
         # (torch.cat of the rows): flash-attn's kernel, whose backward writes into the logits it was given
         # (inplace_backward, verl's default), must not write into those
-        flash = bool(trainer_options(config).get("flash_attn_cross_entropy"))
-        with self.cross_entropy_arm(config):
+        with self.cross_entropy_arm(config) as flash:
             log_probs = logp_fn(**bind(logp_fn, "logprobs", {"logits": scaled.clone() if flash else scaled,
                                                              "labels": tokens}))
         return BoundaryResult({"log_probs": log_probs, "entropy": entropy},
