@@ -410,3 +410,62 @@ def test_the_empty_micro_batch_scenario_runs_verls_all_masked_branch_and_sees_it
     assert by[dummy_ids].verdict == "killed" and by[dummy_ids].killed_by.startswith(
         "actor-logprobs-empty-micro-batch: holds -> error"), by[dummy_ids]
     assert by[dummy_ids_detached].reached is True  # ran, and (an int tensor) changed nothing
+
+
+@pytest.mark.parametrize("sp", [0, 1, 2])  # 0: padded; 1, 2: padding removed, on 1 or 2 sequence-parallel ranks
+def test_drawn_mrope_position_ids_run_verls_vlm_arms_with_the_same_log_probs_and_gradient(verl, monkeypatch, sp):
+    """trainer:mrope_position_ids (adapters/verl/vlm.py): the model a Qwen2-VL on a text-only batch, its
+    position ids [bsz, 4, seqlen]; _forward_micro_batch transposes and unpads them (on two ranks: its VLM
+    arm, the whole sequence on each rank, sliced after the embedding): the log-probs, entropy and gradient
+    of the 2-D ids. A channel unpadded at another pace (planted in verl's index_first_axis) is seen; a
+    constant offset, which a rotary model does not see, is not."""
+    dp_actor = importlib.import_module("verl.workers.actor.dp_actor")
+    arms = []
+    if sp == 2:
+        real_pad = dp_actor.ulysses_pad
+        monkeypatch.setattr(dp_actor, "ulysses_pad", lambda *a, **k: arms.append(1) or real_pad(*a, **k))
+    config = {"temperature": 0.5, "use_remove_padding": sp > 0, "trainer:ulysses_sequence_parallel_size": max(sp, 1)}
+
+    def run(**over):
+        logits = BATCH["logits"].clone().requires_grad_()
+        out = verl.call("actor_logprobs", {**BATCH, "logits": logits}, {**config, **over}).outputs
+        y = (out["log_probs"] * M).sum() + (out["entropy"] * M).sum()
+        return out, torch.autograd.grad(y, logits)[0]
+
+    (text, g0), (vlm, g1) = run(), run(**{"trainer:mrope_position_ids": True})
+    assert not arms or len(arms) == 2  # each rank took the VLM arm
+    for k in ("log_probs", "entropy"):
+        assert torch.allclose(vlm[k][M], text[k][M], atol=1e-6), k
+    assert torch.allclose(g1, g0, atol=1e-6) and g0.abs().sum() > 0
+    if sp:
+        real = dp_actor.index_first_axis  # a constant offset of a channel: rotary positions are relative
+        monkeypatch.setattr(dp_actor, "index_first_axis", lambda x, i: real(
+            torch.cat([x[..., :1], x[..., 1:] + 5], dim=-1) if x.dim() == 2 else x, i))
+        assert torch.equal(run(**{"trainer:mrope_position_ids": True})[0]["log_probs"], vlm["log_probs"])
+        monkeypatch.setattr(dp_actor, "index_first_axis", lambda x, i: real(  # a channel at twice the pace
+            torch.cat([x[..., :1], x[..., 1:2] * 2, x[..., 2:]], dim=-1) if x.dim() == 2 else x, i))
+        assert run(**{"trainer:mrope_position_ids": True})[0]["log_probs"][M].isnan().all()
+
+
+def test_mrope_position_ids_of_another_shape_raise_as_a_qwen2_vls_do():
+    from sentinel.adapters.standin import LogitsTable, StandInLM
+    from sentinel_adapters.verl.vlm import VisionLanguageStandIn, mrope_position_ids
+    mask = BATCH["attention_mask"].long()
+    model = VisionLanguageStandIn(StandInLM(LogitsTable(BATCH["logits"], BATCH["tokens"], mask)), 4)
+    pos = mrope_position_ids(mask, 4)
+    assert pos.shape == (3, 4, 5) and bool((pos[2, :, 0] == 1).all()) and pos[2, 0].tolist() == [1, 0, 1, 2, 3]
+    ok = model(input_ids=BATCH["tokens"], attention_mask=mask, position_ids=pos.transpose(0, 1)).logits
+    assert not ok[mask.bool()].isnan().any()
+    with pytest.raises(ValueError, match=r"\(4, batch_size, seq_length\)"):
+        model(input_ids=BATCH["tokens"], attention_mask=mask, position_ids=pos)  # not transposed: (bsz, 4, seqlen)
+
+
+def test_the_mrope_arms_mutants_are_killed_once_a_qwen2_vl_is_drawn(tmp_path, monkeypatch):
+    """_forward_micro_batch's 3-D position-ids arms were unreachable (conventions.UNREACHABLE until stop 49): the
+    transpose deleted, index_first_axis' arguments swapped and the VLM Ulysses arm's pad "detached" (a tuple)
+    are killed by the hunt; the all-masked micro-batch's dummy position ids deleted or of another shape by
+    verl-vlm-empty-micro-batch."""
+    fn = "verl.workers.actor.dp_actor:DataParallelPPOActor._forward_micro_batch"
+    _mutants_killed(tmp_path, monkeypatch, "actor_logprobs", tuple(f"{fn}#{k}" for k in (
+        "delete@7c8f4c7c11", "swap-args@cd93d3b64e", "detach@04ae616655", "delete@fb874fae52", "slice@1c00910df3",
+        "slice@9951c2bbce")))

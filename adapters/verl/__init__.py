@@ -44,7 +44,9 @@ kl              ``kl_penalty``
 actor_logprobs  ``workers.actor.dp_actor.DataParallelPPOActor._forward_micro_batch`` on a
                 bare actor with a stand-in model, padded or packed (``use_remove_padding``);
                 with micro_batch_size / use_dynamic_bsz, ``compute_log_prob`` on a real
-                DataProto (tensordict, the ``verl`` extra; without it an error naming it)
+                DataProto (tensordict, the ``verl`` extra; without it an error naming it);
+                trainer options drawn: its fused kernels, Ulysses ranks (``ulysses``), and a
+                Qwen2-VL's 3-D mrope position ids on a text-only batch (``vlm``)
 ==============  ============================================================================
 
 Not in verl (``VerlAdapter.declines``): ``opsm_mask``; ``gspo_kl`` (verl computes the GSPO

@@ -16,7 +16,9 @@ what verl runs on NPUs) under that name, for the call only. With the drawn ``use
 model's forward is verl's fused one (its torch backend, installed by verl's own patch), which returns
 the log-probs and entropy itself from the hidden states and ``lm_head`` (`_fused_model`). With the drawn
 ``ulysses_sequence_parallel_size`` 2 the method runs on two sequence-parallel ranks, threads of this
-process, each with its slice of the packed sequence (adapters/verl/ulysses.py).
+process, each with its slice of the packed sequence (adapters/verl/ulysses.py). With the drawn
+``mrope_position_ids`` the model is a Qwen2-VL given a text-only batch: 3-D position ids
+(adapters/verl/vlm.py).
 
 micro_batch_size and use_dynamic_bsz are ``compute_log_prob``'s: it splits a real ``DataProto`` (a
 TensorDict) into micro-batches (``DataProto.split``) or token-budget batches (``prepare_dynamic_batch``),
@@ -33,6 +35,7 @@ import inspect
 import io
 import sys
 import types
+from pathlib import Path
 
 import torch
 
@@ -46,6 +49,7 @@ from sentinel.adapters.standin import LogitsTable, StandInLM, actor_precondition
 from sentinel.errors import MissingDependency, Unsupported
 
 from .ulysses import SP, UlyssesStandIn, collected, sequence_parallel_group
+from .vlm import QWEN2_VL, VisionLanguageStandIn, mrope_position_ids, vision_config
 
 ACTOR = "actor_logprobs"
 DP_ACTOR = "verl.workers.actor.dp_actor"
@@ -213,10 +217,11 @@ class ActorSurface:
             raise Unsupported("verl has no DataParallelPPOActor._forward_micro_batch at this version")
         logits, tokens, attn = inputs["logits"], inputs["tokens"], inputs["attention_mask"]
         ids, mask, width, where = prompt_response(tokens, attn, inputs["loss_mask"])
-        position_ids = self._position_ids(mask)
         actor = object.__new__(cls)
         F = self._verl_F()
         drawn = trainer_options(config)  # actor options the method reads (conventions.OPTION_DOMAINS)
+        mrope = self._mrope_channels(fn) if drawn.get("mrope_position_ids") else 0
+        position_ids = mrope_position_ids(mask, mrope) if mrope else self._position_ids(mask)
         pi_squared, fused = bool(drawn.get("calculate_sum_pi_squared")), bool(drawn.get("use_fused_kernels"))
         if pi_squared and fused:  # DataParallelPPOActor.__init__ asserts it
             raise Unsupported("verl's actor refuses calculate_sum_pi_squared with use_fused_kernels")
@@ -229,8 +234,9 @@ class ActorSurface:
         if sp > 1 and not hasattr(ulysses, "get_ulysses_sequence_parallel_group"):
             raise Unsupported("ulysses_sequence_parallel_size: this verl's actor has no Ulysses sequence parallelism")
         model = StandInLM(LogitsTable(logits, tokens, attn))
+        model = VisionLanguageStandIn(model, mrope) if mrope else model
         model = UlyssesStandIn(model) if sp > 1 else model
-        model = self._fused_model(model) if fused else model
+        model = self._fused_model(model, vlm=bool(mrope)) if fused else model
         attributes = {**_ACTOR_ATTRIBUTES, "use_fused_kernels": fused, "actor_module": model, "device_name": "cpu",
                       "use_ulysses_sp": sp > 1, "ulysses_sequence_parallel_size": sp,
                       "use_remove_padding": bool(config["use_remove_padding"]),
@@ -333,12 +339,13 @@ class ActorSurface:
             for n, v in zip(_CACHED, cached):  # attention_utils caches what it imported: forget the port
                 setattr(attention, n, v)
 
-    def _fused_model(self, lm: StandInLM) -> torch.nn.Module:
+    def _fused_model(self, lm: torch.nn.Module, vlm: bool = False) -> torch.nn.Module:
         """The model under ``use_fused_kernels``: verl's own fused forward, installed by its
         ``patch_forward_with_backends`` (torch backend: ``FusedLinearForPPO``, a chunked log-softmax
         and entropy with its own backward, over the base model's hidden states and ``lm_head``), on
         `_FusedStandIn`, whose hidden states and head give back the drawn logits. A fresh class per
-        call (verl patches the class)."""
+        call (verl patches the class). A VLM's (`vlm`) config is a Qwen2-VL's: verl installs its
+        qwen2_vl forward."""
         try:
             patch = getattr(self._import(FUSED_PATCH), "patch_forward_with_backends", None)
         except ModuleNotFoundError as e:
@@ -352,9 +359,41 @@ class ActorSurface:
                                     "imports transformers, which is not installed (pip install transformers; the trl extra has it)")
         logits = lm.table.logits
         model = type("FusedStandInLM", (_FusedStandIn,), {})(lm, int(logits.shape[-1]), logits.dtype)
+        if vlm:
+            self._qwen2_vl_patches()
+            model.config = types.SimpleNamespace(**{**vars(model.config), **vars(vision_config())})
         with contextlib.redirect_stdout(io.StringIO()):  # it prints the backend it chose
             patch(model, use_fused_kernels=True, fused_kernels_backend="torch")
         return model
+
+    def _qwen2_vl_patches(self) -> None:
+        """verl's qwen2_vl module, whose fused forward patch_forward_with_backends installs on a Qwen2-VL:
+        where it fails to import on a transformers it does not support, that is this environment's."""
+        try:
+            mod = self._import(QWEN2_VL)
+        except ImportError as e:
+            if isinstance(e, ModuleNotFoundError) and e.name and QWEN2_VL.startswith(e.name):
+                return  # no such module at this verl: its patch takes the dense forward
+            stubbed = str(e)
+        else:  # names it imports that this transformers lacks are the shims' stubs
+            stubbed = ", ".join(n for n, v in vars(mod).items() if is_stub(v))
+        if stubbed:
+            import transformers
+            raise MissingDependency(f"use_fused_kernels on a Qwen2-VL: verl's {QWEN2_VL} needs what transformers "
+                                    f"{transformers.__version__} lacks ({stubbed}); it runs with the transformers "
+                                    "verl pins")
+
+    def _mrope_channels(self, fn) -> int:
+        """The mrope position ids' channels at this verl: 4 where it feeds transformers' text-and-rope
+        layout (qwen2_vl's process_position_ids, since 0d4541f3), else Qwen2-VL's 3 rope channels."""
+        if "position_ids.dim() == 3" not in inspect.getsource(fn):
+            raise Unsupported("mrope_position_ids: this verl's _forward_micro_batch has no 3-D (Qwen2-VL mrope) "
+                              "position ids")
+        qwen2_vl = Path(inspect.getfile(self.core)).parents[2] / "models" / "transformers" / "qwen2_vl.py"
+        try:
+            return 4 if "def process_position_ids" in qwen2_vl.read_text(errors="replace") else 3
+        except OSError:
+            return 3
 
     def _position_ids(self, mask: torch.Tensor) -> torch.Tensor:
         """verl's position ids of a padded batch, by its own function (what its rollout hands the actor)."""

@@ -30,8 +30,8 @@ ROLLOUT_CORR = "verl.trainer.ppo.rollout_corr_helper"
 # them from one drawn batch), flash-attn's and Ascend's kernels.
 _GUARD = "raises on a value the boundary's contract never passes (the adapter builds it from a valid config and one batch)"
 _ACTOR = "verl.workers.actor.dp_actor:DataParallelPPOActor._forward_micro_batch"
-_VLM = ("a vision-language model's inputs (multi_modal_inputs, Qwen2-VL's 3-D mrope position ids, MiniCPM-o's "
-        "image_bound): the stand-in model is a language model over drawn logits")
+_VLM = ("a vision-language model's image inputs (multi_modal_inputs, MiniCPM-o's image_bound): the stand-in "
+        "model reads a text-only batch")
 _MODEL = ("a model forward verl patches with PrefixGrouper's shared-prefix attention: the stand-in model has no "
           "attention (the fused kernels' forward runs: actor.py `_fused_model`)")
 _EMPTY = "a batch of no rows: every boundary's batch holds at least one row"
@@ -69,10 +69,9 @@ UNREACHABLE = {
         "if old_log_prob.shape != rollout_log_prob.shape" + _RAISE: _GUARD,
         "if old_log_prob.shape != response_mask.shape" + _RAISE: _GUARD, "if rollout_rs_threshold is None" + _RAISE: _GUARD},
     _ACTOR: {"if self.use_prefix_grouper": _MODEL, "if can_use_pg and": _MODEL,
-             'if "multi_modal_inputs" in micro_batch.keys()': _VLM, "if position_ids.dim() == 3": _VLM,
-             # Ulysses sequence parallelism runs as threaded ranks (ulysses.py); its VLM arm slices after embedding
-             'if "image_bound" in multi_modal_inputs': _VLM, "if is_vlm_model -> input_ids_rmpad, position_ids_rmpad, "
-                                                             "pad_size = ulysses_pad(": _VLM},
+             'if "multi_modal_inputs" in micro_batch.keys()': _VLM,
+             # Qwen2-VL's mrope position ids and its Ulysses arm run on a text-only batch (vlm.py)
+             'if "image_bound" in multi_modal_inputs': _VLM},
     "verl.utils.torch_functional:logprobs_from_logits": {
         "elif NPU_CROSS_ENTROPY_LOSS_AVAILABLE -> output = logprobs_from_logits_torch_npu": "torch_npu's kernel: an Ascend NPU"},
 }
@@ -215,7 +214,9 @@ OPTION_DOMAINS = {
                        # the fused log-prob / entropy forward (its torch backend: actor.py `_fused_model`)
                        "trainer:use_fused_kernels": (False, True), **_CROSS_ENTROPY,
                        # Ulysses sequence parallelism: two ranks, threads of one process (ulysses.py)
-                       "trainer:ulysses_sequence_parallel_size": (1, 2)},
+                       "trainer:ulysses_sequence_parallel_size": (1, 2),
+                       # the model a Qwen2-VL on a text-only batch: 3-D mrope position ids (vlm.py)
+                       "trainer:mrope_position_ids": (False, True)},
     "logprobs": _CROSS_ENTROPY,
     # the batch with or without the response_mask the trainer's fit adds (compute_advantage's fallback)
     "advantages": {"trainer:response_mask_in_batch": (True, False)},

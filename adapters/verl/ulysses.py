@@ -12,7 +12,9 @@ What is played here:
 - `UlyssesStandIn`: the stand-in model as a Ulysses model answers, from the ids alone: it gathers
   the ranks' slices of the ids and positions over the group (the attention's exchange), answers the
   whole packed sequence once per call (each canonical row its own, as one model would), and returns
-  the rank's slice of the logits, its own tensor.
+  the rank's slice of the logits, its own tensor. A vision-language model (adapters/verl/vlm.py) is
+  given the whole padded sequence on every rank and slices after its embedding
+  (``patch_vlm_for_ulysses_input_slicing``): nothing to gather, the rank's slice returned.
 - `sequence_parallel_group`: verl keeps the group in one process-wide variable, set once per process
   by its sharding manager; ranks here are threads of one process, so for the call its getter answers
   each thread its own group.
@@ -33,6 +35,8 @@ import torch.distributed as dist
 
 from sentinel.adapters.ranks import current
 
+from .vlm import is_vlm
+
 SP = "sp"
 
 
@@ -49,8 +53,9 @@ class UlyssesStandIn(torch.nn.Module):
 
     def __init__(self, lm: torch.nn.Module):
         super().__init__()
-        self.lm = lm
-        self.config = types.SimpleNamespace(model_type="sentinel_stand_in")  # a text model: no vision_config
+        self.lm, self.vlm = lm, is_vlm(lm)
+        # a text model has no vision_config (verl's is_vlm_model test)
+        self.config = lm.config if self.vlm else types.SimpleNamespace(model_type="sentinel_stand_in")
         self._lock = threading.Lock()
         self._answers: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # i-th forward of every rank: its ids, logits
         self._calls: defaultdict[int, int] = defaultdict(int)  # forwards per rank so far
@@ -65,7 +70,10 @@ class UlyssesStandIn(torch.nn.Module):
             raise RuntimeError("the Ulysses stand-in serves a packed slice (position ids, no attention mask) "
                                "inside simulated ranks")
         group, n, r = rank.group(SP), rank.size_of(SP), rank.rank_in(SP)
-        ids, pos = _gathered(input_ids, group, n), _gathered(position_ids, group, n)
+        if self.vlm:  # the whole sequence on every rank, sliced after embedding
+            ids, pos = input_ids, position_ids
+        else:
+            ids, pos = _gathered(input_ids, group, n), _gathered(position_ids, group, n)
         with self._lock:  # the ranks' i-th forwards are one forward of the model: the same rows' logits
             i = self._calls[r]
             self._calls[r] += 1
@@ -74,7 +82,9 @@ class UlyssesStandIn(torch.nn.Module):
             asked, whole = self._answers[i]
         if not torch.equal(asked, ids):  # the ranks' i-th forwards meet in one all-gather: one sequence
             raise RuntimeError("the sequence-parallel ranks' forwards fell out of step")
-        w = input_ids.shape[-1]
+        if whole.shape[1] % n:
+            raise RuntimeError(f"a sequence of {whole.shape[1]} tokens cannot be sliced for {n} ranks")
+        w = whole.shape[1] // n
         return types.SimpleNamespace(logits=whole[:, r * w:(r + 1) * w].clone(), aux_loss=None)
 
 
