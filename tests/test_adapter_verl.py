@@ -338,3 +338,27 @@ def test_drawn_rollout_correction_reinforce_and_derived_response_mask(verl):
     kept = verl.call("advantages", adv, {"estimator": "grpo"}).outputs["advantages"]
     derived = verl.call("advantages", adv, {"estimator": "grpo", "trainer:response_mask_in_batch": False})
     assert torch.equal(derived.outputs["advantages"], kept)  # the last response-width columns: the same mask
+
+
+def test_drawn_pf_ppo_resamples_the_batch_it_returns_and_keeps_the_drawn_rows_advantages(verl, monkeypatch):
+    """trainer:pf_ppo (algorithm.use_pf_ppo): after GAE, compute_advantage resamples the batch's rows by
+    their scores. The boundary's advantages stay the drawn rows' (written into the batch it was given);
+    the batch it returns, observed, holds resampled rows: the same twice (one seed, torch's generator
+    state restored), for max_min only the rows of the highest and lowest score. A PF-PPO that returns the
+    batch as it was (planted) returns another batch."""
+    adv = {"rewards": T([1.0, -0.5, 0.25, 2.0]), "values": T([[0.5, 0.0, 0.25], [0.0, 1.0, 0.0], [0.25, 0.25, 0.0],
+                                                                [1.0, 0.0, 0.5]]),
+           "loss_mask": T([[1, 1, 0], [1, 1, 1], [1, 0, 0], [1, 1, 1]])}
+    plain = verl.call("advantages", adv, {"estimator": "gae", "lam": 0.9}).outputs["advantages"]
+    state = torch.get_rng_state()
+    config = {"estimator": "gae", "lam": 0.9, "trainer:pf_ppo": "max_min"}
+    got, again = verl.call("advantages", adv, config), verl.call("advantages", adv, config)
+    assert torch.equal(torch.get_rng_state(), state)
+    assert torch.equal(got.outputs["advantages"], plain)
+    rows = got.extras["returned:data.batch.advantages"]
+    assert torch.equal(rows, again.extras["returned:data.batch.advantages"])
+    assert all(any(torch.equal(r, plain[i]) for i in (1, 3)) for r in rows)  # scores -0.5 and 2.0
+    assert not torch.equal(rows, plain)
+    core = importlib.import_module("verl.trainer.ppo.core_algos")
+    monkeypatch.setattr(core, "compute_pf_ppo_reweight_data", lambda data, *a, **k: data)
+    assert torch.equal(verl.call("advantages", adv, config).extras["returned:data.batch.advantages"], plain)

@@ -15,7 +15,9 @@ advantages      ``ray_trainer.apply_kl_penalty`` (KL in reward, when kl_coef != 
                 estimator is called from the registry and the KL shaping is composed from
                 ``kl_penalty`` as apply_kl_penalty does (facts say which path ran). Trainer
                 option response_mask_in_batch=False: a batch without response_mask, which
-                compute_advantage derives itself (``compute_response_mask``)
+                compute_advantage derives itself (``compute_response_mask``). Trainer option
+                pf_ppo: PF-PPO's resampling of the returned batch after GAE
+                (``compute_pf_ppo_reweight_data``, one seed), observed with that batch
 gae             ``compute_gae_advantage_return``
 reward_norm     ``compute_grpo_outcome_advantage`` on one-token responses (verl's only
                 reward normalisation is the GRPO estimator's group normalisation);

@@ -32,8 +32,8 @@ from sentinel.errors import TargetLoadError, Unsupported
 
 from .conventions import (
     CORE, ENGINE_LOSSES_FILES, ESTIMATOR_ALIASES, GRPO_FAMILY, KL_NAMES, LIGHT, NEEDS_MORE, NO_BATCH_NORM, OPTION_DOMAINS, PINNED,
-    PIP_HINT, ROLLOUT_CORR, TRAINER, UNREACHABLE, VECTORIZED, PlainProto, build, carried, data_proto, last_valid_scores,
-    rollout_rs, uid_array, without_response_mask)
+    PF_PPO_POW, PIP_HINT, ROLLOUT_CORR, TRAINER, UNREACHABLE, VECTORIZED, PlainProto, build, carried, data_proto,
+    last_valid_scores, pf_ppo_resampling, rollout_rs, uid_array, without_response_mask)
 from .actor import ActorSurface
 from .deviations import DEVIATIONS
 from .losses import PolicyLosses, global_batch_info
@@ -416,9 +416,14 @@ class VerlAdapter(ActorSurface, PolicyLosses, Surfaces, TrainerAdapter):
             tensors["old_log_probs"] = inputs["log_probs"]
             tensors["ref_log_prob"] = inputs["ref_log_probs"]
         data = data_proto(n, tensors, uids)
+        pf_ppo = trainer_options(config).get("pf_ppo")  # PF-PPO's reweight method (None: off)
         algo = self._algo_config("advantages", gamma=float(config["gamma"]), lam=float(config["lam"]), adv_estimator=name,
                                  norm_adv_by_std_in_grpo=norm_by_std, use_kl_in_reward=use_kl, kl_penalty=kl_name,
-                                 kl_ctrl={"type": "fixed", "kl_coef": kl_coef})
+                                 kl_ctrl={"type": "fixed", "kl_coef": kl_coef},
+                                 **({"use_pf_ppo": True, "pf_ppo": {"reweight_method": pf_ppo, "weight_pow": PF_PPO_POW}}
+                                    if pf_ppo else {}))
+        if pf_ppo and not getattr(algo, "use_pf_ppo", False):  # `build` keeps the fields this verl's config has
+            raise Unsupported("pf_ppo: this verl's algorithm config has no use_pf_ppo (PF-PPO)")
         algo = recorded(algo)  # the options the trainer and the estimator read (algorithm.*), recorded
 
         core, trainer = self.core, self.mods.get(TRAINER)
@@ -452,9 +457,16 @@ class VerlAdapter(ActorSurface, PolicyLosses, Surfaces, TrainerAdapter):
                              {k: v for k, v in optional.items() if k in parameters(dispatch) or k == "norm_adv_by_std_in_grpo"})
                 if trainer_options(config).get("response_mask_in_batch") is False:
                     without_response_mask(dispatch, data)
-                data = dispatch(**kw)
-                adv, ret = data.batch["advantages"], data.batch["returns"]
+                given = data
+                with pf_ppo_resampling(dispatch, pf_ppo):
+                    data = dispatch(**kw)
+                # PF-PPO hands back the batch's rows resampled (observed with the batch, below); the
+                # advantages of the drawn rows are those its GAE arm wrote into the batch it was given
+                adv, ret = (given if pf_ppo else data).batch["advantages"], (given if pf_ppo else data).batch["returns"]
             else:
+                if pf_ppo:
+                    raise Unsupported("pf_ppo: PF-PPO's resampling is in ray_trainer.compute_advantage, which this "
+                                      "call does not go through")
                 avail = {"token_level_rewards": data.batch["token_level_rewards"], "response_mask": mask,
                          "index": uids, "config": algo, "gamma": algo.gamma, "lam": algo.lam,
                          "values": data.batch.get("values"), "norm_adv_by_std_in_grpo": norm_by_std}

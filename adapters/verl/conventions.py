@@ -5,6 +5,7 @@ dataclasses built with the fields a version has)."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import math
@@ -132,16 +133,16 @@ class _Batch(dict):
 
     __sentinel_standin__ = True  # an exported validate.py gets this class, not a plain dict
 
-    def __init__(self, n: int, tensors: dict[str, torch.Tensor]):
-        super().__init__(tensors)
-        self.batch_size = torch.Size([n])
+    def __init__(self, tensors: dict[str, torch.Tensor], batch_size: torch.Size | None = None):
+        super().__init__(tensors)  # TensorDict's (source, batch_size): PF-PPO rebuilds one as type(batch)(...)
+        self.batch_size = batch_size
 
 
 def data_proto(n: int, tensors: dict[str, torch.Tensor], uids: np.ndarray) -> types.SimpleNamespace:
     """A DataProto-shaped object for apply_kl_penalty / compute_advantage, which read only
     ``data.batch[...]``, ``data.batch.batch_size`` and ``data.non_tensor_batch["uid"]``
     (real DataProto needs tensordict, a heavy dependency)."""
-    return types.SimpleNamespace(batch=_Batch(n, tensors), non_tensor_batch={"uid": uids}, meta_info={})
+    return types.SimpleNamespace(batch=_Batch(tensors, torch.Size([n])), non_tensor_batch={"uid": uids}, meta_info={})
 
 
 def carried(value: Any) -> Any:
@@ -218,8 +219,10 @@ OPTION_DOMAINS = {
                        # the model a Qwen2-VL on a text-only batch: 3-D mrope position ids (vlm.py)
                        "trainer:mrope_position_ids": (False, True)},
     "logprobs": _CROSS_ENTROPY,
-    # the batch with or without the response_mask the trainer's fit adds (compute_advantage's fallback)
-    "advantages": {"trainer:response_mask_in_batch": (True, False)},
+    # the batch with or without the response_mask the trainer's fit adds (compute_advantage's fallback);
+    # PF-PPO's resampling of the batch after GAE (algorithm.use_pf_ppo, its pf_ppo.reweight_method; None: off)
+    "advantages": {"trainer:response_mask_in_batch": (True, False),
+                   "trainer:pf_ppo": (None, "pow", "max_min", "max_random")},
     "reward_norm": {"mean_leave1out": (True,), "trainer:adv_estimator": ("grpo", "rloo")},
     # a dual-clip constant in (1, 2] beside the boundary's 3.0: verl asserts only clip_ratio_c > 1
     "policy_loss": {**_TIS, "eps_clip_c": (1.5,), "trainer:bypass_mode": (False, True),
@@ -242,8 +245,6 @@ OPTION_DOMAINS = {
 PINNED = (
     *pin("is_correction", "clip_ratio_c", reason="the is_correction boundary's loss is the plain PPO clip (policy_loss "
                                                  "draws eps_clip_c)"),
-    *pin("advantages", "use_pf_ppo", reason="PF-PPO resamples the batch's rows at random (torch.multinomial with "
-                                            "replacement): the advantages it returns are not those of the drawn rows"),
 )
 # rollout_rs -> its rollout_rs_threshold: a k1 criterion bounds the ratio ("lower_upper"), a k2 /
 # k3 one bounds the divergence from above. The bounds sit where drawn inputs land on them (log-probs
@@ -291,3 +292,24 @@ def without_response_mask(dispatch: Callable, data: Any) -> None:
                           "response_mask with no fallback (no compute_response_mask there)")
     mask = data.batch.pop("response_mask")
     data.batch["attention_mask"] = torch.cat([torch.ones_like(mask[:, :1]), mask], dim=1)
+
+
+# PF-PPO (algorithm.use_pf_ppo): after GAE, compute_pf_ppo_reweight_data resamples the batch's rows,
+# with replacement, by weights of their scores (pf_ppo.reweight_method; weight_pow at verl's default).
+PF_PPO_POW = 2.0
+PF_PPO_SEED = 0
+
+
+@contextlib.contextmanager
+def pf_ppo_resampling(dispatch: Callable, method: str | None):
+    """PF-PPO draws its rows with torch.multinomial: for the call, torch's generator starts from one
+    seed (its state restored after), so two sides of a comparison given the same batch draw the same
+    rows and any difference in what they return is their code's."""
+    if not method:
+        yield
+        return
+    if "use_pf_ppo" not in inspect.getsource(dispatch):
+        raise Unsupported("pf_ppo: this verl's compute_advantage does not read use_pf_ppo (no PF-PPO)")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(PF_PPO_SEED)
+        yield
