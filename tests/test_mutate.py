@@ -460,13 +460,17 @@ _RC = "verl.trainer.ppo.rollout_corr_helper"
        "verl-sequence-is-batch-normalized-over-valid-responses")
       for key in ("compare@637d123a3e", "reduce-dim@43e38ffe83", "sum-mean@a76f14b626",
                   "sum-mean@102059700b")),
+    # bypass-mode REINFORCE's arm without IS weights (rarely drawn): the catalog entry pins it
+    *((f"verl.trainer.ppo.core_algos:compute_policy_loss_reinforce#{key}", "policy_loss", 0,
+       "verl-bypass-reinforce-without-is-weights")
+      for key in ("inplace@bdaffde432", "sign@82c793d48f", "delete@4951e5de5f", "detach@d3aa0de414")),
     # PF-PPO's resampling (trainer:pf_ppo, stop 49): skipped, its arguments swapped, its batch "detached"
     *((f"verl.trainer.ppo.ray_trainer:compute_advantage#{key}", "advantages", 20, None)
       for key in ("delete@b8a28ad2d4", "swap-args@bb1583013c", "swap-args@ae7139f467", "detach@2b9fa577ae")),
 ])
 def test_verl_survivors_are_killed(mutant, boundary, budget, by, tmp_path, monkeypatch):
     """Survivors of verl's GRPO estimator, vanilla loss (mutate-2026-11-26.txt section 30) and rollout IS
-    weights (section 36) at --budget 2, and PF-PPO's mutants, unreached until it was drawn (section 48)."""
+    weights (section 36) at --budget 2, and PF-PPO's and bypass REINFORCE's, unreached until stop 49 (section 48)."""
     from sentinel.catalog import catalog_path
     monkeypatch.setenv("HYPOTHESIS_STORAGE_DIRECTORY", str(tmp_path / "hypothesis"))
     one = mutant if ":" in mutant else f"verl.trainer.ppo.core_algos:{mutant}"
