@@ -349,12 +349,13 @@ def test_drawn_pf_ppo_resamples_the_batch_it_returns_and_keeps_the_drawn_rows_ad
     adv = {"rewards": T([1.0, -0.5, 0.25, 2.0]), "values": T([[0.5, 0.0, 0.25], [0.0, 1.0, 0.0], [0.25, 0.25, 0.0],
                                                                 [1.0, 0.0, 0.5]]),
            "loss_mask": T([[1, 1, 0], [1, 1, 1], [1, 0, 0], [1, 1, 1]])}
-    plain = verl.call("advantages", adv, {"estimator": "gae", "lam": 0.9}).outputs["advantages"]
+    outputs = verl.call("advantages", adv, {"estimator": "gae", "lam": 0.9}).outputs
+    plain = outputs["advantages"]
     state = torch.get_rng_state()
     config = {"estimator": "gae", "lam": 0.9, "trainer:pf_ppo": "max_min"}
     got, again = verl.call("advantages", adv, config), verl.call("advantages", adv, config)
     assert torch.equal(torch.get_rng_state(), state)
-    assert torch.equal(got.outputs["advantages"], plain)
+    assert got.outputs.keys() == outputs.keys() and all(torch.equal(got.outputs[k], v) for k, v in outputs.items())
     rows = got.extras["returned:data.batch.advantages"]
     assert torch.equal(rows, again.extras["returned:data.batch.advantages"])
     assert all(any(torch.equal(r, plain[i]) for i in (1, 3)) for r in rows)  # scores -0.5 and 2.0

@@ -233,6 +233,9 @@ class ActorSurface:
         ulysses = self._import(ULYSSES) if sp > 1 and "use_ulysses_sp" in inspect.getsource(fn) else None
         if sp > 1 and not hasattr(ulysses, "get_ulysses_sequence_parallel_group"):
             raise Unsupported("ulysses_sequence_parallel_size: this verl's actor has no Ulysses sequence parallelism")
+        if sp > 1 and mrope and "is_vlm_model" not in inspect.getsource(fn):  # its text path slices 2-D ids only
+            raise Unsupported("ulysses_sequence_parallel_size with mrope_position_ids: this verl's actor has no "
+                              "Ulysses arm for a vision-language model (is_vlm_model)")
         model = StandInLM(LogitsTable(logits, tokens, attn))
         model = VisionLanguageStandIn(model, mrope) if mrope else model
         model = UlyssesStandIn(model) if sp > 1 else model
@@ -367,21 +370,27 @@ class ActorSurface:
         return model
 
     def _qwen2_vl_patches(self) -> None:
-        """verl's qwen2_vl module, whose fused forward patch_forward_with_backends installs on a Qwen2-VL:
-        where it fails to import on a transformers it does not support, that is this environment's."""
+        """verl's qwen2_vl module, whose fused forward patch_forward_with_backends installs on a Qwen2-VL. It
+        runs here where it imports whole and hands the model the four channels the stand-in reads
+        (process_position_ids keeps the text channel on transformers 4.54 and later; before 4.52 verl embeds
+        through the model's own modules): elsewhere, this environment's transformers is not one it runs on."""
+        import transformers
         try:
             mod = self._import(QWEN2_VL)
         except ImportError as e:
             if isinstance(e, ModuleNotFoundError) and e.name and QWEN2_VL.startswith(e.name):
                 return  # no such module at this verl: its patch takes the dense forward
-            stubbed = str(e)
-        else:  # names it imports that this transformers lacks are the shims' stubs
-            stubbed = ", ".join(n for n, v in vars(mod).items() if is_stub(v))
-        if stubbed:
-            import transformers
+            lacking = str(e)
+        else:  # what it imports from transformers that this transformers lacks: the shims' stubs
+            lacking = ", ".join(n for n, v in vars(mod).items()
+                                if is_stub(v) and str(getattr(v, "__module__", "")).startswith("transformers"))
+        version = getattr(mod, "is_transformers_version_in_range", None) if not lacking else None
+        if not lacking and (not hasattr(mod, "process_position_ids") or version is None
+                            or not version(min_version="4.54.0")):
+            lacking = "the four-channel position ids of transformers 4.54 and later"
+        if lacking:
             raise MissingDependency(f"use_fused_kernels on a Qwen2-VL: verl's {QWEN2_VL} needs what transformers "
-                                    f"{transformers.__version__} lacks ({stubbed}); it runs with the transformers "
-                                    "verl pins")
+                                    f"{transformers.__version__} lacks ({lacking})")
 
     def _mrope_channels(self, fn) -> int:
         """The mrope position ids' channels at this verl: 4 where it feeds transformers' text-and-rope

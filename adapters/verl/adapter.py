@@ -460,9 +460,10 @@ class VerlAdapter(ActorSurface, PolicyLosses, Surfaces, TrainerAdapter):
                 given = data
                 with pf_ppo_resampling(dispatch, pf_ppo):
                     data = dispatch(**kw)
-                # PF-PPO hands back the batch's rows resampled (observed with the batch, below); the
-                # advantages of the drawn rows are those its GAE arm wrote into the batch it was given
-                adv, ret = (given if pf_ppo else data).batch["advantages"], (given if pf_ppo else data).batch["returns"]
+                # PF-PPO hands back the batch's rows resampled (observed with the batch, below); the drawn
+                # rows' advantages, returns and rewards are in the batch it was given (written in place)
+                rows = given if pf_ppo else data
+                adv, ret, token_rewards = (rows.batch[k] for k in ("advantages", "returns", "token_level_rewards"))
             else:
                 if pf_ppo:
                     raise Unsupported("pf_ppo: PF-PPO's resampling is in ray_trainer.compute_advantage, which this "
@@ -475,11 +476,12 @@ class VerlAdapter(ActorSurface, PolicyLosses, Surfaces, TrainerAdapter):
                 if "eos_mask" in params:
                     req["eos_mask"] = mask
                 adv, ret = est_fn(**bind(est_fn, "advantages", req))
+                token_rewards = data.batch["token_level_rewards"]
         # the advantages are the trainer's, whitened where its estimator whitens (never undone)
         if whiten_wanted and not whiten:
             raise Unsupported(f"normalize_advantages: verl's {name!r} estimator does not whiten its advantages "
                               f"and verl has no separate advantage normalisation")
-        outputs.update(advantages=adv, returns=ret, token_rewards=data.batch["token_level_rewards"])
+        outputs.update(advantages=adv, returns=ret, token_rewards=token_rewards)
         # the batch as the trainer left it (every tensor it added or changed) and its config changes
         observed.update(extras({"data": carried(data)}, watch))
         return BoundaryResult(outputs, function=self._ref(est_fn), extras=observed)

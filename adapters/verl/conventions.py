@@ -302,14 +302,15 @@ PF_PPO_SEED = 0
 
 @contextlib.contextmanager
 def pf_ppo_resampling(dispatch: Callable, method: str | None):
-    """PF-PPO draws its rows with torch.multinomial: for the call, torch's generator starts from one
+    """PF-PPO draws its rows with torch.multinomial: for the call, torch's CPU generator starts from one
     seed (its state restored after), so two sides of a comparison given the same batch draw the same
-    rows and any difference in what they return is their code's."""
+    rows and any difference in what they return is their code's. verl's driver runs it on CPU tensors
+    (it calls .numpy() on the drawn indices): on CUDA inputs the call raises as verl's would."""
     if not method:
         yield
         return
     if "use_pf_ppo" not in inspect.getsource(dispatch):
         raise Unsupported("pf_ppo: this verl's compute_advantage does not read use_pf_ppo (no PF-PPO)")
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(PF_PPO_SEED)
+    with torch.random.fork_rng(devices=[]):  # the CPU generator, which verl's multinomial of CPU weights draws from
+        torch.random.default_generator.manual_seed(PF_PPO_SEED)
         yield
