@@ -460,6 +460,9 @@ _RC = "verl.trainer.ppo.rollout_corr_helper"
        "verl-sequence-is-batch-normalized-over-valid-responses")
       for key in ("compare@637d123a3e", "reduce-dim@43e38ffe83", "sum-mean@a76f14b626",
                   "sum-mean@102059700b")),
+    # whitening's eps subtracted or dropped: NaN only where the valid values' spread is 0 (a catalog entry)
+    *((f"verl.utils.torch_functional:masked_whiten#{key}", "masked_reduce", 0, "masked-whiten-of-equal-values")
+      for key in ("sign@95ac65f052", "constant@78ca6dbab9")),
     # bypass-mode REINFORCE's arm without IS weights (rarely drawn): the catalog entry pins it
     *((f"verl.trainer.ppo.core_algos:compute_policy_loss_reinforce#{key}", "policy_loss", 0,
        "verl-bypass-reinforce-without-is-weights")
