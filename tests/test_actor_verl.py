@@ -471,14 +471,25 @@ def test_the_mrope_arms_mutants_are_killed_once_a_qwen2_vl_is_drawn(tmp_path, mo
         "slice@9951c2bbce")))
 
 
-def test_fused_kernels_on_a_qwen2_vl_are_this_environments_limit_where_verls_module_lacks_transformers_names(verl):
-    """verl's qwen2_vl fused forward imports transformers 4.x classes: on a transformers without them (5.x)
-    use_fused_kernels with mrope_position_ids is a MissingDependency (the hunt rejects such an example),
-    never unsupported and never the target's answer."""
-    from sentinel.errors import MissingDependency
-    transformers = pytest.importorskip("transformers")
-    if int(transformers.__version__.split(".")[0]) < 5:
-        pytest.skip("a transformers 4.x: verl's qwen2_vl imports whole")
-    with pytest.raises(MissingDependency, match="Qwen2VLCausalLMOutputWithPast"):
-        verl.call("actor_logprobs", dict(BATCH), {"temperature": 0.5, "use_remove_padding": True,
-                                                 "trainer:use_fused_kernels": True, "trainer:mrope_position_ids": True})
+def test_fused_kernels_on_a_qwen2_vl_run_verls_qwen2_vl_forward_and_find_its_ulysses_labels(verl, tmp_path):
+    """use_fused_kernels with mrope_position_ids: verl's qwen2_vl fused forward runs (on transformers 5 its
+    output container is given transformers 4's class, vlm.qwen2_vl_output_class): on one rank the text
+    model's log-probs; findings/verl-fused-vlm-ulysses-labels is violated on two ranks (each rank's hidden
+    states paired with the whole sequence's first labels) and holds unfused on two ranks or fused on one."""
+    config = {"temperature": 0.5, "use_remove_padding": True, "trainer:use_fused_kernels": True}
+    text = verl.call("actor_logprobs", dict(BATCH), config).outputs["log_probs"][M]
+    vlm = verl.call("actor_logprobs", dict(BATCH), {**config, "trainer:mrope_position_ids": True}).outputs["log_probs"][M]
+    assert torch.allclose(vlm, text, atol=1e-6)
+    finding = Path(__file__).resolve().parents[1] / "scenarios" / "findings" / "verl-fused-vlm-ulysses-labels.yaml"
+    text = finding.read_text()
+
+    def verdict(old: str, new: str) -> str:
+        f = tmp_path / "s.yaml"
+        f.write_text(text.replace(old, new))
+        return run(load_paths([f]), [TargetSpec("verl", REPO)]).results[0].verdict
+
+    assert verdict("", "") == "violated"
+    assert verdict('"trainer:use_fused_kernels": true', '"trainer:use_fused_kernels": false') == "holds"
+    one = text.replace('"trainer:ulysses_sequence_parallel_size": 2}', '"trainer:ulysses_sequence_parallel_size": 1}') \
+        .replace('  - batching_invariant: {against: [{"trainer:ulysses_sequence_parallel_size": 1}]}\n', '')
+    assert one != text and verdict(text, one) == "holds"

@@ -31,6 +31,7 @@ has the options, this environment cannot build their input.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import inspect
 import io
 import sys
@@ -49,7 +50,7 @@ from sentinel.adapters.standin import LogitsTable, StandInLM, actor_precondition
 from sentinel.errors import MissingDependency, Unsupported
 
 from .ulysses import SP, UlyssesStandIn, collected, sequence_parallel_group
-from .vlm import QWEN2_VL, VisionLanguageStandIn, mrope_position_ids, vision_config
+from .vlm import QWEN2_VL, VisionLanguageStandIn, mrope_position_ids, qwen2_vl_output_class, vision_config
 
 ACTOR = "actor_logprobs"
 DP_ACTOR = "verl.workers.actor.dp_actor"
@@ -371,10 +372,13 @@ class ActorSurface:
 
     def _qwen2_vl_patches(self) -> None:
         """verl's qwen2_vl module, whose fused forward patch_forward_with_backends installs on a Qwen2-VL. It
-        runs here where it imports whole and hands the model the four channels the stand-in reads
+        runs here where it imports whole (on transformers 5 with its output class given back:
+        vlm.qwen2_vl_output_class) and hands the model the four channels the stand-in reads
         (process_position_ids keeps the text channel on transformers 4.54 and later; before 4.52 verl embeds
         through the model's own modules): elsewhere, this environment's transformers is not one it runs on."""
         import transformers
+        if qwen2_vl_output_class() and QWEN2_VL in sys.modules:  # imported before against a stub of it
+            importlib.reload(sys.modules[QWEN2_VL])
         try:
             mod = self._import(QWEN2_VL)
         except ImportError as e:

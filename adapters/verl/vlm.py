@@ -13,6 +13,9 @@ after embedding (``patch_vlm_for_ulysses_input_slicing``), so each rank's model 
 sequence and returns its slice.
 
 - `mrope_position_ids`: the batch's position ids as above.
+- `qwen2_vl_output_class`: verl's qwen2_vl fused forward (use_fused_kernels on a VLM) builds its output on
+  transformers 4's ``Qwen2VLCausalLMOutputWithPast``, which transformers 5 dropped: given back as that
+  dataclass (fields only) where it is missing.
 - `VisionLanguageStandIn`: the stand-in model as a VLM reads a text-only batch: a ``vision_config``
   (verl's ``is_vlm_model`` test) and position ids of C channels. Position ids of another shape raise,
   as Qwen2-VL's do (``process_position_ids``). Rotary positions are relative: a model's logits are the
@@ -78,3 +81,36 @@ def _sequences(input_ids, attention_mask, text_positions) -> list[tuple[int, tor
         return [(r, attention_mask[r].bool().nonzero().reshape(-1)) for r in range(input_ids.shape[0])]
     starts = (text_positions[0] == 0).nonzero().reshape(-1).tolist() + [input_ids.shape[1]]
     return [(0, torch.arange(a, b, device=input_ids.device)) for a, b in zip(starts, starts[1:])]
+
+
+QWEN2_VL_OUTPUT = "Qwen2VLCausalLMOutputWithPast"
+
+
+def qwen2_vl_output_class() -> bool:
+    """transformers 5 dropped ``Qwen2VLCausalLMOutputWithPast`` (one multimodal output class serves every
+    model); verl's qwen2_vl subclasses it for its fused forward's output (``Qwen2VLCausalLMOutputForPPO``:
+    log_probs, entropy). Where transformers lacks it (or holds a shim's stub of it), it gets transformers
+    4.x's dataclass: its fields, no behaviour. True where it was added."""
+    import dataclasses
+    from typing import Any, Optional
+
+    from transformers.models.qwen2_vl import modeling_qwen2_vl as modeling
+    from transformers.utils import ModelOutput
+
+    from sentinel.adapters.shims import is_stub
+
+    if not is_stub(getattr(modeling, QWEN2_VL_OUTPUT, None)) and hasattr(modeling, QWEN2_VL_OUTPUT):
+        return False
+
+    @dataclasses.dataclass
+    class Qwen2VLCausalLMOutputWithPast(ModelOutput):  # transformers 4.57's fields
+        loss: Optional[torch.FloatTensor] = None
+        logits: Optional[torch.FloatTensor] = None
+        past_key_values: Optional[Any] = None
+        hidden_states: Optional[tuple] = None
+        attentions: Optional[tuple] = None
+        rope_deltas: Optional[torch.LongTensor] = None
+
+    Qwen2VLCausalLMOutputWithPast.__module__ = modeling.__name__
+    setattr(modeling, QWEN2_VL_OUTPUT, Qwen2VLCausalLMOutputWithPast)
+    return True
