@@ -477,9 +477,9 @@ def test_fused_kernels_on_a_qwen2_vl_run_verls_qwen2_vl_forward_and_find_its_uly
     model's log-probs; findings/verl-fused-vlm-ulysses-labels is violated on two ranks (each rank's hidden
     states paired with the whole sequence's first labels) and holds unfused on two ranks or fused on one."""
     config = {"temperature": 0.5, "use_remove_padding": True, "trainer:use_fused_kernels": True}
-    text = verl.call("actor_logprobs", dict(BATCH), config).outputs["log_probs"][M]
+    lm = verl.call("actor_logprobs", dict(BATCH), config).outputs["log_probs"][M]
     vlm = verl.call("actor_logprobs", dict(BATCH), {**config, "trainer:mrope_position_ids": True}).outputs["log_probs"][M]
-    assert torch.allclose(vlm, text, atol=1e-6)
+    assert torch.allclose(vlm, lm, atol=1e-6)
     finding = Path(__file__).resolve().parents[1] / "scenarios" / "findings" / "verl-fused-vlm-ulysses-labels.yaml"
     text = finding.read_text()
 

@@ -473,7 +473,8 @@ _RC = "verl.trainer.ppo.rollout_corr_helper"
 ])
 def test_verl_survivors_are_killed(mutant, boundary, budget, by, tmp_path, monkeypatch):
     """Survivors of verl's GRPO estimator, vanilla loss (mutate-2026-11-26.txt section 30) and rollout IS
-    weights (section 36) at --budget 2, and PF-PPO's and bypass REINFORCE's, unreached until stop 49 (section 48)."""
+    weights (section 36) at --budget 2; PF-PPO's and bypass REINFORCE's, unreached until stop 49, and whitening's eps
+    (section 48)."""
     from sentinel.catalog import catalog_path
     monkeypatch.setenv("HYPOTHESIS_STORAGE_DIRECTORY", str(tmp_path / "hypothesis"))
     one = mutant if ":" in mutant else f"verl.trainer.ppo.core_algos:{mutant}"
