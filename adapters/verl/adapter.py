@@ -362,9 +362,9 @@ class VerlAdapter(ActorSurface, PolicyLosses, Surfaces, TrainerAdapter):
     @implements("advantages", steps=(kl_in_reward,), calls=(f"{TRAINER}:apply_kl_penalty", f"{TRAINER}:compute_advantage",
                                      f"{TRAINER}:compute_response_mask",  # trainer:response_mask_in_batch=False
                                      f"{CORE}:get_adv_estimator_fn", f"{CORE}:kl_penalty",
-                                     # estimator grpo: compute_advantage calls it by name, on the batch's
-                                     # multi-token responses (reward_norm hands it one-token ones)
-                                     f"{CORE}:compute_grpo_outcome_advantage"))
+                                     # estimators grpo, rloo: compute_advantage calls them by name, on the batch's
+                                     # multi-token responses (reward_norm hands them one-token ones)
+                                     f"{CORE}:compute_grpo_outcome_advantage", f"{CORE}:compute_rloo_outcome_advantage"))
     def b_advantages(self, inputs, config):
         """KL in reward (apply_kl_penalty) and the estimator (compute_advantage), as verl's
         trainer runs them; see the module docstring for the conventions."""
