@@ -467,6 +467,13 @@ _RC = "verl.trainer.ppo.rollout_corr_helper"
     *((f"verl.trainer.ppo.core_algos:compute_policy_loss_reinforce#{key}", "policy_loss", 0,
        "verl-bypass-reinforce-without-is-weights")
       for key in ("inplace@bdaffde432", "sign@82c793d48f", "delete@4951e5de5f", "detach@d3aa0de414")),
+    # rejection sampling's inclusive bounds made strict (a sequence statistic on its bound: catalog entries)
+    # and a chained criterion's comparison deleted (stop 50, section 49)
+    (f"{_RC}:compute_rollout_rejection_mask#compare@61f6992d8c", "is_correction", 0, "verl-rejection-seq-sum-k1-bounds"),
+    (f"{_RC}:compute_rollout_rejection_mask#delete@171ebcadec", "is_correction", 0,
+     "verl-rejection-seq-mean-k1-seq-max-k3-bounds"),
+    # RLOO's score a mean of the token rewards: killed once the advantages boundary maps the estimator
+    ("compute_rloo_outcome_advantage#sum-mean@bbe5b78bad", "advantages", 0, "rloo-equal-groups-interleaved"),
     # PF-PPO's resampling (trainer:pf_ppo, stop 49): skipped, its arguments swapped, its batch "detached"
     *((f"verl.trainer.ppo.ray_trainer:compute_advantage#{key}", "advantages", 20, None)
       for key in ("delete@b8a28ad2d4", "swap-args@bb1583013c", "swap-args@ae7139f467", "detach@2b9fa577ae")),
@@ -474,7 +481,7 @@ _RC = "verl.trainer.ppo.rollout_corr_helper"
 def test_verl_survivors_are_killed(mutant, boundary, budget, by, tmp_path, monkeypatch):
     """Survivors of verl's GRPO estimator, vanilla loss (mutate-2026-11-26.txt section 30) and rollout IS
     weights (section 36) at --budget 2; PF-PPO's and bypass REINFORCE's, unreached until stop 49, and whitening's eps
-    (section 48)."""
+    (section 48); rejection sampling's bounds and RLOO's score (section 49)."""
     from sentinel.catalog import catalog_path
     monkeypatch.setenv("HYPOTHESIS_STORAGE_DIRECTORY", str(tmp_path / "hypothesis"))
     one = mutant if ":" in mutant else f"verl.trainer.ppo.core_algos:{mutant}"
