@@ -174,6 +174,27 @@ def test_rejection_sampling_thresholds_sit_on_drawn_log_ratios(verl):
     assert mask("seq_sum_k3", old_log_probs=T([[0.0, -0.875, -1.0, -1.0]])) == [[0, 0, 0, 0]]
 
 
+def test_a_rejection_criterion_this_verl_lacks_is_unsupported(verl, monkeypatch):
+    """Before 97eac904 verl's rollout_rs named a level (token, sequence, geometric), and verl raised
+    ValueError on a k1 / k2 / k3 criterion's name: that is an option the version lacks (unsupported),
+    not an error; so is a name outside a later verl's SUPPORTED_ROLLOUT_RS_OPTIONS, on every path
+    that hands verl a rollout_rs (is_correction's draw, the policy loss's rejection_sampling)."""
+    import verl.trainer.ppo.rollout_corr_helper as rch
+    inputs = {"log_probs": T([[-0.5, -1.0]]), "old_log_probs": T([[-0.5, -1.0]]), "rollout_log_probs": T([[-1.0, -1.0]]),
+              "advantages": T([[1.0, -1.0]]), "loss_mask": T([[1, 1]])}
+    monkeypatch.setattr(rch, "SUPPORTED_ROLLOUT_RS_OPTIONS", {"token_k1"})
+    assert verl.call("is_correction", inputs, {"method": "vanilla_tis", "trainer:rollout_rs": "token_k1"}).outputs
+    with pytest.raises(Unsupported, match="criterion seq_sum_k3"):
+        verl.call("is_correction", inputs, {"method": "vanilla_tis", "trainer:rollout_rs": "seq_sum_k3"})
+    decoupled = {"use_decoupled_loss": True, "rejection_sampling": {"rollout_is": None, "rollout_rs": "seq_mean_k2",
+                                                                    "rollout_rs_threshold": 0.5}}
+    with pytest.raises(Unsupported, match="criterion seq_mean_k2"):
+        verl.call("policy_loss", inputs, decoupled)
+    monkeypatch.delattr(rch, "SUPPORTED_ROLLOUT_RS_OPTIONS")
+    with pytest.raises(Unsupported, match="levels only"):
+        verl.call("is_correction", inputs, {"method": "vanilla_tis", "trainer:rollout_rs": "token_k1"})
+
+
 @pytest.mark.parametrize("level", ["token", "sequence"])
 def test_one_rank_of_a_process_group_runs_verls_all_reduce_with_the_same_values(verl, monkeypatch, level):
     """trainer:torch_distributed (conventions.OPTION_DOMAINS): the call as one rank of an initialised

@@ -362,8 +362,8 @@ class VerlAdapter(ActorSurface, PolicyLosses, Surfaces, TrainerAdapter):
     @implements("advantages", steps=(kl_in_reward,), calls=(f"{TRAINER}:apply_kl_penalty", f"{TRAINER}:compute_advantage",
                                      f"{TRAINER}:compute_response_mask",  # trainer:response_mask_in_batch=False
                                      f"{CORE}:get_adv_estimator_fn", f"{CORE}:kl_penalty",
-                                     # estimators grpo, rloo: compute_advantage calls them by name, on the batch's
-                                     # multi-token responses (reward_norm hands them one-token ones)
+                                     # estimators grpo (by name) and rloo (from the registry): compute_advantage calls
+                                     # them on multi-token responses (reward_norm hands them one-token ones)
                                      f"{CORE}:compute_grpo_outcome_advantage", f"{CORE}:compute_rloo_outcome_advantage"))
     def b_advantages(self, inputs, config):
         """KL in reward (apply_kl_penalty) and the estimator (compute_advantage), as verl's
@@ -543,11 +543,7 @@ class VerlAdapter(ActorSurface, PolicyLosses, Surfaces, TrainerAdapter):
         else:
             raise ValueError(f"unknown is_correction method {method!r}")
         opts = trainer_options(config)  # algorithm.rollout_correction's other keys (OPTION_DOMAINS)
-        if "," in (opts.get("rollout_rs") or ""):
-            rs_fn = getattr(self.mods[ROLLOUT_CORR], "compute_rollout_rejection_mask", None)
-            if rs_fn is None or 'split(",")' not in inspect.getsource(rs_fn):
-                raise Unsupported(f"rollout_rs={opts['rollout_rs']!r}: this verl's rejection sampling takes one "
-                                  f"criterion (no comma-chained criteria)")
+        self._check_rollout_rs(opts.get("rollout_rs"))
         corr = {"rollout_is": opts.get("rollout_is") or "token", "rollout_is_threshold": threshold,
                 "rollout_is_batch_normalize": bool(opts.get("rollout_is_batch_normalize")),
                 **rollout_rs(opts.get("rollout_rs"))}

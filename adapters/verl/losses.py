@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import inspect
 import math
 import types
 from pathlib import Path
@@ -192,6 +193,24 @@ class PolicyLosses:
     _RS_KEYS = ("rollout_is", "rollout_is_threshold", "rollout_is_batch_normalize", "rollout_rs",
                 "rollout_rs_threshold")
 
+    def _check_rollout_rs(self, rollout_rs: str | None) -> None:
+        """Unsupported unless this verl has every criterion of `rollout_rs` (chained "a,b" only where
+        compute_rollout_rejection_mask splits the name): the k1 / k2 / k3 criteria are its
+        SUPPORTED_ROLLOUT_RS_OPTIONS (since 97eac904); before them rollout_rs named a level (token,
+        sequence, geometric), so a criterion's name is an option that version lacks, not an error."""
+        names = [n.strip() for n in (rollout_rs or "").split(",") if n.strip()]
+        mod = self.mods.get(ROLLOUT_CORR)
+        known = getattr(mod, "SUPPORTED_ROLLOUT_RS_OPTIONS", None)
+        missing = [n for n in names if (n not in known if known is not None else n.endswith(("_k1", "_k2", "_k3")))]
+        if missing:
+            raise Unsupported(f"rollout_rs={rollout_rs!r}: this verl's rejection sampling has no "
+                              f"{'criteria' if len(missing) > 1 else 'criterion'} {', '.join(missing)} (it has: "
+                              f"{', '.join(sorted(known)) if known else 'levels only: token, sequence, geometric'})")
+        rs_fn = getattr(mod, "compute_rollout_rejection_mask", None)
+        if len(names) > 1 and (rs_fn is None or 'split(",")' not in inspect.getsource(rs_fn)):
+            raise Unsupported(f"rollout_rs={rollout_rs!r}: this verl's rejection sampling takes one criterion "
+                              f"(no comma-chained criteria)")
+
     def _decoupled(self, boundary: str, inputs, config) -> tuple[torch.Tensor | None, torch.Tensor]:
         """use_decoupled_loss: verl's decoupled rollout correction (old_log_probs = the recomputed
         pi_old, rollout_log_probs = the rollout engine's): IS weights pi_old / pi_rollout from
@@ -220,6 +239,7 @@ class PolicyLosses:
                               f"({', '.join(self._RS_KEYS)})")
         if "rollout_log_probs" not in inputs:
             raise ValueError("use_decoupled_loss needs input rollout_log_probs (the rollout engine's log-probs)")
+        self._check_rollout_rs(spec.get("rollout_rs"))
         old, roll, imask = inputs["old_log_probs"], inputs["rollout_log_probs"], mask.to(torch.int64)
         entry = getattr(self.mods.get(ROLLOUT_CORR), "compute_rollout_correction_and_rejection_mask", None)
         if entry is not None:  # the trainer's entry (compute_rollout_correction_and_add_to_batch calls it)
@@ -280,6 +300,7 @@ class PolicyLosses:
             mode = "bypass_mode"
             bypass = {**BYPASS_PPO_CLIP, **ROLLOUT_CORRECTIONS.get(drawn.get("rollout_correction"), {}),
                       "loss_type": drawn.get("loss_type") or BYPASS_PPO_CLIP["loss_type"]}
+            self._check_rollout_rs(bypass.get("rollout_rs"))
         with self.worker_impl(config), (self._weights_seen() if bypass else contextlib.nullcontext()):
             token, loss, fn, observed = self._policy(
                 boundary, mode, inputs["log_probs"], inputs["old_log_probs"], inputs["advantages"], mask,
