@@ -469,7 +469,8 @@ _RC = "verl.trainer.ppo.rollout_corr_helper"
       for key in ("inplace@bdaffde432", "sign@82c793d48f", "delete@4951e5de5f", "detach@d3aa0de414")),
     # rejection sampling's inclusive bounds made strict (a sequence statistic on its bound: catalog entries)
     # and a chained criterion's comparison deleted (stop 50, section 49)
-    (f"{_RC}:compute_rollout_rejection_mask#compare@61f6992d8c", "is_correction", 0, "verl-rejection-seq-sum-k1-bounds"),
+    (f"{_RC}:compute_rollout_rejection_mask#compare@61f6992d8c", "policy_loss", 0,
+     "verl-rejection-k1-reciprocal-bounds-seq-sum"),
     (f"{_RC}:compute_rollout_rejection_mask#delete@171ebcadec", "is_correction", 0,
      "verl-rejection-seq-mean-k1-seq-max-k3-bounds"),
     # RLOO's score a mean of the token rewards: killed once the advantages boundary maps the estimator
