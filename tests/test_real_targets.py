@@ -107,7 +107,9 @@ def test_verl_findings_reproduce():
                         "gae-interior-hole-discount": "holds", "grpo-loss-counts-masked-rows": "violated",
                         "gspo-seq-ratio-nan-masked": "violated",
                         # verl 0.9.1's wheel ships no workers/actor (the checkout's verl: tests/test_actor_verl.py)
-                        "verl-fused-ulysses-label-roll": "unsupported", "verl-fused-vlm-ulysses-labels": "unsupported"}
+                        "verl-fused-ulysses-label-roll": "unsupported", "verl-fused-vlm-ulysses-labels": "unsupported",
+                        # k1's ratio bounds taken as bounds of 1 / ratio (verl PR #6377)
+                        "verl-k1-rejection-ratio-bounds": "violated"}
     assert code == 1
 
 
