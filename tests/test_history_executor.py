@@ -20,3 +20,33 @@ def test_a_history_task_runs_in_the_cli_and_any_other_task_in_a_pool_process(mon
         assert ex._pool is None  # no pool process was started for it
         monkeypatch.setattr(executors, "DRIVERS", ())
         assert ex.submit("/proc/self", os.readlink).result(120) != str(os.getpid())
+
+
+def test_an_interrupt_stops_the_pool_task_it_would_have_waited_for(monkeypatch):
+    """`sentinel mutate -j N` runs N shards of hundreds of mutants in pool processes; an interrupt
+    (Ctrl-C, or CI's `timeout` sending SIGTERM) left the CLI waiting in the pool's shutdown until
+    every shard ended, for minutes. Now the pool processes are interrupted (their own clean-up runs)
+    and killed if they outlast the grace period: here a task that would sleep 60 s."""
+    import time
+
+    monkeypatch.setattr(executors, "DRIVERS", ())
+    t0 = time.monotonic()
+    pids: list[int] = []
+    try:
+        with executors.LocalExecutor(1) as ex:
+            fut = ex.submit(60, time.sleep)
+            while not ex._pool._processes:  # started with the first submit
+                time.sleep(0.05)
+            pids = list(ex._pool._processes)
+            time.sleep(2.0)  # the task is running (the pool process imported what it needs)
+            raise KeyboardInterrupt
+    except KeyboardInterrupt:
+        pass
+    assert time.monotonic() - t0 < 2.0 + executors.STOP_GRACE_S + 10
+    assert fut.done()
+    assert pids and not any(os.path.exists(f"/proc/{pid}") and _running(pid) for pid in pids)
+
+
+def _running(pid: int) -> bool:
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0] != "Z"

@@ -17,8 +17,11 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
+import time
 from abc import ABC, abstractmethod
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
+from multiprocessing import connection
 from typing import Any, Callable
 
 from .. import reaper
@@ -26,6 +29,7 @@ from ..errors import UsageError
 from .task import Task, evaluate
 
 RAY_HINT = "pip install 'rl-sentinel[ray]'"
+STOP_GRACE_S = 10.0  # an interrupted pool process's time to clean up (its workers, worktrees) before it is killed
 
 
 class Executor(ABC):
@@ -41,14 +45,15 @@ class Executor(ABC):
         """Start `fn(task)` (a history task by default; `sentinel mutate` sends its shards);
         the future's result is its JSON answer."""
 
-    def close(self) -> None:
-        """Release what the executor started (its processes, a Ray instance it began)."""
+    def close(self, abandon: bool = False) -> None:
+        """Release what the executor started (its processes, a Ray instance it began). `abandon`:
+        an interrupt or an error is on its way up, so running tasks are stopped, not awaited."""
 
     def __enter__(self) -> "Executor":
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        self.close(abandon=exc_type is not None)
 
 
 # tasks whose work runs in worker processes: a thread of the CLI drives each
@@ -70,13 +75,43 @@ class LocalExecutor(Executor):
             # spawn: a fresh interpreter per pool process, nothing inherited from the CLI's threads;
             # each ends with its workers once the CLI is gone (a SIGKILL runs no clean-up)
             self._pool = ProcessPoolExecutor(self.jobs, mp_context=multiprocessing.get_context("spawn"),
-                                             initializer=reaper.watch_parent)
+                                             initializer=_pool_process)
         return self._pool.submit(fn, task)
 
-    def close(self) -> None:
+    def close(self, abandon: bool = False) -> None:
         self._threads.shutdown(wait=True, cancel_futures=True)
         if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
+            procs = list((getattr(self._pool, "_processes", None) or {}).values())
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            if abandon:  # a pool task runs a whole shard: waiting for it would outlast the interrupt by minutes
+                _stop(procs)
+            self._pool.shutdown(wait=True)
+
+
+def _pool_process() -> None:
+    """A pool process's start: it ends with its workers once the CLI is gone (a SIGKILL runs no
+    clean-up), and an interrupt (SIGTERM from `close`) runs the CLI's own clean-up here: its
+    workers killed, its `finally` blocks (worktrees, temporary files) run."""
+    from .. import cleanup, process
+    reaper.watch_parent()
+    cleanup.install_signal_handlers()
+    cleanup.on_interrupt(process.stop_all)
+
+
+def _stop(procs: list[Any]) -> None:
+    """Interrupt each pool process, then kill with its descendants any still running STOP_GRACE_S later."""
+    for p in procs:
+        try:
+            os.kill(p.pid, signal.SIGTERM)
+        except (ProcessLookupError, TypeError):  # ended, or never started (no pid)
+            pass
+    running = {p.sentinel: p for p in procs if p.pid is not None}
+    deadline = time.monotonic() + STOP_GRACE_S
+    while running and (left := deadline - time.monotonic()) > 0:
+        for ended in connection.wait(list(running), left):  # a sentinel is ready once its process ended
+            running.pop(ended)
+    for p in running.values():
+        reaper.kill_tree(p.pid)
 
 
 class RayExecutor(Executor):
@@ -103,7 +138,7 @@ class RayExecutor(Executor):
             self._remotes[fn] = self._ray.remote(num_cpus=1, max_retries=1)(fn)
         return self._remotes[fn].remote(task).future()
 
-    def close(self) -> None:
+    def close(self, abandon: bool = False) -> None:  # Ray's shutdown ends its tasks either way
         if self._owns and self._ray.is_initialized():
             self._ray.shutdown()
 
