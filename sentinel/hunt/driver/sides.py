@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import tempfile
 import threading
 import time
@@ -91,29 +92,30 @@ class Side:
         folder = tempfile.mkdtemp(prefix="sentinel-session-")
         address = os.path.join(folder, "s")
         key = secrets.token_bytes(16)
-        listener = Listener(address, family="AF_UNIX", authkey=key)
         got: list[Connection] = []
         done = threading.Event()
+        listener = None
+        try:  # the socket's folder goes whatever happens meanwhile (an interrupt, a worker that died)
+            listener = Listener(address, family="AF_UNIX", authkey=key)
 
-        def accept() -> None:
-            try:
-                got.append(listener.accept())
-            except Exception:  # noqa: BLE001 - a bad handshake: no session
-                pass
-            done.set()
-        threading.Thread(target=accept, daemon=True).start()
-        self.worker.send({"type": "session", "scenario": f"session:{self.name}",
-                          "session": {"address": address, "authkey": key.hex()},
-                          "time_limit": session_s, **self.job_extra})
-        if not done.wait(CONNECT_TIMEOUT) or not got:
-            self.target.load_error = ExceptionInfo(type="WorkerDied", message="the side's session never called back")
-            self.worker.kill()
-            self.worker = None
-        listener.close()
-        try:
-            os.rmdir(folder)
-        except OSError:
-            pass
+            def accept() -> None:
+                try:
+                    got.append(listener.accept())
+                except Exception:  # noqa: BLE001 - a bad handshake: no session
+                    pass
+                done.set()
+            threading.Thread(target=accept, daemon=True).start()
+            self.worker.send({"type": "session", "scenario": f"session:{self.name}",
+                              "session": {"address": address, "authkey": key.hex()},
+                              "time_limit": session_s, **self.job_extra})
+            if not done.wait(CONNECT_TIMEOUT) or not got:
+                self.target.load_error = ExceptionInfo(type="WorkerDied", message="the side's session never called back")
+                self.worker.kill()
+                self.worker = None
+        finally:
+            if listener is not None:
+                listener.close()  # unlinks the socket
+            shutil.rmtree(folder, ignore_errors=True)
         return got[0] if got else None
 
     def close(self) -> dict[str, Any] | None:
