@@ -76,36 +76,74 @@ class LocalExecutor(Executor):
             # each ends with its workers once the CLI is gone (a SIGKILL runs no clean-up)
             self._pool = ProcessPoolExecutor(self.jobs, mp_context=multiprocessing.get_context("spawn"),
                                              initializer=_pool_process)
-        return self._pool.submit(fn, task)
+        return self._pool.submit(_pool_task, fn, task)
 
     def close(self, abandon: bool = False) -> None:
         self._threads.shutdown(wait=True, cancel_futures=True)
-        if self._pool is not None:
-            procs = list((getattr(self._pool, "_processes", None) or {}).values())
-            self._pool.shutdown(wait=False, cancel_futures=True)
-            if abandon:  # a pool task runs a whole shard: waiting for it would outlast the interrupt by minutes
-                _stop(procs)
-            self._pool.shutdown(wait=True)
+        pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        if not abandon:
+            pool.shutdown(wait=True, cancel_futures=True)
+            return
+        # a pool task runs a whole shard: waiting for it would outlast the interrupt by minutes.
+        # shutdown(wait=False) forgets its manager thread: kept here, joined once the processes are gone
+        procs = list((getattr(pool, "_processes", None) or {}).values())
+        manager = getattr(pool, "_executor_manager_thread", None)
+        pool.shutdown(wait=False, cancel_futures=True)
+        _stop(procs)
+        if manager is not None:
+            manager.join(STOP_GRACE_S)
+
+
+_busy = False  # a pool process: inside a task (an interrupt runs its clean-up) or idle (it just ends)
+
+
+def _pool_task(fn: Callable[[Any], str], task: Any) -> str:
+    """A task in a pool process; after an interrupt the task queued next to it (one is, past what
+    cancel_futures reaches) starts no work."""
+    global _busy
+    from .. import process
+    if process.stopping():
+        raise KeyboardInterrupt("interrupted: the task was not started")
+    _busy = True
+    try:
+        return fn(task)
+    finally:
+        _busy = False
 
 
 def _pool_process() -> None:
     """A pool process's start: it ends with its workers once the CLI is gone (a SIGKILL runs no
-    clean-up), and an interrupt (SIGTERM from `close`) runs the CLI's own clean-up here: its
-    workers killed, its `finally` blocks (worktrees, temporary files) run."""
+    clean-up), and an interrupt (SIGTERM from `close`, Ctrl-C's SIGINT) runs the CLI's own clean-up
+    in a task: its workers killed, its `finally` blocks (worktrees, temporary files) run. An idle
+    process ends quietly (raised there, the interrupt would print a traceback from the pool's loop)."""
     from .. import cleanup, process
     reaper.watch_parent()
     cleanup.install_signal_handlers()
     cleanup.on_interrupt(process.stop_all)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        busy_handler = signal.getsignal(sig)
+
+        def handler(signum, frame, busy_handler=busy_handler):
+            if not _busy:
+                os._exit(0)
+            busy_handler(signum, frame)
+        signal.signal(sig, handler)
 
 
 def _stop(procs: list[Any]) -> None:
-    """Interrupt each pool process, then kill with its descendants any still running STOP_GRACE_S later."""
-    for p in procs:
+    """Interrupt each pool process still running, then kill with its descendants any still running
+    STOP_GRACE_S later. One that has ended is never signalled: the pool may have reaped it, and its
+    pid may be another process's by now."""
+    running = {p.sentinel: p for p in procs if p.pid is not None}
+    for ended in connection.wait(list(running), 0):
+        running.pop(ended)
+    for p in running.values():
         try:
             os.kill(p.pid, signal.SIGTERM)
-        except (ProcessLookupError, TypeError):  # ended, or never started (no pid)
+        except OSError:
             pass
-    running = {p.sentinel: p for p in procs if p.pid is not None}
     deadline = time.monotonic() + STOP_GRACE_S
     while running and (left := deadline - time.monotonic()) > 0:
         for ended in connection.wait(list(running), left):  # a sentinel is ready once its process ended
