@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
+import sys
 import tempfile
 import threading
 import time
@@ -89,13 +90,16 @@ class Side:
 
     def _session(self, session_s: float) -> Connection | None:
         """Ask the worker for a session child and wait for it to call back."""
-        folder = tempfile.mkdtemp(prefix="sentinel-session-")
-        address = os.path.join(folder, "s")
         key = secrets.token_bytes(16)
         got: list[Connection] = []
         done = threading.Event()
-        listener = None
+        listener = folder = None
         try:  # the socket's folder goes whatever happens meanwhile (an interrupt, a worker that died)
+            if sys.platform.startswith("linux"):  # an abstract socket: no file, so nothing a SIGKILL leaves behind
+                address = f"\0sentinel-session-{secrets.token_hex(8)}"
+            else:
+                folder = tempfile.mkdtemp(prefix="sentinel-session-")
+                address = os.path.join(folder, "s")
             listener = Listener(address, family="AF_UNIX", authkey=key)
 
             def accept() -> None:
@@ -114,8 +118,9 @@ class Side:
                 self.worker = None
         finally:
             if listener is not None:
-                listener.close()  # unlinks the socket
-            shutil.rmtree(folder, ignore_errors=True)
+                listener.close()  # unlinks a socket file
+            if folder is not None:
+                shutil.rmtree(folder, ignore_errors=True)
         return got[0] if got else None
 
     def close(self) -> dict[str, Any] | None:
