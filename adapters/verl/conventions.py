@@ -249,10 +249,11 @@ PINNED = (
 # rollout_rs -> its rollout_rs_threshold: a k1 criterion bounds the ratio ("lower_upper"), a k2 /
 # k3 one bounds the divergence from above. The bounds sit where drawn inputs land on them (log-probs
 # on a 1/8 grid): k1's log bounds are -0.5 and 1.0 (e^-0.5, e^1; asymmetric, so a flipped log-ratio
-# or swapped bounds moves the mask; verl bounds -log r with them: findings/verl-k1-rejection-ratio-bounds), k2's 0.5 is |log-ratio| = 1, k3's is its value at log-ratio 1
-# in float32 (exp(1) rounded, then exact: e - 2; on this CPU's torch, not promised on CUDA's expf),
-# so `<=` against `<` is seen on each; a sequence's mean or maximum lands there too where a row's
-# log-ratio is flat (sentinel/relations.py "flat"), its sum where one token carries it.
+# or swapped bounds moves the mask; verl bounds -log r with them: findings/verl-k1-rejection-ratio-bounds),
+# k2's 0.5 is |log-ratio| = 1, k3's is its value at log-ratio 1 in float32 (exp(1) rounded, then
+# exact: e - 2; on this CPU's torch, not promised on CUDA's expf), so `<=` against `<` is seen on
+# each; a sequence's mean or maximum lands there too where a row's log-ratio is flat
+# (sentinel/relations.py "flat"), its sum where one token carries it.
 RS_THRESHOLDS = {"k1": f"{math.exp(-0.5)!r}_{math.exp(1.0)!r}", "k2": 0.5, "k3": float(np.float32(math.e)) - 2.0}
 
 
