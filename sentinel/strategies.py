@@ -277,9 +277,8 @@ def _configs(boundary: str, **choices: list[Any]) -> tuple[st.SearchStrategy[Any
         for k, n in zip(reversed(keys), reversed(sizes)):
             i, j = divmod(i, n)
             out[k] = table[k][j]
-        # a trainer option at its default (its first value) is left out: the config a scenario has; a
-        # key with one choice is asked for (a pin, a config probe's whole config), never taken for its default
-        return {k: out[k] for k in keys if not (is_trainer(k) and len(table[k]) > 1 and out[k] == table[k][0])}
+        # a trainer option at its default (its first value) is left out: the config a scenario has
+        return {k: out[k] for k in keys if not (is_trainer(k) and out[k] == table[k][0])}
 
     return st.integers(0, total - 1), pick
 

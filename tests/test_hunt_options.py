@@ -359,18 +359,3 @@ invariants:
         load_text(text)
     load_text(text.replace('masked_invariance: {outputs: [kl, "returned:metrics.raw_sum"]}',
                            'close: {output: "returned:metrics.raw_sum", expected: 0.0}'))
-
-
-def test_a_trainer_option_with_one_choice_is_asked_for():
-    """The strategy leaves a trainer option at its first choice out of the drawn config (its default:
-    the config a scenario has). A key with one choice is asked for: a pin (`-c trainer:x=v`), or a
-    config probe's whole config (probe.simplest). Taken for its default, the probe tried verl's
-    refused tis_imp_ratio_cap=2.0 without it, found it ran, and the hunt drew it: 1520 of a 15 s
-    hunt's 3827 rejected examples on policy_loss (mutate-2026-11-26.txt section 49)."""
-    from sentinel import strategies as S
-    from sentinel.hunt.probe import first_of, simplest
-
-    assert first_of(S.examples("policy_loss", config={"trainer:bypass_mode": [True]})).config["trainer:bypass_mode"]
-    # several choices: the first drawn (shrunk to) is the default, left out as before
-    assert "trainer:bypass_mode" not in first_of(S.examples("policy_loss", config={"trainer:bypass_mode": [False, True]})).config
-    assert simplest("policy_loss", {"trainer:tis_imp_ratio_cap": 2.0}).config["trainer:tis_imp_ratio_cap"] == 2.0

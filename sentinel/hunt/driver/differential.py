@@ -240,7 +240,7 @@ class DiffHunter(Hunt):
     def choices(self, b: str) -> dict[str, list[Any]]:
         """The config choices drawn on boundary `b`: both sides' option_domains added (a trainer
         option too: options.TRAINER), pinned, less those a side lacks."""
-        pins = {k: v for k, v in self.settings.config.items() if k in BOUNDARIES[b].config or is_trainer(k)}
+        pins = {k: v for k, v in self.settings.config.items() if k in BOUNDARIES[b].config}
         table = {k: list(vs) for k, vs in S.CONFIG_CHOICES[b].items()}
         for side in (self.sides.base, self.sides.head):
             for k, vs in (side.info.get("domains", {}).get(b) or {}).items():
