@@ -55,3 +55,24 @@ def test_bare_package_serves_its_reexports(tmp_path):
     """)
     assert p.returncode == 0, p.stderr[-3000:]
     assert p.stdout.strip() == "256"
+
+
+def test_source_of_reads_once_per_function_and_code(monkeypatch):
+    """Adapters test a trainer function's source on every call (what its version reads):
+    `source_of` reads it once, and again once a mutant's code replaces the function's in place."""
+    import inspect
+
+    from sentinel.adapters import loading
+
+    def first():
+        return 1
+
+    def second():
+        return 2
+
+    real, reads = inspect.getsource, []
+    monkeypatch.setattr(inspect, "getsource", lambda obj: reads.append(obj) or real(obj))
+    assert loading.source_of(first) == loading.source_of(first) == real(first)
+    assert len(reads) == 1
+    first.__code__ = second.__code__  # as sentinel.mutate.apply places a mutant
+    assert "return 2" in loading.source_of(first) and len(reads) == 2

@@ -21,7 +21,7 @@ from sentinel.adapters.backport import backport_type_params
 from sentinel.adapters.binding import bind, parameters
 from sentinel.adapters.contract import BoundaryResult, implements
 from sentinel.adapters.layout import group_ids, group_layout, unpermute
-from sentinel.adapters.loading import bare_package, first_on_path, keep_host_logging, locate, module_exists
+from sentinel.adapters.loading import bare_package, first_on_path, keep_host_logging, locate, module_exists, source_of
 from sentinel.adapters.observables import Watch, extras
 from sentinel.adapters.options import recorded
 from sentinel.adapters.shims import install_stubs
@@ -108,7 +108,7 @@ def _stores(fn: Any, key: str) -> bool:
     """Whether `fn`'s code, as its file has it, stores `data[key]`: the version has that output,
     so its absence from a run is a fault of the run (a mutant's deleted line), not an older AReaL."""
     try:
-        src = inspect.getsource(inspect.unwrap(fn))
+        src = source_of(inspect.unwrap(fn))
     except (OSError, TypeError):
         return False
     return f'data["{key}"] =' in src or f"data['{key}'] =" in src

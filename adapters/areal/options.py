@@ -37,6 +37,7 @@ from typing import Any
 
 import torch
 
+from sentinel.adapters.loading import source_of
 from sentinel.adapters.options import pin
 from sentinel.errors import Unsupported
 
@@ -184,7 +185,7 @@ def actor_loss_options(fn: Any, inputs: dict[str, Any], config: dict[str, Any]) 
         batch["teacher_logp"] = inputs["ref_log_probs"]
         batch.update({k: float(t[k]) for k in ("rl_loss_weight", "distill_loss_weight") if t[k] is not None})
     try:
-        src = inspect.getsource(inspect.unwrap(fn))
+        src = source_of(inspect.unwrap(fn))
     except (OSError, TypeError):
         src = ""
     if t["prox_logp_method"] == "reuse_train_logp" and "REUSE_TRAIN_LOGP" not in src:

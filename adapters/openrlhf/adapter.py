@@ -15,7 +15,7 @@ from sentinel.adapters.binding import bind, parameters, signature_text
 from sentinel.adapters.contract import BoundaryResult, implements, refuse
 from sentinel.adapters.frames import locals_on_return
 from sentinel.adapters.layout import group_ids, group_layout, unpermute
-from sentinel.adapters.loading import version_facts
+from sentinel.adapters.loading import source_of, version_facts
 from sentinel.adapters.observables import Watch, extras
 from sentinel.adapters.options import recorded, trainer_options
 from sentinel.adapters.shims import block, is_stub
@@ -331,7 +331,7 @@ class OpenRLHFAdapter(TrainerAdapter):
         out group by group; results put back in canonical row order."""
         cls = self._maker_class("compute_advantages_and_returns", boundary)
         method = cls.compute_advantages_and_returns
-        if self.device.type != "cuda" and '"cuda"' in inspect.getsource(method):
+        if self.device.type != "cuda" and '"cuda"' in source_of(method):
             raise Unsupported("compute_advantages_and_returns moves the experiences to CUDA at this OpenRLHF version "
                               "(run with --device cuda)")
         n_rows = int(mask.shape[0])
@@ -408,7 +408,7 @@ class OpenRLHFAdapter(TrainerAdapter):
         n = len(lengths)
         dynamic, size = bool(drawn.get("dynamic_batch_enable")), drawn.get("micro_rollout_batch_size")
         size = MICRO_ROLLOUT_BATCH if size is None else int(size)
-        if "experience.index" not in inspect.getsource(method):  # before the index: one prompt-ordered batch
+        if "experience.index" not in source_of(method):  # before the index: one prompt-ordered batch
             if dynamic or size != MICRO_ROLLOUT_BATCH:
                 raise Unsupported("compute_advantages_and_returns reads no experience.index at this OpenRLHF "
                                   "version: the adapter hands it the rollout as one experience only")

@@ -18,7 +18,7 @@ from sentinel.adapters.backport import backport_type_params
 from sentinel.adapters.binding import bind, parameters, signature_text
 from sentinel.adapters.contract import BoundaryResult, implements, refuse
 from sentinel.adapters.layout import group_ids, group_layout
-from sentinel.adapters.loading import bare_package, module_exists, version_facts
+from sentinel.adapters.loading import bare_package, module_exists, source_of, version_facts
 from sentinel.adapters.observables import Watch, returned
 from sentinel.adapters.options import trainer_options
 from sentinel.adapters.ranks import current as current_rank
@@ -267,7 +267,7 @@ class SlimeAdapter(Responses, EntryLoss, Surfaces, TrainerAdapter):
             raise Unsupported(f"slime's compute_approx_kl has no straight-through estimator {kl_type!r} (its code "
                               f"tests no '+' suffix)")
         try:
-            src = inspect.getsource(inspect.unwrap(fn))
+            src = source_of(inspect.unwrap(fn))
         except (OSError, TypeError):
             return kl_type
         names = set(re.findall(r"""["']([a-z0-9_]+)["']""", src))
@@ -427,7 +427,7 @@ class SlimeAdapter(Responses, EntryLoss, Surfaces, TrainerAdapter):
         estimator = ESTIMATORS[canon]
         fn = self._advantages_fn()
         try:
-            src = inspect.getsource(inspect.unwrap(fn))
+            src = source_of(inspect.unwrap(fn))
         except (OSError, TypeError):
             src = ""
         if src and f'"{estimator}"' not in src and f"'{estimator}'" not in src:

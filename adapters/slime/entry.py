@@ -25,6 +25,7 @@ import torch
 from sentinel.adapters.binding import bind, parameters, signature_text
 from sentinel.adapters.composing import trainer_step
 from sentinel.adapters.contract import BoundaryResult, FunctionRef
+from sentinel.adapters.loading import source_of
 from sentinel.adapters.observables import returned
 from sentinel.adapters.options import trainer_options
 from sentinel.adapters.spying import composes
@@ -268,7 +269,7 @@ def _old_optional(fn: Callable) -> bool:
     """Whether `fn` (policy_loss_function) runs without the batch's old log-probs: it takes them with
     batch.get("log_probs") and falls back on the current ones. Unreadable source: assumed so."""
     try:
-        src = inspect.getsource(inspect.unwrap(fn))
+        src = source_of(inspect.unwrap(fn))
     except (OSError, TypeError):
         return True
     return re.search(r"""batch\.get\(\s*["']log_probs["']""", src) is not None

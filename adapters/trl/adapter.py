@@ -4,7 +4,6 @@ what each boundary reaches and the conventions translated)."""
 from __future__ import annotations
 
 import contextlib
-import inspect
 import re
 from importlib import metadata
 from pathlib import Path
@@ -14,7 +13,7 @@ import torch
 
 from sentinel.adapters.contract import BoundaryResult, implements
 from sentinel.adapters.frames import locals_on_return
-from sentinel.adapters.loading import keep_host_logging, version_facts
+from sentinel.adapters.loading import keep_host_logging, source_of, version_facts
 from sentinel.adapters.observables import Watch, extras
 from sentinel.adapters.options import recorded, trainer_options
 from sentinel.adapters.shims import hidden
@@ -87,8 +86,8 @@ class TRLAdapter(ActorSurface, TrainerAdapter):
         if not isinstance(cls, type) or not callable(getattr(cls, "_compute_loss", None)):
             raise TargetLoadError("trl target: GRPOTrainer._compute_loss is absent at this version "
                                   "(it arrived in v0.17)")
-        self.source = inspect.getsource(cls._compute_loss)
-        return {"fused_lm_head": "fused_lm_head=True" in inspect.getsource(self._logps_method(cls))}
+        self.source = source_of(cls._compute_loss)
+        return {"fused_lm_head": "fused_lm_head=True" in source_of(self._logps_method(cls))}
 
     def _version(self, root: Path, from_checkout: bool) -> dict[str, Any]:
         version = self._checkout_version(root) if from_checkout else metadata.version("trl")

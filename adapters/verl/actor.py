@@ -41,7 +41,7 @@ from pathlib import Path
 import torch
 
 from sentinel.adapters.contract import BoundaryResult, Precondition, implements
-from sentinel.adapters.loading import module_exists
+from sentinel.adapters.loading import module_exists, source_of
 from sentinel.adapters.observables import extras
 from sentinel.adapters.options import trainer_options
 from sentinel.adapters.ranks import run_ranks
@@ -228,13 +228,13 @@ class ActorSurface:
             raise Unsupported("verl's actor refuses calculate_sum_pi_squared with use_fused_kernels")
         checkpointing = {k: bool(drawn.get(k)) for k in ("entropy_checkpointing", "sum_pi_squared_checkpointing")}
         for k, on in checkpointing.items():
-            if on and k not in inspect.getsource(fn):
+            if on and k not in source_of(fn):
                 raise Unsupported(f"{k}: this verl's _forward_micro_batch does not read it")
         sp = _sp_size(config)
-        ulysses = self._import(ULYSSES) if sp > 1 and "use_ulysses_sp" in inspect.getsource(fn) else None
+        ulysses = self._import(ULYSSES) if sp > 1 and "use_ulysses_sp" in source_of(fn) else None
         if sp > 1 and not hasattr(ulysses, "get_ulysses_sequence_parallel_group"):
             raise Unsupported("ulysses_sequence_parallel_size: this verl's actor has no Ulysses sequence parallelism")
-        if sp > 1 and mrope and "is_vlm_model" not in inspect.getsource(fn):  # its text path slices 2-D ids only
+        if sp > 1 and mrope and "is_vlm_model" not in source_of(fn):  # its text path slices 2-D ids only
             raise Unsupported("ulysses_sequence_parallel_size with mrope_position_ids: this verl's actor has no "
                               "Ulysses arm for a vision-language model (is_vlm_model)")
         model = StandInLM(LogitsTable(logits, tokens, attn))
@@ -249,7 +249,7 @@ class ActorSurface:
                                         **checkpointing)}
         if pi_squared:  # as DataParallelPPOActor.__init__ sets it with use_torch_compile off
             fn_pi = getattr(F, "calculate_sum_pi_squared_from_logits", None)
-            if fn_pi is None or "calculate_sum_pi_squared" not in inspect.getsource(fn):
+            if fn_pi is None or "calculate_sum_pi_squared" not in source_of(fn):
                 raise Unsupported("calculate_sum_pi_squared: this verl's actor computes no sum of squared "
                                   "probabilities (no calculate_sum_pi_squared_from_logits)")
             attributes["calculate_sum_pi_squared_from_logits"] = fn_pi
@@ -399,7 +399,7 @@ class ActorSurface:
     def _mrope_channels(self, fn) -> int:
         """The mrope position ids' channels at this verl: 4 where it feeds transformers' text-and-rope
         layout (qwen2_vl's process_position_ids, since 0d4541f3), else Qwen2-VL's 3 rope channels."""
-        if "position_ids.dim() == 3" not in inspect.getsource(fn):
+        if "position_ids.dim() == 3" not in source_of(fn):
             raise Unsupported("mrope_position_ids: this verl's _forward_micro_batch has no 3-D (Qwen2-VL mrope) "
                               "position ids")
         qwen2_vl = Path(inspect.getfile(self.core)).parents[2] / "models" / "transformers" / "qwen2_vl.py"

@@ -18,10 +18,7 @@ from sentinel.adapters.backport import backport_type_params
 from sentinel.adapters.binding import bind, parameters, signature_text
 from sentinel.adapters.composing import trainer_step
 from sentinel.adapters.contract import BoundaryResult, implements, refuse
-from sentinel.adapters.loading import (
-    keep_host_logging,
-    version_facts,
-)
+from sentinel.adapters.loading import keep_host_logging, source_of, version_facts
 from sentinel.adapters.observables import Watch, extras
 from sentinel.adapters.options import recorded, trainer_options
 from sentinel.adapters.ranks import run_ranks
@@ -548,7 +545,7 @@ class VerlAdapter(ActorSurface, PolicyLosses, Surfaces, TrainerAdapter):
                 "rollout_is_batch_normalize": bool(opts.get("rollout_is_batch_normalize")),
                 **rollout_rs(opts.get("rollout_rs"))}
         if opts.get("torch_distributed"):  # one rank of an initialised process group, as torchrun on one GPU
-            if "is_initialized" not in inspect.getsource(wfn):
+            if "is_initialized" not in source_of(wfn):
                 raise Unsupported("torch_distributed: this verl's rollout IS weights never ask torch.distributed")
             return run_ranks(1, lambda _: self._is_correction(method, wfn, inputs, mask, config, corr))[0]
         return self._is_correction(method, wfn, inputs, mask, config, corr)

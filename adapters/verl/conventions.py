@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import inspect
 import math
 import types
 import uuid
@@ -17,7 +16,7 @@ import numpy as np
 import torch
 
 from sentinel.adapters.layout import group_ids
-from sentinel.adapters.loading import pip_hint
+from sentinel.adapters.loading import pip_hint, source_of
 from sentinel.adapters.options import pin
 from sentinel.errors import Unsupported
 
@@ -288,7 +287,7 @@ def without_response_mask(dispatch: Callable, data: Any) -> None:
     so compute_advantage derives it itself (compute_response_mask: the last responses-width columns
     of attention_mask), where its back-compatible check exists. attention_mask is then the
     trainer's prompt-and-response one: a one-token prompt before the response mask."""
-    if '"response_mask" not in data.batch' not in inspect.getsource(dispatch):
+    if '"response_mask" not in data.batch' not in source_of(dispatch):
         raise Unsupported("response_mask_in_batch=False: this verl's compute_advantage reads the batch's "
                           "response_mask with no fallback (no compute_response_mask there)")
     mask = data.batch.pop("response_mask")
@@ -310,7 +309,7 @@ def pf_ppo_resampling(dispatch: Callable, method: str | None):
     if not method:
         yield
         return
-    if "use_pf_ppo" not in inspect.getsource(dispatch):
+    if "use_pf_ppo" not in source_of(dispatch):
         raise Unsupported("pf_ppo: this verl's compute_advantage does not read use_pf_ppo (no PF-PPO)")
     with torch.random.fork_rng(devices=[]):  # the CPU generator, which verl's multinomial of CPU weights draws from
         torch.random.default_generator.manual_seed(PF_PPO_SEED)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import inspect
 import math
 import types
 from pathlib import Path
@@ -21,6 +20,7 @@ import torch
 from sentinel.adapters.binding import bind, parameters, signature_text
 from sentinel.adapters.composing import trainer_step
 from sentinel.adapters.contract import BoundaryResult
+from sentinel.adapters.loading import source_of
 from sentinel.adapters.observables import Watch, extras
 from sentinel.adapters.options import recorded, trainer_options
 from sentinel.adapters.spying import spy
@@ -207,7 +207,7 @@ class PolicyLosses:
                               f"{'criteria' if len(missing) > 1 else 'criterion'} {', '.join(missing)} (it has: "
                               f"{', '.join(sorted(known)) if known else 'levels only: token, sequence, geometric'})")
         rs_fn = getattr(mod, "compute_rollout_rejection_mask", None)
-        if len(names) > 1 and (rs_fn is None or 'split(",")' not in inspect.getsource(rs_fn)):
+        if len(names) > 1 and (rs_fn is None or 'split(",")' not in source_of(rs_fn)):
             raise Unsupported(f"rollout_rs={rollout_rs!r}: this verl's rejection sampling takes one criterion "
                               f"(no comma-chained criteria)")
 

@@ -30,7 +30,8 @@ from sentinel.errors import TargetError
 
 from .binding import lookup
 from .contract import Adapter
-from .loading import first_on_path, keep_host_logging, locate, module_exists, module_files, pip_hint, version_facts
+from .loading import (first_on_path, keep_host_logging, locate, module_exists, module_files, pip_hint, source_of,
+                      version_facts)
 from .shims import import_with_stubs
 
 # The canonical KL names and the k1 / k2 / k3 estimators most trainers call them.
@@ -175,7 +176,7 @@ def straight_through(fn: Callable) -> bool:
     `unsupported`: the option may well exist there)."""
     fn = inspect.unwrap(fn)
     try:
-        src = inspect.getsource(fn)
+        src = source_of(fn)
     except (OSError, TypeError) as e:
         where = getattr(getattr(fn, "__code__", None), "co_filename", None) or getattr(fn, "__module__", "?")
         raise TargetError(f"cannot read the source of {getattr(fn, '__qualname__', fn)!r} ({where}: "
