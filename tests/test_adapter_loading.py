@@ -60,7 +60,10 @@ def test_bare_package_serves_its_reexports(tmp_path):
 def test_source_of_reads_once_per_function_and_code(monkeypatch):
     """Adapters test a trainer function's source on every call (what its version reads):
     `source_of` reads it once, and again once a mutant's code replaces the function's in place."""
+    import functools
     import inspect
+
+    import pytest
 
     from sentinel.adapters import loading
 
@@ -76,3 +79,13 @@ def test_source_of_reads_once_per_function_and_code(monkeypatch):
     assert len(reads) == 1
     first.__code__ = second.__code__  # as sentinel.mutate.apply places a mutant
     assert "return 2" in loading.source_of(first) and len(reads) == 2
+
+    @functools.wraps(second)
+    def wrapper():
+        return second()
+
+    loading.source_of(wrapper)
+    second.__code__ = (lambda: 3).__code__  # a mutant of the decorated function: getsource unwraps to it
+    assert "lambda: 3" in loading.source_of(wrapper) and len(reads) == 4
+    with pytest.raises(TypeError):  # as getsource: not cached, raised each time
+        loading.source_of(functools.partial(second))

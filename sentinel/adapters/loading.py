@@ -168,15 +168,12 @@ def keep_host_logging() -> Iterator[None]:
 def source_of(obj: Any) -> str:
     """`inspect.getsource(obj)`, read once per object and code: adapters test a trainer function's
     source for what its version reads on every call, and reading a long one (verl's
-    _forward_micro_batch) tokenizes its file, ~5 ms a time. Keyed by the code as well, since a
-    mutant replaces a function's `__code__` in place (the source read is the file's either way).
-    Raises as getsource does (OSError, TypeError)."""
-    try:
-        return _source(obj, getattr(obj, "__code__", None))
-    except TypeError as e:
-        if "unhashable" not in str(e):
-            raise
-        return inspect.getsource(obj)
+    _forward_micro_batch) tokenizes its file, ~5 ms a time. Keyed by the code that getsource reads
+    (a decorated function's inner one) as well, since a mutant replaces a function's `__code__` in
+    place. The text is the file's as first read (the loaded code's: no trainer file is edited under
+    a live function). Raises as getsource does (OSError, TypeError); `obj` is hashable."""
+    inner = inspect.unwrap(obj) if callable(obj) else obj
+    return _source(obj, getattr(inner, "__code__", None))
 
 
 @functools.lru_cache(maxsize=512)
