@@ -517,6 +517,24 @@ def test_slime_logged_loss_metrics_are_observed(tmp_path, monkeypatch):
     assert m.verdict == "killed", m
 
 
+@pytest.mark.slow  # one slime prepare and one mutant each, the catalog only
+@pytest.mark.skipif(not SLIME_REPO, reason="needs a slime checkout in SENTINEL_SLIME_REPO")
+@pytest.mark.parametrize("mutant, boundary, by", [
+    # GRPO's (std + 1e-6) -> (std - 1e-6) or (std + 0.0): no drawn group has a std near eps, and drawn
+    # groups of equal rewards are rare; the catalog entry pins both (stop 51, section 50)
+    *((f"slime.ray.rollout:RolloutManager._post_process_rewards#{key}", "reward_norm", "slime-grpo-std-plus-eps")
+      for key in ("sign@9a593a6a6c", "constant@bed217a8db")),
+])
+def test_slime_survivors_are_killed(mutant, boundary, by, tmp_path, monkeypatch):
+    """Survivors of slime's whole target at --budget 2 that a catalog entry now kills."""
+    from sentinel.catalog import catalog_path
+    monkeypatch.setenv("HYPOTHESIS_STORAGE_DIRECTORY", str(tmp_path / "hypothesis"))
+    rep = mutate(load_paths([catalog_path()]), Options("slime", repo=SLIME_REPO, boundaries=[boundary], only=[mutant],
+                                                        budget=0, cache=None))
+    m, = rep.mutate.mutants
+    assert m.verdict == "killed" and by in str(m.killed_by), m
+
+
 def test_a_mapped_class_is_mutated_through_the_methods_its_body_defines():
     """AReaL's reward_norm / masked_reduce / kl map a class whole (Normalization, KLEstimator, so
     --coverage counts its body once); mutate read it as "a type, not a Python function" and left
